@@ -1,0 +1,246 @@
+"""The ``dblog`` command: capture, dump, status, pause/resume/cancel/throttle, verify."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+from .config import load_config, make_output, make_source, make_state
+from .core.dumps import DumpControl, DumpSpec, parse_key
+from .core.errors import DBLogError, RequestError
+from .core.verify import compare, replay
+
+log = logging.getLogger("dblog")
+
+
+def _source_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("source (overrides the config file's [source])")
+    g.add_argument("--source-type", choices=["postgres", "mysql", "mariadb"])
+    g.add_argument("--source-id")
+    g.add_argument("--host")
+    g.add_argument("--port", type=int)
+    g.add_argument("--user")
+    g.add_argument("--database")
+    g.add_argument("--password-env", help="name of the environment variable holding the password")
+    g.add_argument("--password-file", help="file holding the password")
+    g.add_argument("--tables", help="comma-separated schema.table list to capture (default: all)")
+    g.add_argument("--plugin", choices=["pgoutput", "wal2json"])
+    g.add_argument("--server-id", type=int)
+    g.add_argument("--watermark-schema")
+    p.add_argument("--state", help="state store file (default dblog-state/state.db)")
+    p.add_argument("--output", help="changelog: delta://DIR (default), jsonl://DIR, python:mod:fn")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dblog", description="DBLog change-data capture.")
+    parser.add_argument("--config", help="TOML config file (or DBLOG_CONFIG)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("capture", help="capture the log and run requested dumps")
+    _source_options(p)
+    p.add_argument("--max-seconds", type=float, help="stop after this many seconds")
+    p.add_argument("--status-interval", type=float, default=5.0)
+    p.add_argument("--reset-position", action="store_true", help="forget the checkpoint (then run a full dump)")
+
+    p = sub.add_parser("dump", help="request a dump (the running capture performs it)")
+    _source_options(p)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--table", action="append", help="table to dump (repeatable)")
+    g.add_argument("--all", action="store_true", help="dump every captured table")
+    p.add_argument("--key", action="append", help="a key as JSON (repeatable; needs one --table)")
+    p.add_argument("--chunk-size", type=int, default=10_000)
+    p.add_argument("--delay-ms", type=int, default=0)
+
+    p = sub.add_parser("status", help="log position, lag and dump progress")
+    _source_options(p)
+    p.add_argument("--json", action="store_true")
+
+    for name, text in (("pause", "pause a dump"), ("resume", "resume a dump"), ("cancel", "cancel a dump")):
+        p = sub.add_parser(name, help=text)
+        _source_options(p)
+        p.add_argument("dump_id")
+
+    p = sub.add_parser("throttle", help="change a running dump's chunk size or delay")
+    _source_options(p)
+    p.add_argument("dump_id")
+    p.add_argument("--chunk-size", type=int)
+    p.add_argument("--delay-ms", type=int)
+
+    p = sub.add_parser("verify", help="replay the changelog and compare with the source")
+    _source_options(p)
+    p.add_argument("--table", action="append", help="table to verify (repeatable; default all)")
+    p.add_argument("--show", type=int, default=20, help="mismatches to print per table")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> tuple[dict, dict, dict]:
+    cfg = load_config(args.config)
+    src = dict(cfg.get("source", {}))
+    for opt, key in (
+        ("source_type", "type"), ("source_id", "id"), ("host", "host"), ("port", "port"),
+        ("user", "user"), ("database", "database"), ("password_env", "password_env"),
+        ("password_file", "password_file"), ("plugin", "plugin"), ("server_id", "server_id"),
+        ("watermark_schema", "watermark_schema"),
+    ):
+        v = getattr(args, opt, None)
+        if v is not None:
+            src[key] = v
+    if getattr(args, "tables", None):
+        src["tables"] = [t.strip() for t in args.tables.split(",") if t.strip()]
+    state = dict(cfg.get("state", {}))
+    if args.state:
+        state["path"] = args.state
+    out = dict(cfg.get("output", {}))
+    if args.output:
+        out["url"] = args.output
+    return src, state, out
+
+
+def cmd_capture(args, src, state_cfg, out_cfg) -> int:
+    from .core.engine import Engine, EngineConfig
+
+    source, state, output = make_source(src), make_state(state_cfg), make_output(out_cfg)
+    if args.reset_position:
+        state.clear_checkpoint(source.source_id)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def progress(st: dict) -> None:
+        dumps = [d for d in state.list_dumps(source.source_id) if not d.status.finished]
+        dtext = "; ".join(f"dump {d.dump_id} {d.status.value} rows={sum(p.rows for p in d.progress.values())}" for d in dumps)
+        print(
+            f"[dblog] position={st['position']} checkpoint={st['checkpoint']} "
+            f"events/s={st['events_per_s']} buffered={st['buffered']} window={st['window']}"
+            + (f" | {dtext}" if dtext else ""),
+            flush=True,
+        )
+
+    engine = Engine(source, output, state, EngineConfig(status_interval=args.status_interval), progress)
+    engine.run(stop, args.max_seconds)
+    return 0
+
+
+def cmd_dump(args, src, state_cfg, out_cfg) -> int:
+    source, state = make_source(src), make_state(state_cfg)
+    source.open()
+    try:
+        tables = source.tables() if args.all else args.table
+        schemas = {t: source.table_schema(t) for t in tables}  # RequestError for unknown tables
+        keys = None
+        if args.key:
+            if args.all or len(tables) != 1:
+                raise RequestError("--key needs exactly one --table.", "pass one --table with the keys.")
+            keys = [parse_key(k, schemas[tables[0]]) for k in args.key]
+    finally:
+        source.close()
+    spec = DumpSpec.new(source.source_id, None if args.all else tables, keys)
+    state.add_dump(spec, DumpControl(chunk_size=args.chunk_size, delay_ms=args.delay_ms))
+    print(spec.dump_id)
+    return 0
+
+
+def cmd_status(args, src, state_cfg, out_cfg) -> int:
+    state = make_state(state_cfg)
+    source_id = src.get("id")
+    raw = state.get_value(f"status/{source_id}") if source_id else None
+    capture = json.loads(raw) if raw else None
+    if capture:
+        capture["age_s"] = round(time.time() - capture["updated_at"], 1)
+    checkpoint = state.get_checkpoint(source_id) if source_id else None
+    result = {
+        "source_id": source_id,
+        "checkpoint": checkpoint.encode() if checkpoint else None,
+        "capture": capture,
+        "dumps": [d.to_dict((capture or {}).get("estimates")) for d in state.list_dumps(source_id)],
+    }
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+    print(f"source {source_id}: checkpoint {result['checkpoint']}")
+    if capture:
+        print(
+            f"  capture pid {capture['pid']} ({capture['age_s']} s ago): position {capture['position']}, "
+            f"{capture['events_per_s']} events/s, lag {capture.get('log', {})}"
+        )
+    for d in result["dumps"]:
+        print(f"  dump {d['dump_id']} {d['status']}: tables={d['tables']} rows={d['rows']} chunks={d['chunks']}"
+              + (f" error={d['error']}" if d["error"] else ""))
+    return 0
+
+
+def cmd_control(args, src, state_cfg, out_cfg) -> int:
+    state = make_state(state_cfg)
+    dump = state.get_dump(args.dump_id)
+    c = dump.control
+    if args.command == "pause":
+        c = DumpControl(True, c.cancelled, c.chunk_size, c.delay_ms)
+    elif args.command == "resume":
+        c = DumpControl(False, c.cancelled, c.chunk_size, c.delay_ms)
+    elif args.command == "cancel":
+        c = DumpControl(c.paused, True, c.chunk_size, c.delay_ms)
+    else:
+        c = DumpControl(
+            c.paused, c.cancelled,
+            args.chunk_size if args.chunk_size is not None else c.chunk_size,
+            args.delay_ms if args.delay_ms is not None else c.delay_ms,
+        )
+    state.set_control(args.dump_id, c)
+    print(f"dump {args.dump_id}: paused={c.paused} cancelled={c.cancelled} chunk_size={c.chunk_size} delay_ms={c.delay_ms}")
+    return 0
+
+
+def cmd_verify(args, src, state_cfg, out_cfg) -> int:
+    source, output = make_source(src), make_output(out_cfg)
+    source.open()
+    output.open()
+    bad = 0
+    try:
+        for table in args.table or source.tables():
+            schema = source.table_schema(table)
+            rows: dict = {}
+            after = None
+            while True:
+                chunk = source.select_chunk(schema, after, 50_000).rows
+                for r in chunk:
+                    rows[schema.key_of(r)] = r
+                if len(chunk) < 50_000:
+                    break
+                after = schema.key_of(chunk[-1])
+            mirror = replay(output.scan(source.source_id, table))
+            mismatches = compare(rows, mirror)
+            bad += len(mismatches)
+            print(f"{table}: {len(rows)} rows in the source, {len(mirror)} in the changelog replay, "
+                  f"{len(mismatches)} mismatches")
+            for m in mismatches[: args.show]:
+                print(f"  {m.describe()}")
+    finally:
+        source.close()
+        output.close()
+    return 1 if bad else 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        src, state_cfg, out_cfg = _settings(args)
+        handler = {
+            "capture": cmd_capture, "dump": cmd_dump, "status": cmd_status, "verify": cmd_verify,
+            "pause": cmd_control, "resume": cmd_control, "cancel": cmd_control, "throttle": cmd_control,
+        }[args.command]
+        return handler(args, src, state_cfg, out_cfg)
+    except DBLogError as exc:
+        print(f"dblog: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

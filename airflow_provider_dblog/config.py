@@ -1,0 +1,123 @@
+"""Build a Source, a StateStore and an Output from a config file plus command-line options.
+
+Config file (TOML), every key optional, command-line options override it::
+
+    [source]
+    type = "postgres"            # or "mysql" (MariaDB too)
+    id = "shop"                  # source id: names the slot, publication, watermark row
+    host = "127.0.0.1"
+    port = 5432
+    user = "dblog"
+    database = "shop"            # PostgreSQL database; for MySQL the default database
+    password_env = "DBLOG_SOURCE_PASSWORD"   # name of the variable holding the password
+    # password_file = "/run/secrets/dblog"   # or a file holding it
+    tables = ["public.orders"]   # omit for every table
+    key_columns = { "public.events" = ["event_id"] }   # for tables without a primary key
+    plugin = "pgoutput"          # PostgreSQL: pgoutput or wal2json
+    server_id = 4242             # MySQL: replica id of the binlog reader
+    watermark_schema = "dblog"
+
+    [state]
+    path = "dblog-state/state.db"   # the embedded store
+
+    [output]
+    url = "delta://dblog-lake"      # delta://DIR, jsonl://DIR or python:module:function
+
+Passwords never come from argv: only from the environment or a file (invariant 8).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Optional
+
+from .core.errors import ConfigurationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_PASSWORD_ENV = "DBLOG_SOURCE_PASSWORD"
+
+
+def load_config(path: Optional[str]) -> dict[str, Any]:
+    path = path or os.environ.get("DBLOG_CONFIG")
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigurationError(f"config file {path} does not exist.", "pass an existing file to --config.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"config file {path} is not valid TOML: {exc}.", "fix the file's syntax.") from None
+
+
+def read_password(src: dict[str, Any]) -> Optional[str]:
+    if src.get("password_file"):
+        try:
+            with open(src["password_file"], encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot read the password file {src['password_file']}: {exc.strerror}.",
+                "point password_file at a readable file that holds only the password.",
+            ) from None
+    if "password" in src:
+        raise ConfigurationError(
+            "a password was given in the configuration.",
+            "put it in an environment variable named by password_env, or in a file named by password_file.",
+        )
+    return os.environ.get(src.get("password_env") or DEFAULT_PASSWORD_ENV)
+
+
+def make_source(src: dict[str, Any]):
+    kind = (src.get("type") or "").lower()
+    if not src.get("id"):
+        raise ConfigurationError("the source has no id.", "set [source] id or pass --source-id.")
+    common = dict(
+        source_id=src["id"],
+        host=src.get("host", "127.0.0.1"),
+        user=src.get("user"),
+        password=read_password(src),
+        tables=src.get("tables") or None,
+        key_columns=src.get("key_columns") or None,
+    )
+    if kind in ("postgres", "postgresql", "pg"):
+        from .sources.postgres import PostgresSource
+
+        extra = {k: src[k] for k in ("plugin", "slot_name", "publication") if src.get(k)}
+        return PostgresSource(
+            port=int(src.get("port", 5432)),
+            dbname=src.get("database", "postgres"),
+            watermark_schema=src.get("watermark_schema", "dblog"),
+            **extra,
+            **common,
+        )
+    if kind in ("mysql", "mariadb"):
+        from .sources.mysql import MySQLSource
+
+        extra = {"server_id": int(src["server_id"])} if src.get("server_id") else {}
+        return MySQLSource(
+            port=int(src.get("port", 3306)),
+            databases=src.get("databases") or ([src["database"]] if src.get("database") and not src.get("tables") else None),
+            watermark_database=src.get("watermark_schema", "dblog"),
+            **extra,
+            **common,
+        )
+    raise ConfigurationError(
+        f"unknown source type {src.get('type')!r}.", "set [source] type (or --source-type) to postgres or mysql."
+    )
+
+
+def make_state(state: dict[str, Any]):
+    from .state.local import LocalStateStore
+
+    return LocalStateStore(state.get("path") or os.environ.get("DBLOG_STATE") or "dblog-state/state.db")
+
+
+def make_output(out: dict[str, Any]):
+    from .outputs import make_output as _make
+
+    return _make(out.get("url") or os.environ.get("DBLOG_OUTPUT") or "delta://dblog-lake")

@@ -1,0 +1,225 @@
+"""Dump requests (all tables / one table / a list of keys), their control and progress.
+
+A dump is split in three records with one writer each, so that the CLI and the engine never
+overwrite each other's fields:
+  DumpSpec     what to dump (written once, by whoever requests it)
+  DumpControl  pause / cancel / chunk size / delay (written by users, read by the engine)
+  status + TableProgress  lifecycle and the last key of the last *durable* chunk (engine)
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import time
+import uuid
+from typing import Any, Optional, Sequence
+
+from .errors import RequestError
+from .events import Key, TableSchema
+
+DEFAULT_CHUNK_SIZE = 10_000
+MAX_CHUNK_SIZE = 1_000_000
+
+
+class DumpStatus(str, enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (DumpStatus.DONE, DumpStatus.CANCELLED, DumpStatus.FAILED)
+
+
+@dataclasses.dataclass(frozen=True)
+class DumpSpec:
+    dump_id: str
+    source_id: str
+    tables: Optional[tuple[str, ...]]  # None: every captured table
+    keys: Optional[tuple[Key, ...]] = None  # only with exactly one table
+    created_at: float = 0.0
+
+    @classmethod
+    def new(
+        cls,
+        source_id: str,
+        tables: Optional[Sequence[str]] = None,
+        keys: Optional[Sequence[Key]] = None,
+    ) -> "DumpSpec":
+        if keys is not None:
+            if not tables or len(tables) != 1:
+                raise RequestError(
+                    "a key-list dump needs exactly one table.",
+                    "pass one --table together with the --key values.",
+                )
+            if not keys:
+                raise RequestError("the key list is empty.", "pass at least one --key.")
+        return cls(
+            dump_id=uuid.uuid4().hex[:12],
+            source_id=source_id,
+            tables=tuple(tables) if tables else None,
+            keys=tuple(tuple(k) for k in keys) if keys is not None else None,
+            created_at=time.time(),
+        )
+
+    def to_json(self) -> str:
+        d = dataclasses.asdict(self)
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "DumpSpec":
+        d = json.loads(text)
+        return cls(
+            dump_id=d["dump_id"],
+            source_id=d["source_id"],
+            tables=tuple(d["tables"]) if d["tables"] is not None else None,
+            keys=tuple(tuple(k) for k in d["keys"]) if d["keys"] is not None else None,
+            created_at=d.get("created_at", 0.0),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DumpControl:
+    """User-side knobs, changeable while the dump runs."""
+
+    paused: bool = False
+    cancelled: bool = False
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    delay_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.chunk_size <= MAX_CHUNK_SIZE:
+            raise RequestError(
+                f"chunk size {self.chunk_size} is out of range.",
+                f"use a chunk size between 1 and {MAX_CHUNK_SIZE}.",
+            )
+        if self.delay_ms < 0:
+            raise RequestError(f"delay {self.delay_ms} ms is negative.", "use a delay >= 0.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TableProgress:
+    """Where a table's dump stands; saved only once the output made it durable."""
+
+    last_key: Optional[Key] = None  # key of the last row of the last finished chunk
+    rows: int = 0
+    chunks: int = 0
+    done: bool = False
+    keys_done: int = 0  # key-list dumps: how many of the requested keys are finished
+
+    def to_json(self) -> str:
+        d = dataclasses.asdict(self)
+        d["last_key"] = list(self.last_key) if self.last_key is not None else None
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "TableProgress":
+        d = json.loads(text)
+        lk = d.get("last_key")
+        return cls(
+            tuple(lk) if lk is not None else None, d["rows"], d["chunks"], d["done"], d.get("keys_done", 0)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Dump:
+    spec: DumpSpec
+    control: DumpControl
+    status: DumpStatus
+    progress: dict[str, TableProgress]
+    error: Optional[str] = None
+    updated_at: float = 0.0
+
+    @property
+    def dump_id(self) -> str:
+        return self.spec.dump_id
+
+    def next_table(self, all_tables: Sequence[str]) -> Optional[str]:
+        """The first requested table whose dump is not finished, in request order."""
+        for t in self.spec.tables or all_tables:
+            if not self.progress.get(t, TableProgress()).done:
+                return t
+        return None
+
+    def to_dict(self, estimates: Optional[dict[str, int]] = None) -> dict[str, Any]:
+        tables = {}
+        for t, p in self.progress.items():
+            entry: dict[str, Any] = {
+                "rows": p.rows,
+                "chunks": p.chunks,
+                "done": p.done,
+                "last_key": list(p.last_key) if p.last_key is not None else None,
+            }
+            if estimates and t in estimates and estimates[t] > 0:
+                entry["estimated_rows"] = estimates[t]
+                entry["percent"] = 100.0 if p.done else round(min(99.9, 100 * p.rows / estimates[t]), 1)
+            tables[t] = entry
+        return {
+            "dump_id": self.dump_id,
+            "source_id": self.spec.source_id,
+            "tables": list(self.spec.tables) if self.spec.tables else "all",
+            "keys": len(self.spec.keys) if self.spec.keys is not None else None,
+            "status": self.status.value,
+            "paused": self.control.paused,
+            "chunk_size": self.control.chunk_size,
+            "delay_ms": self.control.delay_ms,
+            "rows": sum(p.rows for p in self.progress.values()),
+            "chunks": sum(p.chunks for p in self.progress.values()),
+            "progress": tables,
+            "error": self.error,
+            "created_at": self.spec.created_at,
+        }
+
+
+def parse_key(text: str, schema: TableSchema) -> Key:
+    """Parse one ``--key`` (JSON) against a table's key columns.
+
+    Accepted: a scalar for a single-column key (``42``, ``"abc"``), a JSON array in key
+    order (``[1, "x"]``), or an object naming every key column (``{"a": 1, "b": "x"}``).
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RequestError(
+            f"key {text!r} for table {schema.table} is not valid JSON ({exc.msg}).",
+            f"give each key as JSON: a scalar, an array in key order {list(schema.key)}, "
+            "or an object naming the key columns, e.g. --key '42' or --key '{\"id\": 42}'.",
+        ) from None
+    return key_from_value(value, schema, text)
+
+
+def key_from_value(value: Any, schema: TableSchema, shown: Any = None) -> Key:
+    shown = shown if shown is not None else json.dumps(value)
+    cols = schema.key
+    if isinstance(value, dict):
+        missing = [c for c in cols if c not in value]
+        extra = [c for c in value if c not in cols]
+        if missing or extra:
+            raise RequestError(
+                f"key {shown} for table {schema.table} does not match its key columns "
+                f"{list(cols)} (missing {missing}, unknown {extra}).",
+                f"name exactly the key columns {list(cols)}.",
+            )
+        parts = [value[c] for c in cols]
+    elif isinstance(value, list):
+        parts = value
+    else:
+        parts = [value]
+    if len(parts) != len(cols):
+        raise RequestError(
+            f"key {shown} for table {schema.table} has {len(parts)} value(s) but the key has "
+            f"{len(cols)} column(s) {list(cols)}.",
+            f"give one value per key column, in order {list(cols)}.",
+        )
+    for c, v in zip(cols, parts):
+        if v is None or isinstance(v, (dict, list)):
+            raise RequestError(
+                f"key {shown} for table {schema.table}: column {c} must be a scalar, got "
+                f"{json.dumps(v)}.",
+                "key values are numbers or strings (dates, decimals and uuids as strings).",
+            )
+    return tuple(parts)

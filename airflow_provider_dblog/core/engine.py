@@ -1,0 +1,350 @@
+"""The capture loop: log batches, dump chunks between them, ordered writes, checkpoints.
+
+One thread does everything that touches the source and the state store; the writer thread
+only talks to the output. Each turn of the loop:
+
+1. poll a batch of log items and pass them through the watermark window (Algorithm 1);
+2. hand the resulting stream to the writer, followed by a checkpoint marker;
+3. store the checkpoints and dump progress whose markers the writer completed (invariant 5);
+4. if no chunk is in flight and a dump wants one: LW, SELECT, HW (the only pause of log
+   processing, invariant 6), then open the window; its rows are emitted when HW comes by.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Any, Callable, Optional
+
+from .dumps import Dump, DumpStatus, TableProgress
+from .errors import DBLogError
+from .events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent, split_key_update
+from .protocols import Output, Source, StateStore
+from .watermark import ChunkAborted, ChunkDone, WatermarkWindow
+from .writer import Marker, Writer
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class EngineConfig:
+    poll_batch: int = 5_000  # log items per poll
+    poll_timeout: float = 0.1  # seconds to wait for the log when it is idle
+    writer_buffer: int = 100_000  # events buffered before backpressure
+    writer_batch: int = 20_000  # events per output commit at most
+    flush_interval: float = 0.2  # seconds an event may wait for its commit
+    control_interval: float = 0.5  # seconds between reads of dump requests and controls
+    status_interval: float = 5.0  # seconds between progress reports
+    epoch: Optional[int] = None  # leader epoch written with every commit
+
+
+@dataclasses.dataclass
+class _Chunk:
+    dump_id: str
+    table: str
+    progress: TableProgress  # the table's progress once this chunk is emitted (rows added at HW)
+    started: float
+
+
+@dataclasses.dataclass
+class _ProgressDurable:
+    dump_id: str
+    table: str
+    progress: TableProgress
+    dump_done: bool
+
+
+class Engine:
+    def __init__(
+        self,
+        source: Source,
+        output: Output,
+        state: StateStore,
+        config: Optional[EngineConfig] = None,
+        on_progress: Optional[Callable[[dict], None]] = None,
+    ):
+        self.source = source
+        self.output = output
+        self.state = state
+        self.config = config or EngineConfig()
+        self.on_progress = on_progress
+        self.source_id = source.source_id
+        self.window = WatermarkWindow()
+        self.schemas: dict[str, TableSchema] = {}
+        self.durable: Optional[Position] = None  # last checkpoint stored
+        self.last_seen: Optional[Position] = None
+        self._skip_until: Optional[Position] = None
+        self._progress: dict[str, dict[str, TableProgress]] = {}  # emitted (not yet durable)
+        self._emitted_done: set[str] = set()
+        self._dumps: list[Dump] = []
+        self._next_control = 0.0
+        self._next_chunk_at = 0.0
+        self._events_in = 0
+        self._writer: Optional[Writer] = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def run(self, stop: Optional[threading.Event] = None, max_seconds: Optional[float] = None) -> None:
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        self.source.open()
+        self.output.open()
+        writer = self._writer = Writer(
+            self.output,
+            max_buffer=self.config.writer_buffer,
+            max_batch=self.config.writer_batch,
+            flush_interval=self.config.flush_interval,
+            epoch=self.config.epoch,
+        )
+        try:
+            self._start(writer)
+            next_status = time.monotonic() + self.config.status_interval
+            t0, n0 = time.monotonic(), 0
+            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                self._log_step(writer)
+                self._apply_durable(writer)
+                self._dump_step(writer)
+                now = time.monotonic()
+                if now >= next_status:
+                    rate = (self._events_in - n0) / max(now - t0, 1e-9)
+                    self._report(rate)
+                    t0, n0, next_status = now, self._events_in, now + self.config.status_interval
+            writer.close()
+            self._apply_durable(writer)
+            self._report(0.0)
+        finally:
+            if writer._thread.is_alive():
+                try:
+                    writer.close(timeout=30)
+                except Exception:  # already failing: keep the original error
+                    log.exception("writer did not close cleanly")
+            self.source.close()
+            self.output.close()
+
+    def _start(self, writer: Writer) -> None:
+        checkpoint = self.state.get_checkpoint(self.source_id)
+        self.durable = checkpoint
+        out_last = self.output.last_position(self.source_id)
+        # Events up to here are durable already (the output may be ahead of the checkpoint
+        # after a crash between its commit and the checkpoint write).
+        self._skip_until = max(p for p in (checkpoint, out_last) if p is not None) if (checkpoint or out_last) else None
+        for table in self.source.tables():
+            schema = self.source.table_schema(table)
+            self.schemas[table] = schema
+            writer.put(schema)
+        writer.start()
+        self.source.start_log(checkpoint)
+        log.info("capture of %s started at %s", self.source_id, checkpoint or "the end of the log")
+
+    # -- log ------------------------------------------------------------------------------
+    def _log_step(self, writer: Writer) -> None:
+        items = self.source.poll(self.config.poll_batch, self.config.poll_timeout)
+        if not items:
+            return
+        out: list[Any] = []
+        last: Optional[Position] = None
+        skip = self._skip_until
+        for item in items:
+            if isinstance(item, SchemaEvent):
+                self.schemas[item.schema.table] = item.schema
+                out.append(item.schema)
+                continue
+            pos = item.position
+            if skip is not None and pos <= skip:
+                continue  # delivered again after a restart; already durable
+            last = pos
+            if isinstance(item, ChangeEvent):
+                self._events_in += 1
+                for ev in self._split(item):
+                    out.extend(self._emit(self.window.process(ev)))
+            else:
+                out.extend(self._emit(self.window.process(item)))
+        if last is not None:
+            self.last_seen = last
+            out.append(Marker(("log", last)))
+        writer.put_many(out)
+
+    def _split(self, ev: ChangeEvent) -> list[ChangeEvent]:
+        if ev.op is Op.UPDATE and ev.before is not None:
+            schema = self.schemas.get(ev.table)
+            if schema is not None and all(c in ev.before for c in schema.key):
+                old = schema.key_of(ev.before)
+                if old != ev.key:
+                    return split_key_update(ev, old)
+        return [ev]
+
+    def _emit(self, emitted: list) -> list[Any]:
+        out: list[Any] = []
+        for em in emitted:
+            if isinstance(em, ChangeEvent):
+                out.append(em)
+            elif isinstance(em, ChunkDone):
+                out.extend(self._chunk_done(em))
+            elif isinstance(em, ChunkAborted):
+                log.info("chunk of %s selected again: %s", em.context.table, em.reason)
+        return out
+
+    # -- dumps ----------------------------------------------------------------------------
+    def _chunk_done(self, done: ChunkDone) -> list[Any]:
+        ctx: _Chunk = done.context
+        schema = self.schemas[ctx.table]
+        sid = schema.schema_id()
+        rows = [
+            ChangeEvent(
+                source_id=self.source_id,
+                table=ctx.table,
+                op=Op.READ,
+                key=schema.key_of(row),
+                before=None,
+                after=row,
+                position=done.hw.with_sub(i + 1),
+                origin=Origin.DUMP,
+                dump_id=ctx.dump_id,
+                schema_id=sid,
+            )
+            for i, row in enumerate(done.rows)
+        ]
+        p = dataclasses.replace(ctx.progress, rows=ctx.progress.rows + len(rows))
+        tables = self._progress.setdefault(ctx.dump_id, {})
+        tables[ctx.table] = p
+        dump = self._find_dump(ctx.dump_id)
+        dump_done = dump is not None and self._next_table(dump) is None
+        if dump_done:
+            self._emitted_done.add(ctx.dump_id)
+        delay = dump.control.delay_ms if dump else 0
+        self._next_chunk_at = time.monotonic() + delay / 1000.0
+        return rows + [Marker(_ProgressDurable(ctx.dump_id, ctx.table, p, dump_done))]
+
+    def _refresh_dumps(self) -> None:
+        now = time.monotonic()
+        if now < self._next_control:
+            return
+        self._next_control = now + self.config.control_interval
+        self._dumps = [d for d in self.state.list_dumps(self.source_id) if not d.status.finished]
+        for d in self._dumps:
+            known = self._progress.setdefault(d.dump_id, {})
+            for t, p in d.progress.items():  # durable progress from an earlier run
+                if t not in known or known[t].chunks < p.chunks:
+                    known[t] = p
+
+    def _find_dump(self, dump_id: str) -> Optional[Dump]:
+        return next((d for d in self._dumps if d.dump_id == dump_id), None)
+
+    def _tables_of(self, dump: Dump) -> list[str]:
+        return list(dump.spec.tables) if dump.spec.tables else self.source.tables()
+
+    def _next_table(self, dump: Dump) -> Optional[str]:
+        progress = self._progress.get(dump.dump_id, {})
+        for t in self._tables_of(dump):
+            if not progress.get(t, TableProgress()).done:
+                return t
+        return None
+
+    def _dump_step(self, writer: Writer) -> None:
+        if self.window.busy:
+            return
+        self._refresh_dumps()
+        for dump in self._dumps:
+            if dump.dump_id in self._emitted_done:
+                continue
+            if dump.control.cancelled:
+                self.state.set_status(dump.dump_id, DumpStatus.CANCELLED)
+                self._emitted_done.add(dump.dump_id)
+                continue
+            if dump.control.paused:
+                if dump.status is not DumpStatus.PAUSED:
+                    self.state.set_status(dump.dump_id, DumpStatus.PAUSED)
+                    self._next_control = 0.0
+                continue
+            if time.monotonic() < self._next_chunk_at:
+                return
+            if dump.status is not DumpStatus.RUNNING:
+                self.state.set_status(dump.dump_id, DumpStatus.RUNNING)
+                self._next_control = 0.0
+            try:
+                self._select_chunk(dump)
+            except DBLogError as exc:
+                # A bad request (unknown table, malformed key) fails that dump, not the capture.
+                log.error("dump %s failed: %s", dump.dump_id, exc)
+                self.state.set_status(dump.dump_id, DumpStatus.FAILED, str(exc))
+                self._emitted_done.add(dump.dump_id)
+                continue
+            return  # one chunk at a time
+
+    def _select_chunk(self, dump: Dump) -> None:
+        table = self._next_table(dump)
+        if table is None:
+            return
+        if table not in self.schemas:
+            self.schemas[table] = self.source.table_schema(table)  # RequestError if unknown
+            self._writer.put(self.schemas[table])
+        schema = self.schemas[table]
+        p = self._progress.setdefault(dump.dump_id, {}).get(table, TableProgress())
+        size = dump.control.chunk_size
+        lw, hw = uuid.uuid4().hex, uuid.uuid4().hex
+        started = time.monotonic()
+        # Log processing is paused from here to the HW write (invariant 6).
+        self.source.write_watermark(lw)
+        if dump.spec.keys is not None:
+            batch = dump.spec.keys[p.keys_done : p.keys_done + size]
+            result = self.source.select_keys(schema, batch) if batch else None
+            keys_done = p.keys_done + len(batch)
+            new = TableProgress(p.last_key, p.rows, p.chunks + 1, keys_done >= len(dump.spec.keys), keys_done)
+        else:
+            result = self.source.select_chunk(schema, p.last_key, size)
+            last_key = schema.key_of(result.rows[-1]) if result.rows else p.last_key
+            new = TableProgress(last_key, p.rows, p.chunks + 1, len(result.rows) < size, 0)
+        self.source.write_watermark(hw)
+        rows = [(schema.key_of(r), r) for r in result.rows] if result else []
+        invisible = result.invisible_txids if result else frozenset()
+        ctx = _Chunk(dump.dump_id, table, new, started)
+        for em in self.window.open(lw, hw, table, rows, invisible, ctx):
+            if isinstance(em, ChunkAborted):
+                log.info("chunk of %s will be selected again: %s", table, em.reason)
+
+    # -- durability ------------------------------------------------------------------------
+    def _apply_durable(self, writer: Writer) -> None:
+        done = writer.completed()
+        if not done:
+            return
+        last_log: Optional[Position] = None
+        for payload in done:
+            if isinstance(payload, _ProgressDurable):
+                self.state.save_progress(payload.dump_id, payload.table, payload.progress)
+                if payload.dump_done:
+                    self.state.set_status(payload.dump_id, DumpStatus.DONE)
+                    self._next_control = 0.0
+            else:
+                last_log = payload[1]
+        if last_log is not None:
+            self.state.set_checkpoint(self.source_id, last_log)
+            self.source.acknowledge(last_log)
+            self.durable = last_log
+
+    # -- reporting ---------------------------------------------------------------------------
+    def status(self, rate: float) -> dict:
+        try:
+            src = self.source.log_status()
+        except Exception as exc:  # status must never stop the capture
+            src = {"error": str(exc)}
+        return {
+            "source_id": self.source_id,
+            "pid": os.getpid(),
+            "updated_at": time.time(),
+            "position": self.last_seen.encode() if self.last_seen else None,
+            "checkpoint": self.durable.encode() if self.durable else None,
+            "events_per_s": round(rate, 1),
+            "events_total": self._events_in,
+            "buffered": self._writer.buffered() if self._writer else 0,
+            "window": self.window.state.value,
+            "log": src,
+        }
+
+    def _report(self, rate: float) -> None:
+        st = self.status(rate)
+        self.state.put_value(f"status/{self.source_id}", json.dumps(st, default=str))
+        if self.on_progress:
+            self.on_progress(st)

@@ -1,0 +1,36 @@
+"""User-facing errors: each names the cause and the fix (DESIGN invariant 8)."""
+from __future__ import annotations
+
+
+class DBLogError(Exception):
+    """A problem the user can fix. ``str()`` reads: '<cause> Fix: <fix>'."""
+
+    def __init__(self, cause: str, fix: str):
+        self.cause = cause
+        self.fix = fix
+        super().__init__(f"{cause} Fix: {fix}")
+
+
+class ConfigurationError(DBLogError):
+    """The source, state store or output is set up in a way DBLog cannot work with."""
+
+
+class RequestError(DBLogError):
+    """A dump request names an unknown table, a malformed key, or similar."""
+
+
+class PositionLostError(DBLogError):
+    """The checkpointed log position is no longer available on the source."""
+
+    def __init__(self, cause: str, fix: str = ""):
+        super().__init__(
+            cause,
+            fix
+            or "the source no longer holds the log from the checkpoint on, so events are lost: "
+            "reset the checkpoint (`dblog capture --reset-position`) and run a full dump of "
+            "every table (`dblog dump --all`) to restore a complete state.",
+        )
+
+
+class StaleEpochError(DBLogError):
+    """A deposed leader tried to write (DESIGN invariant 7)."""

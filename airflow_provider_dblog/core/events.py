@@ -1,0 +1,174 @@
+"""One event format for log rows and dump rows (DBLog paper, section 3.2).
+
+Every value inside ``key``/``before``/``after`` is *canonical*: JSON-compatible and produced
+by the same conversion for the log path and the chunk-SELECT path of a source, so that a
+row read from the log and the same row read by a dump compare equal. Canonical forms:
+integers -> int; decimal/numeric -> str (exact text, e.g. "12.30"); float -> float;
+bool -> bool; text -> str; bytes -> {"$b64": "..."}; date -> "YYYY-MM-DD";
+timestamp -> ISO-8601 "YYYY-MM-DDTHH:MM:SS[.ffffff]" (with "+00:00" when the column has a
+time zone, always normalised to UTC); uuid -> lowercase str; json -> parsed JSON value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any, Mapping, Optional
+
+# Rows and keys are plain dicts of canonical values, keyed by column name.
+Row = dict[str, Any]
+# A primary key as a tuple of canonical values, in key-column order (hashable).
+Key = tuple
+
+
+class Op(str, enum.Enum):
+    """Debezium-style operation codes."""
+
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    READ = "r"  # a row emitted by a dump
+
+
+class Origin(str, enum.Enum):
+    LOG = "log"
+    DUMP = "dump"
+
+
+# Width of the sub-position counter. Sub 0 is the log event itself; sub 1 is the second
+# half of a split primary-key update; dump rows of a chunk take subs 1..n at their HW.
+_SUB_WIDTH = 9
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Position:
+    """A totally ordered place in one source's log.
+
+    ``coord`` is a fixed-width string built by the source so that string order is log order
+    (PostgreSQL: commit LSN + index in the transaction; MySQL: binlog file number +
+    transaction start + event offset + row index). ``sub`` orders events that share one
+    coordinate (see ``_SUB_WIDTH``). Serialised as ``coord.sub`` with ``sub`` zero-padded,
+    so any engine sorting strings (Spark, DuckDB, ``sort``) orders positions correctly.
+    """
+
+    coord: str
+    sub: int = 0
+
+    def __post_init__(self) -> None:
+        if "." in self.coord:
+            raise ValueError(f"position coordinate must not contain '.': {self.coord!r}")
+        if not 0 <= self.sub < 10**_SUB_WIDTH:
+            raise ValueError(f"position sub out of range: {self.sub}")
+
+    def encode(self) -> str:
+        return f"{self.coord}.{self.sub:0{_SUB_WIDTH}d}"
+
+    __str__ = encode
+
+    @classmethod
+    def parse(cls, text: str) -> "Position":
+        coord, _, sub = text.rpartition(".")
+        if not coord or len(sub) != _SUB_WIDTH or not sub.isdigit():
+            raise ValueError(f"not an encoded position: {text!r}")
+        return cls(coord, int(sub))
+
+    def with_sub(self, sub: int) -> "Position":
+        return Position(self.coord, sub)
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # the source's type name, lower case, e.g. "integer", "numeric(10,2)", "varchar(20)"
+    nullable: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSchema:
+    """A captured table: ``table`` is "schema.table" (PostgreSQL) or "database.table" (MySQL)."""
+
+    table: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]  # primary key (or user-chosen unique) column names, in order
+
+    def schema_id(self) -> str:
+        """Content hash: equal schemas share an id, any change gives a new one."""
+        import hashlib
+
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "table": self.table,
+                "columns": [dataclasses.asdict(c) for c in self.columns],
+                "key": list(self.key),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "TableSchema":
+        d = json.loads(text)
+        return cls(d["table"], tuple(Column(**c) for c in d["columns"]), tuple(d["key"]))
+
+    def key_of(self, row: Mapping[str, Any]) -> Key:
+        return tuple(row[c] for c in self.key)
+
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangeEvent:
+    """A change of one row, from the log (op c/u/d) or from a dump (op r)."""
+
+    source_id: str
+    table: str
+    op: Op
+    key: Key
+    before: Optional[Row]
+    after: Optional[Row]
+    position: Position
+    commit_ts: Optional[int] = None  # commit time, microseconds since the Unix epoch (UTC)
+    txid: Optional[str] = None
+    origin: Origin = Origin.LOG
+    dump_id: Optional[str] = None
+    schema_id: Optional[str] = None
+
+    def key_json(self) -> str:
+        return json.dumps(list(self.key), separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True)
+class WatermarkEvent:
+    """A committed write of this source's watermark row, seen in the log. Never emitted."""
+
+    uuid: str
+    position: Position
+    txid: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaEvent:
+    """The source learned a (new) schema for a table; later events reference its id."""
+
+    schema: TableSchema
+    position: Optional[Position] = None
+
+
+# What Source.poll() returns.
+LogItem = ChangeEvent | WatermarkEvent | SchemaEvent
+
+
+def split_key_update(event: ChangeEvent, old_key: Key) -> list[ChangeEvent]:
+    """A primary-key update becomes a delete of the old key and a create of the new one.
+
+    Downstream consumers then never need to know the key changed (DESIGN: primary-key updates).
+    """
+    delete = dataclasses.replace(event, op=Op.DELETE, key=old_key, after=None)
+    create = dataclasses.replace(
+        event, op=Op.CREATE, before=None, position=event.position.with_sub(event.position.sub + 1)
+    )
+    return [delete, create]

@@ -1,0 +1,130 @@
+"""The three contracts the engine is written against: Source, Output and StateStore.
+
+Sources (sources/), outputs (outputs/) and state stores (state/) implement these; the engine
+(core/engine.py) knows nothing else about them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Iterator, Optional, Protocol, Sequence, runtime_checkable
+
+from .dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
+from .events import ChangeEvent, Key, LogItem, Position, Row, TableSchema
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkResult:
+    """Rows of one chunk SELECT, in key order, canonical values.
+
+    ``invisible_txids``: transactions the SELECT's snapshot did not see although they may
+    commit before the high watermark (PostgreSQL's commit order in the WAL and visibility
+    order can differ). Their log events remove keys from the chunk like window events do.
+    """
+
+    rows: list[Row]
+    invisible_txids: frozenset[str] = frozenset()
+
+
+@runtime_checkable
+class Source(Protocol):
+    source_id: str
+
+    def open(self) -> None:
+        """Connect and validate the configuration; raise ConfigurationError with the fix.
+
+        Creates what DBLog needs if absent: the watermark table and this source's row,
+        replication slot and publication (PostgreSQL)."""
+
+    def tables(self) -> list[str]:
+        """The captured tables, as "schema.table"."""
+
+    def table_schema(self, table: str) -> TableSchema:
+        """Current schema; RequestError for an unknown table, ConfigurationError without a key."""
+
+    def start_log(self, after: Optional[Position]) -> None:
+        """Start reading the log so that every event with a position > ``after`` is delivered
+        (some events <= ``after`` may be delivered again; the engine drops them). ``None``:
+        from the current end of the log. PositionLostError when the log is gone."""
+
+    def poll(self, max_items: int, timeout: float) -> list[LogItem]:
+        """Up to ``max_items`` log items in log order; waits at most ``timeout`` seconds
+        for the first one and returns [] when the log is idle."""
+
+    def write_watermark(self, uuid: str) -> None:
+        """Commit one UPDATE of this source's watermark row (it then appears in the log)."""
+
+    def select_chunk(self, schema: TableSchema, after_key: Optional[Key], limit: int) -> ChunkResult:
+        """``WHERE key > after_key ORDER BY key LIMIT limit`` as its own autocommit statement."""
+
+    def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:
+        """The rows with exactly these keys (missing keys are simply absent)."""
+
+    def acknowledge(self, position: Position) -> None:
+        """Everything up to ``position`` is durable in the output (PostgreSQL: flush feedback)."""
+
+    def estimate_rows(self, table: str) -> int:
+        """A cheap estimate of the table's row count (statistics, not COUNT(*))."""
+
+    def log_status(self) -> dict:
+        """The source's current log head and how far behind the reader is."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Output(Protocol):
+    """Where the ordered stream goes. ``write`` returns only when the batch is durable."""
+
+    def open(self) -> None: ...
+
+    def register_schema(self, schema: TableSchema) -> None:
+        """Store a table schema (idempotent by schema id) before events reference it."""
+
+    def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
+        """Make the batch durable as one commit. Events at or below ``last_position`` of
+        their source are skipped, so retrying a batch after an unknown outcome is safe."""
+
+    def last_position(self, source_id: str) -> Optional[Position]:
+        """The highest durable position of this source (None when nothing is written)."""
+
+    def close(self) -> None: ...
+
+
+class ReadableOutput(Output, Protocol):
+    def scan(self, source_id: str, table: str) -> Iterator[ChangeEvent]:
+        """Every stored event of one table, in any order (used by ``dblog verify``)."""
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Checkpoints, dump requests and their progress. Shared by the engine and the CLI."""
+
+    def get_checkpoint(self, source_id: str) -> Optional[Position]: ...
+
+    def set_checkpoint(self, source_id: str, position: Position) -> None: ...
+
+    def clear_checkpoint(self, source_id: str) -> None: ...
+
+    def add_dump(self, spec: DumpSpec, control: Optional[DumpControl] = None) -> None: ...
+
+    def get_dump(self, dump_id: str) -> Dump:
+        """RequestError when unknown."""
+
+    def list_dumps(self, source_id: Optional[str] = None) -> list[Dump]:
+        """All dumps (oldest first), with their control, status and progress."""
+
+    def set_control(self, dump_id: str, control: DumpControl) -> None:
+        """User side: pause/resume/cancel, chunk size and delay (the engine polls these)."""
+
+    def set_status(self, dump_id: str, status: DumpStatus, error: Optional[str] = None) -> None:
+        """Engine side: the dump's lifecycle."""
+
+    def save_progress(self, dump_id: str, table: str, progress: TableProgress) -> None:
+        """Engine side, only after the output made the chunk durable (invariant 5)."""
+
+    def put_value(self, key: str, value: str) -> None:
+        """Small named values (e.g. log status for ``dblog status``)."""
+
+    def get_value(self, key: str) -> Optional[str]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,147 @@
+"""Algorithm 1 of the DBLog paper as a pure state machine (no I/O).
+
+The engine (1) pauses log processing, (2) commits a low watermark (LW), (3) selects a chunk,
+(4) commits a high watermark (HW), (5) resumes log processing and hands the chunk to
+``WatermarkWindow.open``. Log items then flow through ``process``:
+
+* a log event is always passed on (the log is the truth);
+* between LW and HW, an event on the chunk's table removes its key from the chunk, because
+  the log holds a state at least as new as the SELECT saw (invariant 2, "no time travel");
+* at HW, the chunk rows still left are passed on, *before* any later log event, so each dump
+  row sits at the HW position (invariant 1);
+* watermarks with unknown UUIDs (from a window abandoned by a crash) are dropped.
+
+One deviation from the paper, for PostgreSQL: the order of commit records in the WAL is not
+the order in which transactions become visible, so a transaction committed just before LW
+can still be invisible to the chunk SELECT. The source reports such transactions
+(``invisible_txids``, from the SELECT's snapshot); their events remove keys from the chunk even
+when they come before LW, and if one of them was already passed on before the window was
+opened the chunk is discarded (``ChunkAborted``) and selected again.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+from typing import Any, Iterable, Optional, Union
+
+from .events import ChangeEvent, Key, Position, Row, WatermarkEvent
+
+
+class WindowState(enum.Enum):
+    IDLE = "idle"  # no chunk in flight
+    AWAITING_LW = "awaiting_lw"  # chunk selected, LW not yet seen in the log
+    OPEN = "open"  # LW seen, HW not yet
+
+
+@dataclasses.dataclass
+class ChunkDone:
+    """HW reached: ``rows`` are the chunk rows to emit at ``hw`` (in key order)."""
+
+    hw: Position
+    rows: list[Row]
+    selected: int  # rows the SELECT returned (before removals)
+    context: Any
+
+
+@dataclasses.dataclass
+class ChunkAborted:
+    """The chunk cannot be trusted (see module docstring) and must be selected again."""
+
+    context: Any
+    reason: str
+
+
+Emitted = Union[ChangeEvent, ChunkDone, ChunkAborted]
+
+
+class WatermarkWindow:
+    """At most one chunk in flight; feed every log item of the source through ``process``."""
+
+    def __init__(self, recent_txids: int = 10_000):
+        self.state = WindowState.IDLE
+        self._lw: Optional[str] = None
+        self._hw: Optional[str] = None
+        self._table: Optional[str] = None
+        self._rows: dict[Key, Row] = {}
+        self._selected = 0
+        self._invisible: frozenset[str] = frozenset()
+        self._context: Any = None
+        # Transactions whose events were already passed on, newest last (bounded memory).
+        self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._recent_max = recent_txids
+        self._last_txid: Optional[str] = None
+
+    @property
+    def busy(self) -> bool:
+        return self.state is not WindowState.IDLE
+
+    def open(
+        self,
+        lw: str,
+        hw: str,
+        table: str,
+        rows: Iterable[tuple[Key, Row]],
+        invisible_txids: frozenset[str] = frozenset(),
+        context: Any = None,
+    ) -> list[Emitted]:
+        """Register a selected chunk whose LW and HW are committed but not yet processed."""
+        if self.busy:
+            raise RuntimeError("a chunk window is already open; wait for its high watermark")
+        if lw == hw:
+            raise ValueError("low and high watermark must differ")
+        seen = [t for t in invisible_txids if t in self._recent]
+        if seen:
+            return [ChunkAborted(context, f"transaction {seen[0]} was emitted but invisible to the SELECT")]
+        self._rows = dict(rows)  # insertion order = key order of the SELECT
+        self._selected = len(self._rows)
+        self._lw, self._hw, self._table = lw, hw, table
+        self._invisible = invisible_txids
+        self._context = context
+        self.state = WindowState.AWAITING_LW
+        return []
+
+    def process(self, item: Union[ChangeEvent, WatermarkEvent]) -> list[Emitted]:
+        if isinstance(item, WatermarkEvent):
+            return self._on_watermark(item)
+        if item.txid is not None and item.txid != self._last_txid:
+            self._remember(item.txid)
+        if self.state is not WindowState.IDLE and item.table == self._table:
+            in_window = self.state is WindowState.OPEN
+            if in_window or (item.txid is not None and item.txid in self._invisible):
+                self._rows.pop(item.key, None)
+        return [item]
+
+    def _on_watermark(self, wm: WatermarkEvent) -> list[Emitted]:
+        if self.state is WindowState.AWAITING_LW and wm.uuid == self._lw:
+            self.state = WindowState.OPEN
+            return []
+        if self.state is WindowState.OPEN and wm.uuid == self._hw:
+            done = ChunkDone(wm.position, list(self._rows.values()), self._selected, self._context)
+            self._reset()
+            return [done]
+        if self.state is WindowState.AWAITING_LW and wm.uuid == self._hw:
+            # LW is committed before HW, so the log cannot show HW first.
+            raise RuntimeError(f"high watermark {wm.uuid} seen before its low watermark")
+        return []  # a watermark of an abandoned window (crash, restart): drop it
+
+    def abandon(self) -> None:
+        """Forget the window (e.g. the dump was cancelled); its watermarks become stale."""
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state = WindowState.IDLE
+        self._lw = self._hw = self._table = None
+        self._rows = {}
+        self._selected = 0
+        self._invisible = frozenset()
+        self._context = None
+
+    def _remember(self, txid: str) -> None:
+        self._last_txid = txid
+        if txid in self._recent:
+            self._recent.move_to_end(txid)
+            return
+        self._recent[txid] = None
+        if len(self._recent) > self._recent_max:
+            self._recent.popitem(last=False)

@@ -1,0 +1,184 @@
+"""The ordered writer: one thread, a bounded buffer, one output commit per flush.
+
+The engine thread hands over items in stream order; the writer groups them into batches and
+makes each durable with one ``Output.write`` call. Items:
+
+* ``ChangeEvent``  written in order;
+* ``TableSchema``  registered with the output before any later event (schema store);
+* ``Marker``       completed once everything handed over before it is durable. The engine
+                   stores checkpoints and dump progress only from completed markers
+                   (invariant 5: a checkpoint never runs ahead of the output).
+
+Backpressure: ``put`` blocks while the buffer holds ``max_buffer`` events, so a slow output
+slows the log reader instead of growing memory without bound.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Iterable, Optional
+
+from .errors import StaleEpochError
+from .events import ChangeEvent, TableSchema
+from .protocols import Output
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Marker:
+    payload: Any
+
+
+class WriterFailed(RuntimeError):
+    pass
+
+
+class Writer:
+    def __init__(
+        self,
+        output: Output,
+        *,
+        max_buffer: int = 100_000,
+        max_batch: int = 20_000,
+        flush_interval: float = 0.2,
+        epoch: Optional[int] = None,
+        retries: int = 5,
+    ):
+        self.output = output
+        self.max_buffer = max_buffer
+        self.max_batch = max_batch
+        self.flush_interval = flush_interval
+        self.epoch = epoch
+        self.retries = retries
+        self._items: collections.deque = collections.deque()
+        self._buffered_events = 0
+        self._cond = threading.Condition()
+        self._completed: collections.deque = collections.deque()
+        self._stopping = False
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name="dblog-writer", daemon=True)
+        self.events_written = 0
+        self.flushes = 0
+
+    # -- engine side -------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def put_many(self, items: Iterable[Any]) -> None:
+        items = list(items)
+        if not items:
+            return
+        n = sum(1 for i in items if isinstance(i, ChangeEvent))
+        with self._cond:
+            while self._buffered_events >= self.max_buffer and self._error is None:
+                self._cond.wait(0.5)
+            self._raise_if_failed()
+            self._items.extend(items)
+            self._buffered_events += n
+            self._cond.notify_all()
+
+    def put(self, item: Any) -> None:
+        self.put_many([item])
+
+    def completed(self) -> list[Any]:
+        """Payloads of markers that became durable since the last call, in order."""
+        self._raise_if_failed()
+        out = []
+        while self._completed:
+            out.append(self._completed.popleft())
+        return out
+
+    def buffered(self) -> int:
+        return self._buffered_events
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Flush what is buffered and stop the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise WriterFailed(f"the writer did not drain its buffer within {timeout} s")
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise WriterFailed(f"the output failed: {self._error}") from self._error
+
+    # -- writer thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                batch, schemas, markers, stop = self._take_batch()
+                if batch or schemas or markers:
+                    self._flush(batch, schemas)
+                    self._completed.extend(m.payload for m in markers)
+                if stop:
+                    return
+        except BaseException as exc:  # surfaced to the engine thread by put/completed
+            log.exception("writer failed")
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def _take_batch(self):
+        """Wait for items, then gather until the batch is full or the flush interval ends."""
+        batch: list[ChangeEvent] = []
+        schemas: list[TableSchema] = []
+        markers: list[Marker] = []
+        deadline: Optional[float] = None
+        with self._cond:
+            while True:
+                while self._items and len(batch) < self.max_batch:
+                    item = self._items.popleft()
+                    if isinstance(item, ChangeEvent):
+                        batch.append(item)
+                        self._buffered_events -= 1
+                    elif isinstance(item, Marker):
+                        markers.append(item)
+                    elif isinstance(item, TableSchema):
+                        schemas.append(item)
+                    else:
+                        raise TypeError(f"writer got an unknown item {type(item).__name__}")
+                self._cond.notify_all()  # room in the buffer again
+                if len(batch) >= self.max_batch:
+                    return batch, schemas, markers, False
+                if self._stopping and not self._items:
+                    return batch, schemas, markers, True
+                if markers and not batch and not schemas:
+                    return batch, schemas, markers, False  # everything before is durable
+                now = time.monotonic()
+                if batch or markers or schemas:
+                    if deadline is None:
+                        deadline = now + self.flush_interval
+                    if now >= deadline:
+                        return batch, schemas, markers, False
+                    self._cond.wait(deadline - now)
+                else:
+                    self._cond.wait(0.5)
+
+    def _flush(self, batch: list[ChangeEvent], schemas: list[TableSchema]) -> None:
+        delay = 0.2
+        for attempt in range(self.retries + 1):
+            try:
+                for s in schemas:
+                    self.output.register_schema(s)
+                if batch:
+                    # Output.write skips positions it already has, so a retry after an
+                    # unknown outcome (commit done, answer lost) writes nothing twice.
+                    self.output.write(batch, epoch=self.epoch)
+                    self.events_written += len(batch)
+                    self.flushes += 1
+                return
+            except StaleEpochError:
+                raise
+            except Exception as exc:
+                if attempt == self.retries:
+                    raise
+                log.warning("output write failed (%s), retry %d in %.1f s", exc, attempt + 1, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)

@@ -1,0 +1,159 @@
+"""The embedded state store: one SQLite file, shared by the capture process and the CLI.
+
+SQLite in WAL mode lets ``dblog status`` read while the capture writes, and every write is
+its own transaction, so a kill -9 leaves either the old or the new value, never a torn one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from typing import Optional
+
+from ..core.dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
+from ..core.errors import ConfigurationError, RequestError
+from ..core.events import Position
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS checkpoints (
+    source_id TEXT PRIMARY KEY, position TEXT NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS dumps (
+    dump_id TEXT PRIMARY KEY, source_id TEXT NOT NULL, spec TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS dump_control (dump_id TEXT PRIMARY KEY, control TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS dump_status (
+    dump_id TEXT PRIMARY KEY, status TEXT NOT NULL, error TEXT, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS dump_progress (
+    dump_id TEXT NOT NULL, table_name TEXT NOT NULL, progress TEXT NOT NULL,
+    PRIMARY KEY (dump_id, table_name));
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class LocalStateStore:
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        parent = os.path.dirname(self.path)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigurationError(
+                f"cannot open the local state store at {self.path}: {exc}.",
+                "pass a writable file path with --state (or DBLOG_STATE).",
+            ) from None
+        self._lock = threading.Lock()
+
+    def _exec(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    # -- checkpoints -------------------------------------------------------------------
+    def get_checkpoint(self, source_id: str) -> Optional[Position]:
+        rows = self._exec("SELECT position FROM checkpoints WHERE source_id=?", (source_id,))
+        return Position.parse(rows[0][0]) if rows else None
+
+    def set_checkpoint(self, source_id: str, position: Position) -> None:
+        self._exec(
+            "INSERT INTO checkpoints VALUES (?,?,?) ON CONFLICT(source_id) DO UPDATE "
+            "SET position=excluded.position, updated_at=excluded.updated_at",
+            (source_id, position.encode(), time.time()),
+        )
+
+    def clear_checkpoint(self, source_id: str) -> None:
+        self._exec("DELETE FROM checkpoints WHERE source_id=?", (source_id,))
+
+    # -- dumps -------------------------------------------------------------------------
+    def add_dump(self, spec: DumpSpec, control: Optional[DumpControl] = None) -> None:
+        control = control or DumpControl()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "INSERT INTO dumps VALUES (?,?,?,?)",
+                    (spec.dump_id, spec.source_id, spec.to_json(), spec.created_at),
+                )
+                self._db.execute(
+                    "INSERT INTO dump_control VALUES (?,?)", (spec.dump_id, _control_json(control))
+                )
+                self._db.execute(
+                    "INSERT INTO dump_status VALUES (?,?,?,?)",
+                    (spec.dump_id, DumpStatus.PENDING.value, None, time.time()),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def get_dump(self, dump_id: str) -> Dump:
+        dumps = self._load("WHERE d.dump_id=?", (dump_id,))
+        if not dumps:
+            raise RequestError(f"no dump with id {dump_id!r}.", "list dumps with `dblog status`.")
+        return dumps[0]
+
+    def list_dumps(self, source_id: Optional[str] = None) -> list[Dump]:
+        if source_id is None:
+            return self._load("", ())
+        return self._load("WHERE d.source_id=?", (source_id,))
+
+    def _load(self, where: str, params: tuple) -> list[Dump]:
+        rows = self._exec(
+            "SELECT d.spec, c.control, s.status, s.error, s.updated_at FROM dumps d "
+            "JOIN dump_control c USING (dump_id) JOIN dump_status s USING (dump_id) "
+            f"{where} ORDER BY d.created_at, d.dump_id",
+            params,
+        )
+        out = []
+        for spec_json, control_json, status, error, updated in rows:
+            spec = DumpSpec.from_json(spec_json)
+            progress = {
+                t: TableProgress.from_json(p)
+                for t, p in self._exec(
+                    "SELECT table_name, progress FROM dump_progress WHERE dump_id=?", (spec.dump_id,)
+                )
+            }
+            out.append(
+                Dump(spec, DumpControl(**json.loads(control_json)), DumpStatus(status), progress, error, updated)
+            )
+        return out
+
+    def set_control(self, dump_id: str, control: DumpControl) -> None:
+        self.get_dump(dump_id)  # RequestError when unknown
+        self._exec("UPDATE dump_control SET control=? WHERE dump_id=?", (_control_json(control), dump_id))
+
+    def set_status(self, dump_id: str, status: DumpStatus, error: Optional[str] = None) -> None:
+        self._exec(
+            "UPDATE dump_status SET status=?, error=?, updated_at=? WHERE dump_id=?",
+            (status.value, error, time.time(), dump_id),
+        )
+
+    def save_progress(self, dump_id: str, table: str, progress: TableProgress) -> None:
+        self._exec(
+            "INSERT INTO dump_progress VALUES (?,?,?) ON CONFLICT(dump_id, table_name) "
+            "DO UPDATE SET progress=excluded.progress",
+            (dump_id, table, progress.to_json()),
+        )
+
+    # -- small values ------------------------------------------------------------------
+    def put_value(self, key: str, value: str) -> None:
+        self._exec(
+            "INSERT INTO kv VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value)
+        )
+
+    def get_value(self, key: str) -> Optional[str]:
+        rows = self._exec("SELECT value FROM kv WHERE key=?", (key,))
+        return rows[0][0] if rows else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _control_json(c: DumpControl) -> str:
+    return json.dumps(
+        {"paused": c.paused, "cancelled": c.cancelled, "chunk_size": c.chunk_size, "delay_ms": c.delay_ms}
+    )

@@ -1,0 +1,55 @@
+import pytest
+
+from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, TableProgress, parse_key
+from airflow_provider_dblog.core.errors import RequestError
+from airflow_provider_dblog.core.events import Column, TableSchema
+
+T = TableSchema("s.t", (Column("a", "int"), Column("b", "text")), ("a", "b"))
+ONE = TableSchema("s.o", (Column("id", "int"),), ("id",))
+
+
+@pytest.mark.parametrize("text,key", [('[1, "x"]', (1, "x")), ('{"b": "x", "a": 1}', (1, "x"))])
+def test_parse_key_forms(text, key):
+    assert parse_key(text, T) == key
+
+
+def test_parse_scalar_for_single_column():
+    assert parse_key("42", ONE) == (42,)
+    assert parse_key('"42"', ONE) == ("42",)
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("{bad", "not valid JSON"),
+        ("[1]", "has 1 value(s) but the key has 2"),
+        ('{"a": 1}', "missing ['b']"),
+        ('{"a": 1, "b": 2, "c": 3}', "unknown ['c']"),
+        ('[1, null]', "must be a scalar"),
+        ('[1, [2]]', "must be a scalar"),
+    ],
+)
+def test_malformed_keys_are_refused_with_the_reason(text, needle):
+    with pytest.raises(RequestError) as e:
+        parse_key(text, T)
+    assert needle in str(e.value) and "Fix:" in str(e.value) and "s.t" in str(e.value)
+
+
+def test_key_list_needs_one_table():
+    with pytest.raises(RequestError, match="exactly one table"):
+        DumpSpec.new("src", ["a", "b"], [(1,)])
+    with pytest.raises(RequestError, match="empty"):
+        DumpSpec.new("src", ["a"], [])
+
+
+def test_spec_and_progress_round_trip():
+    s = DumpSpec.new("src", ["s.t"], [(1, "x"), (2, "y")])
+    assert DumpSpec.from_json(s.to_json()) == s
+    p = TableProgress((1, "x"), 10, 2, False, 3)
+    assert TableProgress.from_json(p.to_json()) == p
+
+
+@pytest.mark.parametrize("kw", [{"chunk_size": 0}, {"chunk_size": 10**9}, {"delay_ms": -1}])
+def test_control_bounds(kw):
+    with pytest.raises(RequestError):
+        DumpControl(**kw)

@@ -1,0 +1,116 @@
+"""The writer with a pure in-memory output (no I/O): order, markers, backpressure, retry."""
+import threading
+import time
+
+import pytest
+
+from airflow_provider_dblog.core.errors import StaleEpochError
+from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Position, TableSchema
+from airflow_provider_dblog.core.writer import Marker, Writer, WriterFailed
+
+
+def ev(i):
+    return ChangeEvent("s", "t", Op.CREATE, (i,), None, {"id": i}, Position(f"{i:08d}"))
+
+
+class MemoryOutput:
+    def __init__(self, fail_times=0, gate=None, error=RuntimeError("flaky")):
+        self.batches, self.schemas, self.fail_times, self.gate, self.error = [], [], fail_times, gate, error
+        self.last = None
+
+    def register_schema(self, s):
+        self.schemas.append(s)
+
+    def write(self, events, epoch=None):
+        if self.gate:
+            self.gate.wait()
+        if self.fail_times:
+            self.fail_times -= 1
+            raise self.error
+        fresh = [e for e in events if self.last is None or e.position > self.last]
+        self.batches.append(fresh)
+        if fresh:
+            self.last = fresh[-1].position
+
+
+def drain(w, want, timeout=10):
+    got, end = [], time.time() + timeout
+    while len(got) < want and time.time() < end:
+        got += w.completed()
+        time.sleep(0.01)
+    return got
+
+
+def test_order_batches_and_markers_after_durability():
+    out = MemoryOutput()
+    w = Writer(out, max_batch=7, flush_interval=0.01)
+    w.start()
+    schema = TableSchema("t", (Column("id", "int"),), ("id",))
+    w.put(schema)
+    for i in range(30):
+        w.put(ev(i))
+        if i % 10 == 9:
+            w.put(Marker(i))
+    assert drain(w, 3) == [9, 19, 29]
+    w.close()
+    flat = [e.key[0] for b in out.batches for e in b]
+    assert flat == list(range(30))
+    assert max(len(b) for b in out.batches) <= 7
+    assert out.schemas == [schema]
+
+
+def test_marker_waits_for_the_commit():
+    gate = threading.Event()
+    out = MemoryOutput(gate=gate)
+    w = Writer(out, flush_interval=0.01)
+    w.start()
+    w.put_many([ev(1), Marker("m")])
+    time.sleep(0.2)
+    assert w.completed() == []  # output has not returned yet: not durable
+    gate.set()
+    assert drain(w, 1) == ["m"]
+    w.close()
+
+
+def test_backpressure_blocks_the_producer():
+    gate = threading.Event()
+    out = MemoryOutput(gate=gate)
+    w = Writer(out, max_buffer=10, max_batch=5, flush_interval=0.01)
+    w.start()
+    done = threading.Event()
+
+    def produce():
+        for i in range(40):
+            w.put(ev(i))
+        done.set()
+
+    t = threading.Thread(target=produce)
+    t.start()
+    time.sleep(0.3)
+    assert not done.is_set() and w.buffered() <= 10
+    gate.set()
+    t.join(10)
+    assert done.is_set()
+    w.close()
+    assert [e.key[0] for b in out.batches for e in b] == list(range(40))
+
+
+def test_retry_after_failure_writes_nothing_twice():
+    out = MemoryOutput(fail_times=2)
+    w = Writer(out, flush_interval=0.01)
+    w.start()
+    w.put_many([ev(i) for i in range(5)] + [Marker("ok")])
+    assert drain(w, 1) == ["ok"]
+    w.close()
+    assert [e.key[0] for b in out.batches for e in b] == list(range(5))
+
+
+def test_stale_epoch_is_fatal_and_surfaces_to_the_engine():
+    out = MemoryOutput(fail_times=1, error=StaleEpochError("old epoch.", "stop."))
+    w = Writer(out, flush_interval=0.01, epoch=1)
+    w.start()
+    w.put(ev(1))
+    time.sleep(0.3)
+    with pytest.raises(WriterFailed, match="old epoch"):
+        w.completed()
+    assert out.batches == []
