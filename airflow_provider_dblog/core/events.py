@@ -138,7 +138,7 @@ class ChangeEvent:
     schema_id: Optional[str] = None
 
     def key_json(self) -> str:
-        return json.dumps(list(self.key), separators=(",", ":"))
+        return json.dumps(list(self.key), separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,180 @@
+"""Pieces shared by the outputs: the public JSON encoding, retry skipping and epoch fencing.
+
+The changelog format is public (docs/changelog-format.md), so every output encodes keys and
+row images the same way: compact JSON, UTF-8 kept as is.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Any, Iterable, Optional, Sequence
+
+from ..core.errors import StaleEpochError
+from ..core.events import ChangeEvent, Op, Origin, Position
+
+# Column order of the changelog (Delta columns, JSON lines field names).
+CHANGELOG_FIELDS = (
+    "source_id",
+    "table",
+    "op",
+    "key",
+    "before",
+    "after",
+    "position",
+    "origin",
+    "dump_id",
+    "schema_id",
+    "commit_ts",
+    "txid",
+    "epoch",
+    "written_at",
+)
+
+# Commit metadata keys (Delta custom commit metadata; the same names are used in memory).
+LAST_POSITION_PREFIX = "dblog.last_position."
+EPOCH_PREFIX = "dblog.epoch."
+EPOCH_KEY = "dblog.epoch"
+
+_UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_MICRO = _dt.timedelta(microseconds=1)
+
+
+def dumps(value: Any) -> str:
+    """The one JSON encoding of keys and row images (public format: keep it stable)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps_row(row: Optional[dict]) -> Optional[str]:
+    return None if row is None else dumps(row)
+
+
+def now_micros() -> int:
+    return (_dt.datetime.now(_dt.timezone.utc) - _UNIX_EPOCH) // _MICRO
+
+
+def micros_to_iso(us: Optional[int]) -> Optional[str]:
+    if us is None:
+        return None
+    return (_UNIX_EPOCH + _dt.timedelta(microseconds=us)).isoformat(timespec="microseconds")
+
+
+def iso_to_micros(text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    # Exact integer arithmetic: float seconds would lose microseconds far from 1970.
+    return (_dt.datetime.fromisoformat(text) - _UNIX_EPOCH) // _MICRO
+
+
+def event_from_fields(
+    *,
+    source_id: str,
+    table: str,
+    op: str,
+    key: Any,
+    before: Any,
+    after: Any,
+    position: str,
+    origin: str,
+    dump_id: Optional[str],
+    schema_id: Optional[str],
+    commit_ts: Optional[int],
+    txid: Optional[str],
+) -> ChangeEvent:
+    """Rebuild a ChangeEvent from stored fields (key/before/after already decoded)."""
+    return ChangeEvent(
+        source_id=source_id,
+        table=table,
+        op=Op(op),
+        key=tuple(key),
+        before=before,
+        after=after,
+        position=Position.parse(position),
+        commit_ts=commit_ts,
+        txid=txid,
+        origin=Origin(origin),
+        dump_id=dump_id,
+        schema_id=schema_id,
+    )
+
+
+class Bookkeeping:
+    """Per-source highest durable position and highest leader epoch, kept by each output.
+
+    ``fresh`` filters a batch down to what is not durable yet, which makes ``write``
+    idempotent on retry; ``check_epoch`` refuses a deposed leader (DESIGN invariant 7).
+    Epochs are tracked per source because each source has its own leader lease.
+    """
+
+    def __init__(self) -> None:
+        self.positions: dict[str, Position] = {}
+        self.epochs: dict[str, int] = {}
+
+    def merge_position(self, source_id: str, position: Position) -> None:
+        old = self.positions.get(source_id)
+        if old is None or position > old:
+            self.positions[source_id] = position
+
+    def merge_epoch(self, source_id: str, epoch: int) -> None:
+        if epoch > self.epochs.get(source_id, epoch - 1):
+            self.epochs[source_id] = epoch
+
+    def merge_metadata(self, meta: dict) -> None:
+        """Fold one commit's metadata (``dblog.*`` keys, other keys ignored) into the maxima."""
+        for k, v in meta.items():
+            if not isinstance(k, str):
+                continue
+            if k.startswith(LAST_POSITION_PREFIX) and isinstance(v, str):
+                self.merge_position(k[len(LAST_POSITION_PREFIX):], Position.parse(v))
+            elif k.startswith(EPOCH_PREFIX):
+                self.merge_epoch(k[len(EPOCH_PREFIX):], int(v))
+
+    def check_epoch(self, source_ids: Iterable[str], epoch: Optional[int]) -> None:
+        if epoch is None:
+            return
+        for sid in source_ids:
+            known = self.epochs.get(sid)
+            if known is not None and epoch < known:
+                raise StaleEpochError(
+                    f"refused to write for source {sid!r} with leader epoch {epoch}: the "
+                    f"output already holds commits of epoch {known}, so another capture "
+                    "process has taken over leadership.",
+                    "stop this capture process; only the current lease holder may write "
+                    "(it resumes from the output's last position).",
+                )
+
+    def fresh(self, events: Sequence[ChangeEvent]) -> list[ChangeEvent]:
+        """Events above their source's last durable position (batch order kept)."""
+        if not self.positions:
+            return list(events)
+        out = []
+        for e in events:
+            last = self.positions.get(e.source_id)
+            if last is None or e.position > last:
+                out.append(e)
+        return out
+
+    def advanced(self, events: Sequence[ChangeEvent], epoch: Optional[int]) -> "Bookkeeping":
+        """A copy moved past ``events``. The caller adopts it only once the commit succeeded:
+        advancing before would make a retry skip events that never became durable."""
+        nxt = Bookkeeping()
+        nxt.positions = dict(self.positions)
+        nxt.epochs = dict(self.epochs)
+        for e in events:
+            nxt.merge_position(e.source_id, e.position)
+            if epoch is not None:
+                nxt.merge_epoch(e.source_id, epoch)
+        return nxt
+
+    def adopt(self, other: "Bookkeeping") -> None:
+        for s, p in other.positions.items():
+            self.merge_position(s, p)
+        for s, e in other.epochs.items():
+            self.merge_epoch(s, e)
+
+    def metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {LAST_POSITION_PREFIX + s: p.encode() for s, p in self.positions.items()}
+        meta.update({EPOCH_PREFIX + s: e for s, e in self.epochs.items()})
+        return meta
+
+    def source_ids(self, events: Sequence[ChangeEvent]) -> list[str]:
+        return list(dict.fromkeys(e.source_id for e in events))

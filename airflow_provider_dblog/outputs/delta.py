@@ -1,0 +1,299 @@
+"""The embedded default output: a Delta Lake changelog written with delta-rs (``deltalake``).
+
+Layout under ``root``: ``changelog/`` (one row per change event, format in
+docs/changelog-format.md) and ``schemas/`` (one row per table schema, by content id).
+
+Each ``write`` is exactly one append commit. Its custom commit metadata carries, for every
+source this writer knows, the highest position written (``dblog.last_position.<source>``)
+and the highest leader epoch (``dblog.epoch.<source>``), plus ``dblog.seen_version``: the
+table version whose commits are all summarised by these maxima. So on ``open`` the newest
+dblog commit usually tells everything, and a retry after an unknown outcome finds its own
+commit and writes nothing twice. Before each write the table is refreshed and newer commits
+(another writer's, or our own that timed out) are folded in: that is how a deposed leader
+meets the newer epoch and is refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterator, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.dataset as pds
+
+from ..core.errors import ConfigurationError
+from ..core.events import ChangeEvent, TableSchema
+from ._common import (
+    CHANGELOG_FIELDS,
+    EPOCH_KEY,
+    Bookkeeping,
+    dumps,
+    dumps_row,
+    event_from_fields,
+    now_micros,
+)
+
+SEEN_VERSION_KEY = "dblog.seen_version"
+
+_TS = pa.timestamp("us", tz="UTC")
+
+CHANGELOG_SCHEMA = pa.schema(
+    [
+        pa.field("source_id", pa.string(), nullable=False),
+        pa.field("table", pa.string(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("before", pa.string()),
+        pa.field("after", pa.string()),
+        pa.field("position", pa.string(), nullable=False),
+        pa.field("origin", pa.string(), nullable=False),
+        pa.field("dump_id", pa.string()),
+        pa.field("schema_id", pa.string()),
+        pa.field("commit_ts", _TS),
+        pa.field("txid", pa.string()),
+        pa.field("epoch", pa.int64()),
+        pa.field("written_at", _TS, nullable=False),
+    ]
+)
+assert tuple(CHANGELOG_SCHEMA.names) == CHANGELOG_FIELDS
+
+SCHEMAS_SCHEMA = pa.schema(
+    [
+        pa.field("schema_id", pa.string(), nullable=False),
+        pa.field("table", pa.string(), nullable=False),
+        pa.field("schema_json", pa.string(), nullable=False),
+        pa.field("registered_at", _TS, nullable=False),
+    ]
+)
+
+# Commit history is read newest first in pages of this many commits, growing.
+_HISTORY_PAGE = 16
+
+
+def _deltalake():
+    try:
+        import deltalake
+    except ImportError as exc:  # pragma: no cover - deltalake is a hard dependency
+        raise ConfigurationError(
+            f"the Delta output needs the 'deltalake' package, which cannot be imported ({exc}).",
+            "pip install 'deltalake>=1,<2' (it is a dependency of airflow-provider-dblog).",
+        ) from exc
+    return deltalake
+
+
+class DeltaChangelogOutput:
+    """``Output``/``ReadableOutput`` over a Delta changelog table (see module docstring)."""
+
+    def __init__(self, root: str, storage_options: Optional[dict] = None):
+        root = str(root)
+        # Local paths are made absolute so the table location does not depend on the cwd.
+        if "://" not in root:
+            root = os.path.abspath(root)
+        self.root = root.rstrip("/") or "/"
+        self.storage_options = {str(k): str(v) for k, v in storage_options.items()} if storage_options else None
+        self.changelog_uri = self.root.rstrip("/") + "/changelog"
+        self.schemas_uri = self.root.rstrip("/") + "/schemas"
+        self._changelog: Any = None
+        self._schemas: Any = None
+        self._book = Bookkeeping()
+        self._seen_version = -1
+        self._schema_ids: set[str] = set()
+
+    def __repr__(self) -> str:  # storage options may hold secrets: never shown
+        return f"DeltaChangelogOutput({self.root!r})"
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def open(self) -> None:
+        self._changelog = self._open_table(self.changelog_uri, CHANGELOG_SCHEMA)
+        self._schemas = self._open_table(self.schemas_uri, SCHEMAS_SCHEMA)
+        self._book = Bookkeeping()
+        self._load_bookkeeping()
+        ids = self._schemas.to_pyarrow_dataset().to_table(columns=["schema_id"]).column(0)
+        self._schema_ids = set(ids.to_pylist())
+
+    def close(self) -> None:
+        self._changelog = None
+        self._schemas = None
+
+    def _open_table(self, uri: str, schema: pa.Schema):
+        dl = _deltalake()
+        try:
+            if not dl.DeltaTable.is_deltatable(uri, self.storage_options):
+                dl.DeltaTable.create(uri, schema, mode="ignore", storage_options=self.storage_options)
+            table = dl.DeltaTable(uri, storage_options=self.storage_options)
+        except Exception as exc:  # deltalake raises several unrelated types (OSError, DeltaError...)
+            raise ConfigurationError(
+                f"cannot open or create the Delta table at {uri}: {type(exc).__name__}: {exc}",
+                "check the output URL and that the storage is reachable and writable "
+                "(for object stores: the storage options / credentials in the environment).",
+            ) from exc
+        have = {f.name for f in table.schema().fields}
+        missing = [n for n in schema.names if n not in have]
+        if missing:
+            raise ConfigurationError(
+                f"the Delta table at {uri} is not a DBLog table: it lacks columns {missing}.",
+                "point the output at an empty location or at an existing DBLog output root.",
+            )
+        return table
+
+    def _require_open(self) -> None:
+        if self._changelog is None:
+            raise RuntimeError("DeltaChangelogOutput used before open()")
+
+    # -- idempotency bookkeeping -----------------------------------------------------------
+    def _load_bookkeeping(self) -> None:
+        """Fold commit metadata newest-first until a cumulative commit covers the rest."""
+        dt = self._changelog
+        latest = dt.version()
+        covered = -1  # every version <= covered is summarised by a commit already folded in
+        next_version = latest  # the newest version not processed yet
+        limit = _HISTORY_PAGE
+        while next_version > covered:
+            page = dt.history(limit=limit)
+            for commit in page:  # newest first
+                v = commit["version"]
+                if v > next_version:
+                    continue  # processed in an earlier, shorter page
+                if v <= covered:
+                    break
+                self._book.merge_metadata(commit)
+                if SEEN_VERSION_KEY in commit:
+                    covered = max(covered, int(commit[SEEN_VERSION_KEY]))
+                next_version = v - 1
+            if len(page) < limit:
+                break  # reached the oldest commit still in the log
+            limit *= 4
+        self._seen_version = latest
+
+    def _catch_up(self) -> None:
+        """Fold in commits made since we last looked (other writers, or ours with an unknown outcome)."""
+        dt = self._changelog
+        dt.update_incremental()
+        v = dt.version()
+        if v > self._seen_version:
+            for commit in dt.history(limit=v - self._seen_version):
+                if commit["version"] > self._seen_version:
+                    self._book.merge_metadata(commit)
+            self._seen_version = v
+
+    def last_position(self, source_id: str):
+        return self._book.positions.get(source_id)
+
+    # -- writing ---------------------------------------------------------------------------
+    def register_schema(self, schema: TableSchema) -> None:
+        self._require_open()
+        sid = schema.schema_id()
+        if sid in self._schema_ids:
+            return
+        row = pa.Table.from_arrays(
+            [
+                pa.array([sid], pa.string()),
+                pa.array([schema.table], pa.string()),
+                pa.array([schema.to_json()], pa.string()),
+                pa.array([now_micros()], _TS),
+            ],
+            schema=SCHEMAS_SCHEMA,
+        )
+        _deltalake().write_deltalake(self._schemas, row, mode="append")
+        self._schema_ids.add(sid)
+
+    def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
+        self._require_open()
+        if not events and epoch is None:
+            return
+        self._catch_up()
+        self._book.check_epoch(self._book.source_ids(events), epoch)
+        fresh = self._book.fresh(events)
+        if not fresh:
+            return  # a retry of a batch that is already durable
+        nxt = self._book.advanced(fresh, epoch)
+        meta: dict[str, Any] = nxt.metadata()
+        meta[SEEN_VERSION_KEY] = self._seen_version
+        if epoch is not None:
+            meta[EPOCH_KEY] = epoch
+        dl = _deltalake()
+        dl.write_deltalake(
+            self._changelog,
+            changelog_batch(fresh, epoch),
+            mode="append",
+            commit_properties=dl.CommitProperties(custom_metadata=meta),
+        )
+        self._book.adopt(nxt)
+        # Our commit is the only new one unless another writer slipped in; then the next
+        # _catch_up reads the gap (ours included, folding it again is harmless).
+        if self._changelog.version() == self._seen_version + 1:
+            self._seen_version += 1
+
+    def compact(self, target_size: Optional[int] = None) -> dict:
+        """Merge the small files of one-commit-per-flush into bigger ones (no vacuum: the
+        replaced files stay for time travel and readers until the user vacuums)."""
+        self._require_open()
+        metrics = self._changelog.optimize.compact(target_size=target_size)
+        self._schemas.optimize.compact(target_size=target_size)
+        return metrics
+
+    # -- reading ---------------------------------------------------------------------------
+    def _read_table(self, uri: str):
+        dl = _deltalake()
+        if not dl.DeltaTable.is_deltatable(uri, self.storage_options):
+            raise ConfigurationError(
+                f"there is no DBLog output at {uri}.",
+                "check the output URL; a capture creates the tables when it first opens them.",
+            )
+        return dl.DeltaTable(uri, storage_options=self.storage_options)
+
+    def scan(self, source_id: str, table: str) -> Iterator[ChangeEvent]:
+        dataset = self._read_table(self.changelog_uri).to_pyarrow_dataset()
+        flt = (pds.field("source_id") == source_id) & (pds.field("table") == table)
+        for batch in dataset.to_batches(filter=flt):
+            yield from events_from_batch(batch)
+
+    def read_schemas(self) -> dict[str, TableSchema]:
+        tbl = self._read_table(self.schemas_uri).to_pyarrow_dataset().to_table(columns=["schema_id", "schema_json"])
+        ids, texts = tbl.column("schema_id").to_pylist(), tbl.column("schema_json").to_pylist()
+        return {sid: TableSchema.from_json(text) for sid, text in zip(ids, texts)}
+
+
+def changelog_batch(events: Sequence[ChangeEvent], epoch: Optional[int]) -> pa.Table:
+    """Events as one Arrow table, built column by column (no per-row dicts)."""
+    n = len(events)
+    arrays = [
+        pa.array([e.source_id for e in events], pa.string()),
+        pa.array([e.table for e in events], pa.string()),
+        pa.array([e.op.value for e in events], pa.string()),
+        pa.array([dumps(list(e.key)) for e in events], pa.string()),
+        pa.array([dumps_row(e.before) for e in events], pa.string()),
+        pa.array([dumps_row(e.after) for e in events], pa.string()),
+        pa.array([e.position.encode() for e in events], pa.string()),
+        pa.array([e.origin.value for e in events], pa.string()),
+        pa.array([e.dump_id for e in events], pa.string()),
+        pa.array([e.schema_id for e in events], pa.string()),
+        pa.array([e.commit_ts for e in events], _TS),
+        pa.array([e.txid for e in events], pa.string()),
+        pa.nulls(n, pa.int64()) if epoch is None else pa.repeat(pa.scalar(epoch, pa.int64()), n),
+        pa.repeat(pa.scalar(now_micros(), _TS), n),
+    ]
+    return pa.Table.from_arrays(arrays, schema=CHANGELOG_SCHEMA)
+
+
+def events_from_batch(batch: pa.RecordBatch) -> Iterator[ChangeEvent]:
+    cols = {name: batch.column(name) for name in CHANGELOG_FIELDS if name not in ("epoch", "written_at")}
+    cols["commit_ts"] = cols["commit_ts"].cast(pa.int64())  # microseconds, as in ChangeEvent
+    py = {name: col.to_pylist() for name, col in cols.items()}
+    loads = json.loads
+    for i in range(batch.num_rows):
+        before, after = py["before"][i], py["after"][i]
+        yield event_from_fields(
+            source_id=py["source_id"][i],
+            table=py["table"][i],
+            op=py["op"][i],
+            key=loads(py["key"][i]),
+            before=None if before is None else loads(before),
+            after=None if after is None else loads(after),
+            position=py["position"][i],
+            origin=py["origin"][i],
+            dump_id=py["dump_id"][i],
+            schema_id=py["schema_id"][i],
+            commit_ts=py["commit_ts"][i],
+            txid=py["txid"][i],
+        )
