@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -122,7 +123,11 @@ def cmd_capture(args, src, state_cfg, out_cfg) -> int:
             flush=True,
         )
 
-    engine = Engine(source, output, state, EngineConfig(status_interval=args.status_interval), progress)
+    config = EngineConfig(
+        status_interval=args.status_interval,
+        window_delay=float(os.environ.get("DBLOG_TEST_WINDOW_DELAY_MS", "0")) / 1000.0,
+    )
+    engine = Engine(source, output, state, config, progress)
     engine.run(stop, args.max_seconds)
     return 0
 

@@ -40,6 +40,9 @@ class EngineConfig:
     control_interval: float = 0.5  # seconds between reads of dump requests and controls
     status_interval: float = 5.0  # seconds between progress reports
     epoch: Optional[int] = None  # leader epoch written with every commit
+    # Fault injection for tests: sleep this long between the chunk SELECT and the HW write,
+    # widening the window in which concurrent writes must remove keys from the chunk.
+    window_delay: float = 0.0
 
 
 @dataclasses.dataclass
@@ -297,6 +300,8 @@ class Engine:
             result = self.source.select_chunk(schema, p.last_key, size)
             last_key = schema.key_of(result.rows[-1]) if result.rows else p.last_key
             new = TableProgress(last_key, p.rows, p.chunks + 1, len(result.rows) < size, 0)
+        if self.config.window_delay:
+            time.sleep(self.config.window_delay)
         self.source.write_watermark(hw)
         rows = [(schema.key_of(r), r) for r in result.rows] if result else []
         invisible = result.invisible_txids if result else frozenset()

@@ -1,0 +1,301 @@
+"""MySQL / MariaDB source: binlog capture, watermark writes and chunk SELECTs (DBLog paper).
+
+The log is read by mysql-replication in a background thread (sources/mysql_log.py); chunk
+SELECTs, watermark writes and catalog reads go through a plain PyMySQL connection that is
+autocommit, READ COMMITTED and UTC (sources/mysql_catalog.py). Values of both paths are
+made canonical by sources/mysql_values.py.
+
+No ``invisible_txids`` for MySQL: InnoDB commits in binlog order (binlog_order_commits on
+MySQL, group commit ordering on MariaDB), so a transaction the chunk SELECT did not see
+commits after every transaction it saw, and therefore appears in the binlog after them.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import random
+import logging
+import queue
+from typing import Any, Optional, Sequence
+
+from ..core.chunks import MYSQL, chunk_query, keys_query
+from ..core.errors import ConfigurationError, PositionLostError, RequestError
+from ..core.events import Key, LogItem, Position, TableSchema
+from ..core.protocols import ChunkResult
+from . import mysql_catalog as catalog
+from .mysql_catalog import ConnectionSettings, Session
+from .mysql_checks import StartupChecks
+from .mysql_log import BinlogReader, Failure, decode_coord, file_number
+from .mysql_values import from_select, select_expression, to_param
+
+log = logging.getLogger(__name__)
+
+
+def default_server_id(source_id: str) -> int:
+    """A stable replica id per source in [10000, 2**31): two readers with one id kick each
+    other off the server, so every source needs its own."""
+    digest = int(hashlib.sha256(source_id.encode()).hexdigest(), 16)
+    return 10000 + digest % (2**31 - 10000)
+
+
+class MySQLSource:
+    """A DBLog source for MySQL 8 and MariaDB 10.5+ (binlog_format=ROW, row image FULL)."""
+
+    def __init__(
+        self,
+        *,
+        source_id: str,
+        host: str,
+        port: int,
+        user: str,
+        password: str,
+        databases: Optional[list[str]] = None,
+        tables: Optional[list[str]] = None,
+        server_id: Optional[int] = None,
+        watermark_database: str = "dblog",
+        key_columns: Optional[dict[str, list[str]]] = None,
+        use_gtid: bool = False,
+        connect_timeout: float = 10,
+        queue_size: int = 10_000,
+    ):
+        if use_gtid:
+            raise ConfigurationError(
+                "use_gtid is not supported yet by the MySQL source.",
+                "leave use_gtid off: positions are binlog file and offset, which works "
+                "with and without GTIDs enabled on the server.",
+            )
+        self.source_id = source_id
+        self._settings = ConnectionSettings(host, int(port), user, password, connect_timeout)
+        self._databases = list(databases) if databases is not None else None
+        self._configured_tables = list(tables) if tables is not None else None
+        self.server_id = server_id if server_id is not None else default_server_id(source_id)
+        self._wm_db = watermark_database
+        self._wm_table = f"{watermark_database}.watermarks"
+        self._key_columns = dict(key_columns or {})
+        self._queue_size = queue_size
+        self._session: Optional[Session] = None
+        self._log_session: Optional[Session] = None
+        self._mariadb = False
+        self._tables: list[str] = []
+        self._schemas: dict[str, TableSchema] = {}
+        self._reader: Optional[BinlogReader] = None
+        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=queue_size)
+        self._pending: collections.deque = collections.deque()
+        self._failure: Optional[BaseException] = None
+        self._acknowledged: Optional[Position] = None
+
+    # -- open and validate -------------------------------------------------------------------
+    def open(self) -> None:
+        self._session = Session(self._settings)
+        self._session.conn()  # ConfigurationError when the server refuses us
+        self._mariadb = catalog.is_mariadb(self._session)
+        check = StartupChecks(self._session, self._settings, self._mariadb)
+        check.binlog_settings()
+        # The probe must not reuse the capture's server_id: a second reader with the same id
+        # kicks the running capture off the server (e.g. `dblog dump` while capturing).
+        check.privileges(random.randrange(2**31, 2**32 - 1))
+        self._tables = check.resolve_tables(self._configured_tables, self._databases, self._wm_db)
+        check.filters(self._tables, self._wm_db)
+        check.watermark_row(self._wm_db, self.source_id)
+        for table in self._tables:
+            self.table_schema(table)  # ConfigurationError for a table without a key
+            check.readable(table)
+
+    # -- catalog ---------------------------------------------------------------------------
+    def tables(self) -> list[str]:
+        return list(self._tables)
+
+    def table_schema(self, table: str) -> TableSchema:
+        cached = self._schemas.get(table)
+        if cached is not None:
+            return cached
+        if table not in self._tables:
+            raise RequestError(
+                f"table {table} is not captured by source {self.source_id}.",
+                f"use one of its tables: {', '.join(self._tables) or '(none)'}.",
+            )
+        schema = catalog.read_table_schema(
+            self._require_session(), table, self._key_columns.get(table), self._mariadb
+        )
+        self._schemas[table] = schema
+        return schema
+
+    def _schema_for_log(self, table: str, columns: list) -> TableSchema:
+        """Called by the reader thread at a table's first table map or a column change."""
+        session = self._log_session
+        try:
+            current = catalog.read_table_schema(session, table, self._key_columns.get(table), self._mariadb)
+        except RequestError:
+            current = None  # dropped since these rows were written
+        names = [c.name for c in columns]
+        if current is not None and (not all(names) or names == current.column_names()):
+            self._schemas[table] = current  # refresh the cache (a dict store is atomic)
+            return current
+        log.warning("binlog columns of %s differ from the catalog's; using the binlog's", table)
+        return catalog.schema_from_table_map(table, columns, current)
+
+    def estimate_rows(self, table: str) -> int:
+        db, name = catalog.split_table(table)
+        rows = self._require_session().query(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            [db, name],
+        )
+        return int(rows[0][0] or 0) if rows else 0
+
+    # -- log -------------------------------------------------------------------------------
+    def start_log(self, after: Optional[Position]) -> None:
+        session = self._require_session()
+        self._stop_reader()
+        if after is None:
+            file, pos, _, _ = catalog.master_status(session)
+        else:
+            file, pos = self._resume_point(after)
+        self._queue = queue.Queue(maxsize=self._queue_size)
+        self._pending.clear()
+        self._failure = None
+        self._log_session = Session(self._settings)
+        captured = set(self._tables)
+        self._reader = BinlogReader(
+            settings=self._settings, server_id=self.server_id, log_file=file, log_pos=pos,
+            schemas=sorted({t.split(".", 1)[0] for t in captured} | {self._wm_db}),
+            source_id=self.source_id, captured=captured, watermark_table=self._wm_table,
+            schema_for=self._schema_for_log, out=self._queue,
+        )
+        self._reader.start()
+
+    def _resume_point(self, after: Position) -> tuple[str, int]:
+        """(file, offset) of the transaction holding ``after``: the whole transaction is
+        sent again (with its table maps) and the engine drops what it already has."""
+        try:
+            number, txn_start, _, _ = decode_coord(after.coord)
+        except ValueError:
+            raise ConfigurationError(
+                f"the checkpoint {after} is not a MySQL binlog position (another source's?).",
+                "reset the checkpoint of this source (`dblog capture --reset-position`) and "
+                "run a full dump.",
+            ) from None
+        logs = catalog.binary_logs(self._require_session())
+        by_number = {file_number(name): (name, size) for name, size in logs}
+        if number not in by_number:
+            have = f"{logs[0][0]} .. {logs[-1][0]}" if logs else "none"
+            raise PositionLostError(
+                f"the checkpoint {after} is in binlog file number {number}, which the server "
+                f"no longer has (it holds {have}): it was purged (binlog_expire_logs_seconds / "
+                "expire_logs_days / PURGE BINARY LOGS) or the binlog was reset."
+            )
+        name, size = by_number[number]
+        if txn_start > size:
+            raise PositionLostError(
+                f"the checkpoint {after} points at offset {txn_start} of {name}, which is only "
+                f"{size} bytes long: the binlog was reset (RESET MASTER) or this is another server."
+            )
+        return name, max(4, txn_start)
+
+    def poll(self, max_items: int, timeout: float) -> list[LogItem]:
+        if self._reader is None:
+            raise RuntimeError("start_log() must be called before poll()")
+        out: list[LogItem] = []
+        while len(out) < max_items:
+            if self._pending:
+                out.append(self._pending.popleft())
+                continue
+            if self._failure is not None:
+                break
+            try:
+                item = self._queue.get(timeout=timeout) if not out else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, Failure):
+                self._failure = item.error
+            else:
+                self._pending.extend(item)
+        if not out and self._failure is not None:
+            raise self._failure
+        return out
+
+    def acknowledge(self, position: Position) -> None:
+        # Nothing to tell a MySQL server: the checkpoint lives in DBLog's state store.
+        self._acknowledged = position
+
+    def log_status(self) -> dict:
+        session = self._require_session()
+        file, pos, _, _ = catalog.master_status(session)
+        r = self._reader
+        status: dict[str, Any] = {
+            "server_file": file, "server_pos": pos,
+            "reader_file": r.file if r else None, "reader_pos": r.pos if r else None,
+            "lag_bytes": None,
+            "acknowledged": str(self._acknowledged) if self._acknowledged else None,
+        }
+        if r is not None and r.file:
+            lag = 0
+            for name, size in catalog.binary_logs(session):
+                n = file_number(name)
+                if n == file_number(r.file):
+                    lag += (pos if name == file else size) - r.pos
+                elif file_number(r.file) < n <= file_number(file):
+                    lag += pos if name == file else size
+            status["lag_bytes"] = max(0, lag)
+        return status
+
+    # -- dumps -----------------------------------------------------------------------------
+    def write_watermark(self, uuid: str) -> None:
+        session = self._require_session()
+        db = MYSQL.quote(self._wm_db)
+        _, count = session.run(
+            f"UPDATE {db}.`watermarks` SET value = %s, updated_at = NOW(6) WHERE source_id = %s",
+            [uuid, self.source_id],
+        )
+        if count == 0:  # the row was deleted behind our back
+            session.run(
+                f"INSERT INTO {db}.`watermarks` (source_id, value, updated_at) VALUES (%s, %s, NOW(6)) "
+                "ON DUPLICATE KEY UPDATE value = VALUES(value), updated_at = VALUES(updated_at)",
+                [self.source_id, uuid],
+            )
+
+    def _key_params(self, schema: TableSchema, key: Key) -> tuple:
+        cols = {c.name: c for c in schema.columns}
+        return tuple(to_param(cols[k], v) for k, v in zip(schema.key, key))
+
+    def _rows(self, schema: TableSchema, sql: str, params: Sequence[Any]) -> ChunkResult:
+        # Its own autocommit READ COMMITTED statement: sees every commit before it (DESIGN
+        # "Non-stale read"); no transaction is ever left open on this connection.
+        rows = self._require_session().query(sql, params)
+        cols = schema.columns
+        return ChunkResult([{c.name: from_select(c, v) for c, v in zip(cols, r)} for r in rows])
+
+    def _select_list(self, schema: TableSchema) -> list[str]:
+        return [select_expression(MYSQL.quote, c) for c in schema.columns]
+
+    def select_chunk(self, schema: TableSchema, after_key: Optional[Key], limit: int) -> ChunkResult:
+        params_key = self._key_params(schema, after_key) if after_key is not None else None
+        sql, params = chunk_query(MYSQL, schema, self._select_list(schema), params_key, limit)
+        return self._rows(schema, sql, params)
+
+    def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:
+        if not keys:
+            return ChunkResult([])
+        sql, params = keys_query(
+            MYSQL, schema, self._select_list(schema), [self._key_params(schema, k) for k in keys]
+        )
+        return self._rows(schema, sql, params)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _require_session(self) -> Session:
+        if self._session is None:
+            raise RuntimeError(f"source {self.source_id} is not open: call open() first")
+        return self._session
+
+    def _stop_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.stop()
+            self._reader = None
+        if self._log_session is not None:
+            self._log_session.close()
+            self._log_session = None
+
+    def close(self) -> None:
+        self._stop_reader()
+        if self._session is not None:
+            self._session.close()
+            self._session = None

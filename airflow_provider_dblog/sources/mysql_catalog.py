@@ -1,0 +1,308 @@
+"""Connections and catalog queries for the MySQL/MariaDB source.
+
+Every connection DBLog opens for chunk SELECTs, watermark writes and catalog reads is
+autocommit with READ COMMITTED and session time zone UTC: each statement then sees
+everything committed before it (DESIGN "Non-stale read") and TIMESTAMPs come back in UTC,
+as the binlog carries them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from typing import Any, Optional, Sequence
+
+import pymysql
+
+from ..core.errors import ConfigurationError, RequestError
+from ..core.events import Column, TableSchema
+
+# Connection lost / server gone away: safe to reconnect and retry a read or an idempotent write.
+_LOST = (2006, 2013, 2055)
+SYSTEM_DATABASES = ("mysql", "information_schema", "performance_schema", "sys")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionSettings:
+    host: str
+    port: int
+    user: str
+    password: str = dataclasses.field(repr=False)  # never printed
+    connect_timeout: float = 10
+
+    def pymysql_kwargs(self) -> dict:
+        return {
+            "host": self.host,
+            "port": int(self.port),
+            "user": self.user,
+            "password": self.password,
+            "connect_timeout": self.connect_timeout,
+            "charset": "utf8mb4",
+        }
+
+    def where(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+def library_connection_settings(settings: ConnectionSettings, **extra: Any) -> dict:
+    """connection_settings for mysql-replication's BinLogStreamReader (a fresh dict: it
+    mutates it)."""
+    return {**settings.pymysql_kwargs(), **extra}
+
+
+def library_connect(**kwargs: Any) -> pymysql.connections.Connection:
+    """pymysql.connect for mysql-replication, which still passes the deprecated ``db``."""
+    if "db" in kwargs:
+        kwargs["database"] = kwargs.pop("db")
+    return pymysql.connect(**kwargs)
+
+
+def connect(settings: ConnectionSettings) -> pymysql.connections.Connection:
+    try:
+        conn = pymysql.connect(autocommit=True, **settings.pymysql_kwargs())
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else None
+        if code == 1045:
+            raise ConfigurationError(
+                f"MySQL refused the login of {settings.where()} (access denied).",
+                "check the user name and password of the connection.",
+            ) from None
+        raise ConfigurationError(
+            f"cannot connect to MySQL at {settings.host}:{settings.port} "
+            f"(error {code}: {exc.args[1] if len(exc.args) > 1 else exc}).",
+            "check that the server is running and the host and port are right.",
+        ) from None
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION time_zone = '+00:00'")
+        # Works on MySQL and MariaDB alike (their variable names differ:
+        # transaction_isolation vs tx_isolation).
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return conn
+
+
+class Session:
+    """One PyMySQL connection with reconnect-and-retry on connection loss. One thread each."""
+
+    def __init__(self, settings: ConnectionSettings):
+        self.settings = settings
+        self._conn: Optional[pymysql.connections.Connection] = None
+        self.lock = threading.RLock()
+
+    def conn(self) -> pymysql.connections.Connection:
+        if self._conn is None:
+            self._conn = connect(self.settings)
+        return self._conn
+
+    def run(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[tuple], int]:
+        """Execute one statement; (rows, rowcount). Retried once on a lost connection."""
+        with self.lock:
+            for attempt in (0, 1):
+                try:
+                    with self.conn().cursor() as cur:
+                        cur.execute(sql, params)
+                        return list(cur.fetchall()), cur.rowcount
+                except pymysql.err.OperationalError as exc:
+                    if attempt or not exc.args or exc.args[0] not in _LOST:
+                        raise
+                    self.close()
+            raise AssertionError("unreachable")
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        return self.run(sql, params)[0]
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # already gone
+                pass
+            self._conn = None
+
+
+def is_mariadb(session: Session) -> bool:
+    return "mariadb" in session.conn().get_server_info().lower()
+
+
+def global_variables(session: Session, names: Sequence[str]) -> dict[str, str]:
+    marks = ", ".join(["%s"] * len(names))
+    rows = session.query(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({marks})", list(names))
+    return {str(k).lower(): str(v) for k, v in rows}
+
+
+def master_status(session: Session) -> tuple:
+    """(file, position, do_db, ignore_db) of the server's current binlog."""
+    try:
+        rows = session.query("SHOW BINARY LOG STATUS")  # MySQL 8.2+ renamed SHOW MASTER STATUS
+    except pymysql.err.ProgrammingError:  # a syntax error before that (and on MariaDB)
+        rows = session.query("SHOW MASTER STATUS")
+    if not rows:
+        raise ConfigurationError(
+            "the server's binary log is off (SHOW MASTER STATUS returns nothing).",
+            "enable it: set log_bin (e.g. log_bin=mysql-bin) and server_id in my.cnf, then restart.",
+        )
+    r = rows[0]
+    return r[0], int(r[1]), r[2] or "", r[3] or ""
+
+
+def binary_logs(session: Session) -> list[tuple[str, int]]:
+    return [(r[0], int(r[1])) for r in session.query("SHOW BINARY LOGS")]
+
+
+def split_table(table: str) -> tuple[str, str]:
+    db, dot, name = table.partition(".")
+    if not dot or not db or not name:
+        raise RequestError(
+            f"table {table!r} is not of the form database.table.",
+            "name MySQL tables as database.table, e.g. shop.orders.",
+        )
+    return db, name
+
+
+def base_tables(session: Session, databases: Optional[Sequence[str]], exclude: Sequence[str]) -> list[str]:
+    """Every base table of these databases (None: all but system and ``exclude``)."""
+    sql = "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
+    params: list[Any] = []
+    if databases is not None:
+        sql += f" AND TABLE_SCHEMA IN ({', '.join(['%s'] * len(databases))})"
+        params += list(databases)
+    else:
+        skip = list(SYSTEM_DATABASES) + list(exclude)
+        sql += f" AND TABLE_SCHEMA NOT IN ({', '.join(['%s'] * len(skip))})"
+        params += skip
+    rows = session.query(sql + " ORDER BY TABLE_SCHEMA, TABLE_NAME", params)
+    return [f"{db}.{name}" for db, name in rows]
+
+
+_JSON_CHECK = re.compile(r"^json_valid\(`((?:[^`]|``)+)`\)$", re.IGNORECASE)
+
+
+def _mariadb_json_columns(session: Session, db: str, name: str) -> set[str]:
+    """MariaDB's JSON is LONGTEXT plus a json_valid() CHECK constraint named after the column."""
+    try:
+        rows = session.query(
+            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+            "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s",
+            [db, name],
+        )
+    except pymysql.err.OperationalError:  # MySQL's CHECK_CONSTRAINTS has no TABLE_NAME
+        return set()
+    found = set()
+    for (clause,) in rows:
+        m = _JSON_CHECK.match(str(clause).strip())
+        if m:
+            found.add(m.group(1).replace("``", "`"))
+    return found
+
+
+def _type_text(column_type: str) -> str:
+    """Lower-case the type, but not the quoted ENUM/SET labels."""
+    head, paren, rest = column_type.partition("(")
+    if head.strip().lower() in ("enum", "set"):
+        return head.lower() + paren + rest
+    return column_type.lower()
+
+
+def read_table_schema(
+    session: Session, table: str, key_columns: Optional[Sequence[str]], mariadb: bool
+) -> TableSchema:
+    db, name = split_table(table)
+    rows = session.query(
+        "SELECT c.COLUMN_NAME, c.COLUMN_TYPE, c.IS_NULLABLE, c.DATA_TYPE "
+        "FROM information_schema.COLUMNS c JOIN information_schema.TABLES t "
+        "ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME "
+        "WHERE c.TABLE_SCHEMA = %s AND c.TABLE_NAME = %s AND t.TABLE_TYPE = 'BASE TABLE' "
+        "ORDER BY c.ORDINAL_POSITION",
+        [db, name],
+    )
+    if not rows:
+        raise RequestError(
+            f"table {table} does not exist on the source (or is a view).",
+            "check the database.table name (names are case sensitive on most servers) "
+            "and that the source's user can see it.",
+        )
+    json_cols = _mariadb_json_columns(session, db, name) if mariadb else set()
+    columns = []
+    for col, col_type, nullable, data_type in rows:
+        text = _type_text(str(col_type))
+        if col in json_cols and str(data_type).lower() == "longtext":
+            text = "json"
+        columns.append(Column(str(col), text, str(nullable).upper() == "YES"))
+    pk = [
+        r[0]
+        for r in session.query(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+            [db, name],
+        )
+    ]
+    if not pk:
+        if not key_columns:
+            raise ConfigurationError(
+                f"table {table} has no primary key, so DBLog cannot chunk it for dumps nor "
+                "tell its rows apart in the change log.",
+                f"add a primary key (ALTER TABLE {table} ADD PRIMARY KEY (...)), or pass "
+                f"key_columns={{'{table}': ['col', ...]}} naming the columns of a unique, "
+                "NOT NULL key of the table.",
+            )
+        names = {c.name for c in columns}
+        missing = [k for k in key_columns if k not in names]
+        if missing:
+            raise ConfigurationError(
+                f"key_columns for {table} name columns that do not exist: {missing}.",
+                f"use columns of the table: {sorted(names)}.",
+            )
+        pk = list(key_columns)
+    return TableSchema(table, tuple(columns), tuple(pk))
+
+
+def _binlog_type(col: Any) -> str:
+    """A catalog-like type name from a binlog table-map column (mysql-replication Column)."""
+    from pymysqlreplication.constants import FIELD_TYPE as F
+
+    binary = getattr(col, "character_set_name", None) == "binary"
+    unsigned = " unsigned" if getattr(col, "unsigned", False) else ""
+    names = {
+        F.TINY: "tinyint", F.SHORT: "smallint", F.INT24: "mediumint", F.LONG: "int",
+        F.LONGLONG: "bigint", F.FLOAT: "float", F.DOUBLE: "double", F.YEAR: "year",
+        F.DATE: "date", F.NEWDATE: "date", F.BIT: "bit", F.JSON: "json",
+        F.DATETIME: "datetime", F.DATETIME2: "datetime", F.TIMESTAMP: "timestamp",
+        F.TIMESTAMP2: "timestamp", F.TIME: "time", F.TIME2: "time",
+    }
+    t = col.type
+    if t in names:
+        return names[t] + (unsigned if t in (F.TINY, F.SHORT, F.INT24, F.LONG, F.LONGLONG) else "")
+    if t == F.NEWDECIMAL:
+        return f"decimal({col.precision},{col.decimals}){unsigned}"
+    if t in (F.ENUM, F.SET):
+        labels = (col.enum_values or [""])[1:] if t == F.ENUM else (col.set_values or [])
+        quoted = ",".join("'" + v.replace("'", "''") + "'" for v in labels)
+        return f"{'enum' if t == F.ENUM else 'set'}({quoted})"
+    if t == F.STRING:
+        return f"binary({col.max_length})" if binary else f"char({col.max_length})"
+    if t in (F.VARCHAR, F.VAR_STRING):
+        return "varbinary" if binary else "varchar"
+    if t in (F.BLOB, F.TINY_BLOB, F.MEDIUM_BLOB, F.LONG_BLOB):
+        return "blob" if binary else "text"
+    return "unknown"
+
+
+def schema_from_table_map(table: str, columns: Sequence[Any], catalog: Optional[TableSchema]) -> TableSchema:
+    """The schema of rows written before a later ALTER/DROP TABLE (read again after a
+    restart): names from the binlog's table map (binlog_row_metadata=FULL), types from the
+    catalog where the column still exists, otherwise from the table map."""
+    known = {c.name: c for c in catalog.columns} if catalog else {}
+    cols = tuple(
+        known.get(c.name) or Column(c.name, _binlog_type(c), True) for c in columns
+    )
+    names = [c.name for c in cols]
+    key: list[str] = list(catalog.key) if catalog and all(k in names for k in catalog.key) else []
+    if not key:
+        key = [c.name for c in columns if getattr(c, "is_primary", False)]
+    if not key:
+        raise ConfigurationError(
+            f"binlog rows of {table} were written with columns {names}, which have no key "
+            "DBLog can identify (the table changed or was dropped since).",
+            "restart the capture from the current end of the log and run a full dump of "
+            "the table (`dblog capture --reset-position`, `dblog dump --table ...`).",
+        )
+    return TableSchema(table, cols, tuple(key))

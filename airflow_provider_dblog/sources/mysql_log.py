@@ -1,0 +1,395 @@
+"""Binlog capture for the MySQL/MariaDB source: positions and the reader thread.
+
+mysql-replication's BinLogStreamReader blocks on its socket, so it runs in a daemon thread
+that decodes rows events into DBLog log items and hands them over through a bounded queue
+(a full queue blocks the thread: backpressure instead of unbounded memory).
+
+Position coordinate (fixed width, so string order is log order):
+    FFFFFF TTTTTTTTTTTT EEEEEEEEEEEE RRRRRR
+    binlog file number, offset of the transaction's first event (GTID or BEGIN), offset of
+    the rows event, index of the row inside the rows event.
+A transaction never spans binlog files and later transactions start at later offsets, so
+the order is the commit order; restarting at the transaction start re-sends the whole
+transaction, including its table map events, which a mid-transaction start would miss.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import re
+import socket
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    GtidEvent,
+    MariadbGtidEvent,
+    NotImplementedEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+
+from ..core.errors import ConfigurationError, PositionLostError
+from ..core.events import ChangeEvent, Op, Position, SchemaEvent, TableSchema, WatermarkEvent
+from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
+from .mysql_values import from_binlog
+
+log = logging.getLogger(__name__)
+
+# How long to wait for a killed predecessor's binlog dump thread to go away (seconds).
+_SAME_SERVER_ID_WAIT = 120.0
+
+_FILE_W, _OFF_W, _ROW_W = 6, 12, 6
+_ANONYMOUS_GTID = 0x22  # MySQL's GTID event when gtid_mode is OFF (parsed as NotImplementedEvent)
+# Events the library cannot decode but that may carry row changes: failing beats skipping.
+_UNDECODABLE = {
+    0x28: "MySQL binlog transaction compression (binlog_transaction_compression=ON)",
+    **{t: "MariaDB binlog compression (log_bin_compress=ON)" for t in range(165, 172)},
+}
+
+
+_TRUNCATE = re.compile(r"^TRUNCATE\s+(?:TABLE\s+)?`?([^`.\s]+)`?(?:\.`?([^`\s]+?)`?)?\s*$")
+
+
+def encode_coord(file_number: int, txn_start: int, event_pos: int, row_index: int) -> str:
+    if file_number >= 10**_FILE_W or max(txn_start, event_pos) >= 10**_OFF_W or row_index >= 10**_ROW_W:
+        raise ValueError(f"binlog coordinate out of range: {file_number}/{txn_start}/{event_pos}/{row_index}")
+    return f"{file_number:0{_FILE_W}d}{txn_start:0{_OFF_W}d}{event_pos:0{_OFF_W}d}{row_index:0{_ROW_W}d}"
+
+
+def decode_coord(coord: str) -> tuple[int, int, int, int]:
+    if len(coord) != _FILE_W + 2 * _OFF_W + _ROW_W or not coord.isdigit():
+        raise ValueError(f"not a MySQL binlog position: {coord!r}")
+    a, b, c = _FILE_W, _FILE_W + _OFF_W, _FILE_W + 2 * _OFF_W
+    return int(coord[:a]), int(coord[a:b]), int(coord[b:c]), int(coord[c:])
+
+
+def file_number(name: str) -> int:
+    """'mysql-bin.000042' -> 42."""
+    return int(name.rsplit(".", 1)[1])
+
+
+class _QuietWhileStopping(logging.Filter):
+    """Drops the library's 'Re-request the connection' warning caused by our own close()."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName not in self.threads
+
+
+_QUIET = _QuietWhileStopping()
+logging.getLogger("pymysqlreplication").addFilter(_QUIET)
+
+
+class _Stopped(Exception):
+    """Raised into the library's reconnect path once close() was asked for."""
+
+
+class Failure:
+    """The reader thread's error, queued after the items it delivered before failing."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _table_map_signature(columns: list) -> tuple:
+    """Everything the table map says about the columns: any change means a new schema."""
+    return tuple(
+        tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in c.data.items()))
+        for c in columns
+    )
+
+
+class BinlogReader(threading.Thread):
+    """Streams the binlog from (log_file, log_pos) and queues lists of LogItems or a Failure."""
+
+    def __init__(
+        self,
+        *,
+        settings: ConnectionSettings,
+        server_id: int,
+        log_file: str,
+        log_pos: int,
+        schemas: list[str],
+        source_id: str,
+        captured: set[str],
+        watermark_table: str,
+        schema_for: Callable[[str, list], TableSchema],  # (table, table-map columns)
+        out: "queue.Queue[Any]",
+        heartbeat: float = 10.0,
+    ):
+        super().__init__(name=f"dblog-binlog-{source_id}-{id(self):x}", daemon=True)
+        self._settings = settings
+        self._server_id = server_id
+        self._schemas = schemas
+        self._source_id = source_id
+        self._captured = captured
+        self._watermark_table = watermark_table
+        self._schema_for = schema_for
+        self._out = out
+        self._heartbeat = heartbeat
+        self._stop_flag = threading.Event()
+        self._stream: Optional[BinLogStreamReader] = None
+        # Where the reader is (read by log_status from another thread; plain attributes).
+        self.file, self.pos = log_file, log_pos
+        self._start = (log_file, log_pos)
+        self._txn_start, self._gtid, self._group_open = log_pos, None, False
+        self._signatures: dict[str, tuple] = {}
+        self._table_schemas: dict[str, TableSchema] = {}
+        self._emitted: dict[str, str] = {}
+
+    # -- thread ----------------------------------------------------------------------------
+    def _connect(self, **kwargs: Any) -> pymysql.connections.Connection:
+        # Also called by the library's reconnect-on-2013 loop: stop it once we are closing.
+        if self._stop_flag.is_set():
+            raise _Stopped()
+        return library_connect(**kwargs)
+
+    def run(self) -> None:
+        # After a kill -9 of an earlier capture, MariaDB keeps its binlog dump thread until a
+        # write to the dead socket fails (the next event or heartbeat) and meanwhile refuses
+        # a reader with the same server_id (error 4052). Retry that, before any event only.
+        deadline = time.monotonic() + _SAME_SERVER_ID_WAIT
+        while True:
+            self._received = False
+            failure = self._stream_once()
+            if (
+                isinstance(failure, pymysql.err.OperationalError)
+                and failure.args and failure.args[0] == 4052
+                and not self._received and time.monotonic() < deadline
+                and not self._stop_flag.is_set()
+            ):
+                log.info("a previous reader with server_id %s is still registered; retrying", self._server_id)
+                time.sleep(0.5)
+                continue
+            if failure is not None and not self._stop_flag.is_set():
+                self._put(Failure(self._translate(failure)))
+            _QUIET.threads.discard(self.name)
+            return
+
+    def _stream_once(self) -> Optional[BaseException]:
+        s = self._settings
+        read_timeout = max(30, int(self._heartbeat * 3))
+        try:
+            # Plain file/position mode (is_mariadb=False) for MariaDB too: the library's
+            # MariaDB mode always sends an empty file name and ignores log_file/log_pos.
+            self._stream = BinLogStreamReader(
+                connection_settings=library_connection_settings(s, read_timeout=read_timeout),
+                server_id=self._server_id,
+                log_file=self._start[0],
+                log_pos=self._start[1],
+                resume_stream=True,  # else the library starts (and reconnects) at offset 4
+                blocking=True,
+                only_schemas=self._schemas,
+                only_events=[
+                    WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, TableMapEvent, RotateEvent,
+                    GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent, NotImplementedEvent,
+                ],
+                filter_non_implemented_events=False,
+                slave_heartbeat=self._heartbeat,
+                pymysql_wrapper=self._connect,
+                enable_logging=False,  # its parameter dump is noise
+            )
+            while not self._stop_flag.is_set():
+                event = self._stream.fetchone()
+                if event is None:
+                    if self._stop_flag.is_set():
+                        break
+                    raise RuntimeError("the server ended the binlog stream unexpectedly")
+                self._received = True
+                items = self._handle(event)
+                if items:
+                    self._put(items)
+            return None
+        except _Stopped:
+            return None
+        except BaseException as exc:  # noqa: BLE001 - handed to poll() by run()
+            return exc
+        finally:
+            try:
+                if self._stream is not None:
+                    self._stream.close()
+            except Exception:  # already broken
+                pass
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None
+        msg = exc.args[1] if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) > 1 else str(exc)
+        if code == 1236:  # ER_MASTER_FATAL_ERROR_READING_BINLOG: purged, truncated or reset
+            return PositionLostError(
+                f"the server cannot send its binlog from {self._start[0]}:{self._start[1]} ({msg})."
+            )
+        if code in (1227, 1045):
+            return ConfigurationError(
+                f"the server refused the binlog stream to {self._settings.user} ({msg}).",
+                "GRANT REPLICATION SLAVE ON *.* TO the source's user.",
+            )
+        return exc
+
+    def _put(self, item: Any) -> None:
+        while not self._stop_flag.is_set():
+            try:
+                self._out.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop_flag.set()
+        if self.is_alive():
+            _QUIET.threads.add(self.name)
+        stream = self._stream
+        conn = getattr(stream, "_stream_connection", None) if stream is not None else None
+        sock = getattr(conn, "_sock", None)
+        if sock is not None:
+            try:  # wakes the blocked recv() at once, unlike close() from another thread
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+
+    # -- decoding --------------------------------------------------------------------------
+    def _handle(self, ev: Any) -> list:
+        pk = ev.packet
+        start = pk.log_pos - pk.event_size
+        if isinstance(ev, RotateEvent):
+            self.file, self.pos = ev.next_binlog, ev.position
+            return []
+        if pk.log_pos:
+            self.pos = pk.log_pos
+        if isinstance(ev, (MariadbGtidEvent, GtidEvent)):
+            self._txn_start, self._gtid, self._group_open = start, ev.gtid, True
+        elif isinstance(ev, NotImplementedEvent):
+            if pk.event_type == _ANONYMOUS_GTID:
+                self._txn_start, self._gtid, self._group_open = start, None, True
+            elif pk.event_type in _UNDECODABLE:
+                raise ConfigurationError(
+                    f"the binlog holds events DBLog cannot decode: {_UNDECODABLE[pk.event_type]}.",
+                    "turn that compression off (SET GLOBAL ... and my.cnf), then restart the "
+                    "capture from a new full dump.",
+                )
+        elif isinstance(ev, QueryEvent):
+            query = ev.query.strip().upper() if isinstance(ev.query, str) else ""
+            if query == "BEGIN":
+                if not self._group_open:  # no GTID event before it (old servers)
+                    self._txn_start, self._gtid = start, None
+                self._group_open = True
+            else:
+                if not self._group_open:  # a statement that is its own transaction
+                    self._txn_start, self._gtid = start, None
+                self._group_open = False
+                self._warn_truncate(ev, query)
+        elif isinstance(ev, XidEvent):
+            self._group_open = False
+        elif isinstance(ev, TableMapEvent):
+            return self._table_map(ev, start)
+        elif isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+            return self._rows(ev, start)
+        return []
+
+    def _warn_truncate(self, ev: QueryEvent, query: str) -> None:
+        """TRUNCATE is logged as a statement, without row events: its deletes never reach
+        the changelog. Say so loudly instead of losing them silently."""
+        m = _TRUNCATE.match(query)
+        if not m:
+            return
+        schema = ev.schema.decode() if isinstance(ev.schema, bytes) else str(ev.schema)
+        db, name = (m.group(1), m.group(2)) if m.group(2) else (schema, m.group(1))
+        table = next((t for t in self._captured if t.lower() == f"{db}.{name}".lower()), None)
+        if table:
+            log.warning(
+                "TRUNCATE TABLE %s is in the binlog: its rows are gone on the source but no delete "
+                "events exist for them; run a dump of %s to bring the changelog back in line",
+                table, table,
+            )
+
+    def _coord(self, event_pos: int, row: int) -> str:
+        return encode_coord(file_number(self.file), self._txn_start, event_pos, row)
+
+    def _txid(self) -> str:
+        return self._gtid or f"{self.file}:{self._txn_start}"
+
+    def _table_map(self, ev: TableMapEvent, start: int) -> list:
+        table = f"{ev.schema}.{ev.table}"
+        if table not in self._captured:
+            return []
+        sig = _table_map_signature(ev.columns)
+        if self._signatures.get(table) == sig:
+            return []
+        # First sight of the table, or its columns changed (ALTER TABLE): ask the catalog.
+        schema = self._schema_for(table, list(ev.columns))
+        self._signatures[table] = sig
+        self._table_schemas[table] = schema
+        sid = schema.schema_id()
+        if self._emitted.get(table) == sid:
+            return []
+        self._emitted[table] = sid
+        return [SchemaEvent(schema, Position(self._coord(start, 0)))]
+
+    def _convert(self, schema: TableSchema, values: dict, none_sources: dict) -> dict:
+        if len(values) != len(schema.columns):
+            raise RuntimeError(
+                f"binlog row of {schema.table} has {len(values)} columns, its schema "
+                f"{len(schema.columns)}: the table changed in a way DBLog could not follow"
+            )
+        # By position: the names agree, and positions also work without column names.
+        return {
+            col.name: from_binlog(col, value, none_sources.get(name))
+            for col, (name, value) in zip(schema.columns, values.items())
+        }
+
+    def _rows(self, ev: Any, start: int) -> list:
+        table = f"{ev.schema}.{ev.table}"
+        if table == self._watermark_table:
+            return self._watermarks(ev, start)
+        if table not in self._captured:
+            return []
+        schema = self._table_schemas[table]
+        sid = schema.schema_id()
+        commit_ts = ev.packet.timestamp * 1_000_000
+        out = []
+        for i, row in enumerate(ev.rows):
+            if isinstance(ev, UpdateRowsEvent):
+                op = Op.UPDATE
+                before = self._convert(schema, row["before_values"], row["before_none_sources"])
+                after = self._convert(schema, row["after_values"], row["after_none_sources"])
+                key = schema.key_of(after)  # a key change: the new key, before keeps the old
+            elif isinstance(ev, WriteRowsEvent):
+                op, before = Op.CREATE, None
+                after = self._convert(schema, row["values"], row["none_sources"])
+                key = schema.key_of(after)
+            else:
+                op, after = Op.DELETE, None
+                before = self._convert(schema, row["values"], row["none_sources"])
+                key = schema.key_of(before)
+            out.append(
+                ChangeEvent(
+                    source_id=self._source_id, table=table, op=op, key=key, before=before,
+                    after=after, position=Position(self._coord(start, i)), commit_ts=commit_ts,
+                    txid=self._txid(), schema_id=sid,
+                )
+            )
+        return out
+
+    def _watermarks(self, ev: Any, start: int) -> list:
+        if isinstance(ev, DeleteRowsEvent):
+            return []
+        out = []
+        for i, row in enumerate(ev.rows):
+            values = row["after_values"] if isinstance(ev, UpdateRowsEvent) else row["values"]
+            # (source_id, value, updated_at): by name, or by position without column names.
+            source_id, value = values.get("source_id"), values.get("value")
+            if "source_id" not in values:
+                source_id, value = list(values.values())[:2]
+            if source_id == self._source_id:  # other sources share the table
+                out.append(WatermarkEvent(str(value), Position(self._coord(start, i)), self._txid()))
+        return out

@@ -1,0 +1,77 @@
+"""Run ``dblog`` as real child processes (capture, dump, verify) the way a user would."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+
+def write_config(path: Path, source: dict, state_path: Path, output_url: str) -> Path:
+    lines = ["[source]"]
+    for k, v in source.items():
+        lines.append(f"{k} = {json.dumps(v)}")
+    lines += ["", "[state]", f"path = {json.dumps(str(state_path))}", "", "[output]", f"url = {json.dumps(output_url)}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def dblog(config: Path, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(config), *args],
+        capture_output=True, text=True, timeout=timeout, env=os.environ.copy(),
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dblog {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+class Capture:
+    """A ``dblog capture`` child process that can be SIGKILLed and restarted."""
+
+    def __init__(self, config: Path, log_path: Path, *extra: str):
+        self.config, self.log_path, self.extra = config, log_path, extra
+        self.proc: Optional[subprocess.Popen] = None
+        self.kills = 0
+        self.starts = 0
+
+    def start(self) -> None:
+        log = open(self.log_path, "a")
+        log.write(f"\n=== start {self.starts} at {time.time():.3f}\n")
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(self.config), "capture",
+             "--status-interval", "1", *self.extra],
+            stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+        )
+        self.starts += 1
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.assert_alive()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self.kills += 1
+
+    def stop(self, timeout: float = 120) -> int:
+        assert self.proc is not None
+        self.assert_alive()
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def assert_alive(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"capture exited with {self.proc.returncode}:\n{self.tail()}")
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)

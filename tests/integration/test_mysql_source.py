@@ -1,0 +1,451 @@
+"""MySQLSource against a real MariaDB/MySQL server (scripts/services up mysql)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+pymysql = pytest.importorskip("pymysql")
+pytest.importorskip("pymysqlreplication")
+
+from airflow_provider_dblog.core.errors import ConfigurationError, PositionLostError, RequestError  # noqa: E402
+from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, SchemaEvent, WatermarkEvent  # noqa: E402
+from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+_ENV = ("DBLOG_MYSQL_HOST", "DBLOG_MYSQL_PORT", "DBLOG_MYSQL_USER", "DBLOG_MYSQL_PASSWORD",
+        "DBLOG_MYSQL_ROOT_USER", "DBLOG_MYSQL_ROOT_PASSWORD")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def env() -> dict:
+    missing = [k for k in _ENV if not os.environ.get(k)]
+    if missing:
+        pytest.skip(f"MySQL test server not configured ({', '.join(missing)} unset): "
+                    "run `eval \"$(scripts/services env)\"`")
+    return {k: os.environ[k] for k in _ENV}
+
+
+@pytest.fixture(scope="module")
+def root(env):
+    conn = pymysql.connect(host=env["DBLOG_MYSQL_HOST"], port=int(env["DBLOG_MYSQL_PORT"]),
+                           user=env["DBLOG_MYSQL_ROOT_USER"], password=env["DBLOG_MYSQL_ROOT_PASSWORD"],
+                           autocommit=True, charset="utf8mb4")
+    yield conn
+    conn.close()
+
+
+def sql(conn, statement: str, params=None) -> list:
+    with conn.cursor() as cur:
+        cur.execute(statement, params)
+        return list(cur.fetchall())
+
+
+@pytest.fixture
+def db(root):
+    name = f"dblog_it_{uuid.uuid4().hex[:8]}"
+    sql(root, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    yield name
+    sql(root, f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture
+def make_source(env, root):
+    made: list[MySQLSource] = []
+
+    def make(user=None, password=None, **kwargs) -> MySQLSource:
+        kwargs.setdefault("source_id", f"it-{uuid.uuid4().hex[:10]}")
+        src = MySQLSource(host=env["DBLOG_MYSQL_HOST"], port=int(env["DBLOG_MYSQL_PORT"]),
+                          user=user or env["DBLOG_MYSQL_USER"],
+                          password=password or env["DBLOG_MYSQL_PASSWORD"], **kwargs)
+        made.append(src)
+        return src
+
+    yield make
+    for src in made:
+        src.close()
+    for source_id in {src.source_id for src in made}:  # keep the shared table small
+        sql(root, "DELETE FROM dblog.watermarks WHERE source_id = %s", [source_id])
+
+
+def collect(src: MySQLSource, until: Callable[[list], bool], timeout: float = 15.0) -> list:
+    items: list = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        items += src.poll(1000, 0.2)
+        if until(items):
+            return items
+    raise AssertionError(f"log items did not arrive in {timeout}s; got {items!r}")
+
+
+def changes(items: list) -> list[ChangeEvent]:
+    return [i for i in items if isinstance(i, ChangeEvent)]
+
+
+def has_watermark(uuid_: str) -> Callable[[list], bool]:
+    return lambda items: any(isinstance(i, WatermarkEvent) and i.uuid == uuid_ for i in items)
+
+
+def started(src: MySQLSource) -> MySQLSource:
+    src.open()
+    src.start_log(None)
+    return src
+
+
+# -- the log --------------------------------------------------------------------------------
+def test_log_events_in_commit_order(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v varchar(20))")
+    src = started(make_source(tables=[f"{db}.t"]))
+    sql(root, f"INSERT INTO `{db}`.t VALUES (1, 'a'), (2, 'b'), (3, 'c')")  # one rows event
+    sql(root, f"UPDATE `{db}`.t SET v = 'b2' WHERE id = 2")
+    sql(root, f"UPDATE `{db}`.t SET id = 10 WHERE id = 1")  # primary-key update
+    sql(root, f"DELETE FROM `{db}`.t WHERE id = 3")
+    src.write_watermark("end")
+    items = collect(src, has_watermark("end"))
+
+    schema_at = next(i for i, x in enumerate(items) if isinstance(x, SchemaEvent))
+    assert items[schema_at].schema.table == f"{db}.t"
+    assert schema_at < next(i for i, x in enumerate(items) if isinstance(x, ChangeEvent))
+    ev = changes(items)
+    assert [(e.op, e.key) for e in ev] == [
+        (Op.CREATE, (1,)), (Op.CREATE, (2,)), (Op.CREATE, (3,)),
+        (Op.UPDATE, (2,)), (Op.UPDATE, (10,)), (Op.DELETE, (3,)),
+    ]
+    assert ev[0].after == {"id": 1, "v": "a"} and ev[0].before is None
+    assert ev[3].before == {"id": 2, "v": "b"} and ev[3].after == {"id": 2, "v": "b2"}
+    assert ev[4].before == {"id": 1, "v": "a"} and ev[4].after == {"id": 10, "v": "a"}
+    assert ev[5].before == {"id": 3, "v": "c"} and ev[5].after is None
+    positions = [e.position for e in items if not isinstance(e, SchemaEvent)]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    # The three rows of the multi-row INSERT share one rows event but not a position.
+    assert len({e.position.coord[:-6] for e in ev[:3]}) == 1
+    assert [int(e.position.coord[-6:]) for e in ev[:3]] == [0, 1, 2]
+    assert ev[0].txid == ev[2].txid != ev[3].txid
+    assert all(e.schema_id == items[schema_at].schema.schema_id() for e in ev)
+    assert all(abs(e.commit_ts / 1e6 - time.time()) < 600 for e in ev)
+
+
+def test_watermarks_of_this_source_only(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
+    src = started(make_source(tables=[f"{db}.t"]))
+    other = f"other-{uuid.uuid4().hex[:6]}"
+    sql(root, "INSERT INTO dblog.watermarks VALUES (%s, 'foreign-1', NOW(6))", [other])
+    sql(root, "UPDATE dblog.watermarks SET value = 'foreign-2' WHERE source_id = %s", [other])
+    src.write_watermark("lw-1")
+    sql(root, f"INSERT INTO `{db}`.t VALUES (1)")
+    src.write_watermark("hw-1")
+    items = collect(src, has_watermark("hw-1"))
+    sql(root, "DELETE FROM dblog.watermarks WHERE source_id = %s", [other])
+    wms = [i for i in items if isinstance(i, WatermarkEvent)]
+    assert [w.uuid for w in wms] == ["lw-1", "hw-1"]
+    ev = changes(items)
+    assert wms[0].position < ev[0].position < wms[1].position
+    status = src.log_status()
+    assert status["reader_file"] and status["server_file"] >= status["reader_file"]
+    assert status["lag_bytes"] >= 0 and status["server_pos"] > 4
+
+
+def test_truncate_of_a_captured_table_is_reported(root, db, make_source, caplog):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
+    src = started(make_source(tables=[f"{db}.t"]))
+    sql(root, f"INSERT INTO `{db}`.t VALUES (1)")
+    sql(root, f"TRUNCATE TABLE `{db}`.t")
+    src.write_watermark("tr")
+    collect(src, has_watermark("tr"))
+    assert any(f"TRUNCATE TABLE {db}.t" in r.getMessage() for r in caplog.records)
+
+
+# -- canonical values ----------------------------------------------------------------------
+TYPES = """
+    id int PRIMARY KEY, i int, ub bigint unsigned, d decimal(12,2), dn decimal(20,10),
+    vc varchar(20), tx text, b1 tinyint(1), dt date, dtm datetime(6), dt0 datetime,
+    ts timestamp(6) NULL DEFAULT NULL, j json, bl blob, db double, f float,
+    e enum('x','Y z'), s set('a','b','c'), bt bit(10), bn binary(4), tm time(3), y year,
+    ch char(5), u uuid, ip inet6, lt text CHARACTER SET latin1
+"""
+ROWS = [
+    "(1, -2147483648, 18446744073709551615, 12.30, -0.0000000001, 'héllo ✓', 'long text 🚀', 2,"
+    " '2024-02-29', '2024-01-02 03:04:05.123456', '1999-12-31 23:59:59', '2024-01-02 03:04:05.5',"
+    " '{\"k\": [1, 2.5, \"x\", null, {\"n\": true}], \"é\": \"ü\"}', x'00ff80fe', 0.1, 0.1234567,"
+    " 'Y z', 'c,a', b'1000000001', 'ab', '-838:59:59.5', 2024, 'ab  ',"
+    " '123e4567-e89b-12d3-a456-426614174000', '::ffff:1.2.3.4', 'café')",
+    "(2, 0, 0, -99.99, 0, '', '', 0, '1000-01-01', '2000-01-01 00:00:00', '2000-01-01 00:00:00',"
+     " '1970-01-01 00:00:01', '[]', x'', 1.7976931348623157e308, 3.4e38, 'x', '', b'0', x'00',"
+    " '00:00:00', 0, '', 'f81d4fae-7dec-11d0-a765-00a0c91e6bf6', '2001:db8::1', '')",
+    "(3" + ", NULL" * 25 + ")",
+]
+
+
+def test_canonical_values_log_equals_select(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.t ({TYPES})")
+    src = started(make_source(tables=[f"{db}.t"]))
+    schema = src.table_schema(f"{db}.t")
+    types = {c.name: c.type for c in schema.columns}
+    assert types["j"] == "json" and types["ub"] == "bigint(20) unsigned" and types["d"] == "decimal(12,2)"
+    assert types["ts"] == "timestamp(6)" and types["bl"] == "blob" and types["e"] == "enum('x','Y z')"
+    for row in ROWS:
+        sql(root, f"INSERT INTO `{db}`.t VALUES {row}")
+    sql(root, f"UPDATE `{db}`.t SET i = i + 1 WHERE id = 1")
+    src.write_watermark("done")
+    ev = changes(collect(src, has_watermark("done")))
+    selected = {r["id"]: r for r in src.select_chunk(schema, None, 100).rows}
+    latest = {e.key[0]: e.after for e in ev}
+    assert latest == selected  # the crux: one canonical value per stored value
+    assert ev[3].before == {**selected[1], "i": selected[1]["i"] - 1}
+    json.dumps(selected)  # canonical values are JSON-compatible
+
+    one = selected[1]
+    assert one["ub"] == 2**64 - 1 and one["d"] == "12.30" and one["dn"] == "-0.0000000001"
+    assert one["vc"] == "héllo ✓" and one["b1"] == 2 and one["dt"] == "2024-02-29"
+    assert one["dtm"] == "2024-01-02T03:04:05.123456" and one["dt0"] == "1999-12-31T23:59:59"
+    assert one["ts"] == "2024-01-02T03:04:05.500000+00:00"
+    assert one["j"] == {"k": [1, 2.5, "x", None, {"n": True}], "é": "ü"}
+    assert one["bl"] == {"$b64": "AP+A/g=="} and one["bn"] == {"$b64": "YWIAAA=="}
+    assert one["db"] == 0.1 and one["f"] == 0.1234567
+    assert one["e"] == "Y z" and one["s"] == "a,c" and one["bt"] == 513
+    assert one["tm"] == "-838:59:59.500000" and one["y"] == 2024 and one["ch"] == "ab"
+    assert one["u"] == "123e4567-e89b-12d3-a456-426614174000" and one["ip"] == "::ffff:1.2.3.4"
+    assert one["lt"] == "café"
+    two = selected[2]
+    assert two["s"] == "" and two["bn"] == {"$b64": "AAAAAA=="} and two["bl"] == {"$b64": ""} and two["y"] == 0
+    assert two["db"] == 1.7976931348623157e308 and two["f"] == 3.4e38 and two["dn"] == "0.0000000000"
+    assert selected[3] == {"id": 3, **{c: None for c in types if c != "id"}}
+
+
+def test_timestamp_is_utc_whatever_the_process_time_zone(root, db, env):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, ts timestamp(6) NULL, dt datetime)")
+    script = textwrap.dedent(f"""
+        import time, pymysql
+        from airflow_provider_dblog.core.events import ChangeEvent, WatermarkEvent
+        from airflow_provider_dblog.sources.mysql import MySQLSource
+        assert time.localtime(0).tm_hour != 0, "TZ not applied"
+        src = MySQLSource(source_id="tz-{db}", host="{env['DBLOG_MYSQL_HOST']}",
+                          port={env['DBLOG_MYSQL_PORT']}, user="{env['DBLOG_MYSQL_USER']}",
+                          password="{env['DBLOG_MYSQL_PASSWORD']}", tables=["{db}.t"])
+        src.open(); src.start_log(None)
+        c = pymysql.connect(host="{env['DBLOG_MYSQL_HOST']}", port={env['DBLOG_MYSQL_PORT']},
+                            user="{env['DBLOG_MYSQL_ROOT_USER']}",
+                            password="{env['DBLOG_MYSQL_ROOT_PASSWORD']}", autocommit=True)
+        c.cursor().execute("SET time_zone = '+05:00'")
+        c.cursor().execute("INSERT INTO `{db}`.t VALUES (1, '2024-06-01 05:00:00.25', '2024-06-01 05:00:00')")
+        src.write_watermark("tz")
+        items, deadline = [], time.time() + 15
+        while not any(isinstance(i, WatermarkEvent) for i in items) and time.time() < deadline:
+            items += src.poll(100, 0.2)
+        log_row = [i for i in items if isinstance(i, ChangeEvent)][0].after
+        sel_row = src.select_chunk(src.table_schema("{db}.t"), None, 10).rows[0]
+        print(log_row["ts"], sel_row["ts"], log_row["dt"], sel_row["dt"])
+        src.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "TZ": "America/New_York", "PYTHONPATH": str(REPO)})
+    sql(root, "DELETE FROM dblog.watermarks WHERE source_id = %s", [f"tz-{db}"])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2024-06-01T00:00:00.250000+00:00"] * 2 + ["2024-06-01T05:00:00"] * 2
+
+
+def test_schema_change_emits_a_schema_event_and_replays_old_rows(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v int)")
+    src = started(make_source(tables=[f"{db}.t"]))
+    sql(root, f"INSERT INTO `{db}`.t VALUES (1, 1)")
+    sql(root, f"ALTER TABLE `{db}`.t ADD COLUMN w varchar(5) DEFAULT 'd'")
+    sql(root, f"INSERT INTO `{db}`.t VALUES (2, 2, 'x')")
+    src.write_watermark("s")
+    items = collect(src, has_watermark("s"))
+    kinds = [type(i).__name__ for i in items]
+    assert kinds == ["SchemaEvent", "ChangeEvent", "SchemaEvent", "ChangeEvent", "WatermarkEvent"]
+    old, new = items[0].schema, items[2].schema
+    assert old.column_names() == ["id", "v"] and new.column_names() == ["id", "v", "w"]
+    assert items[1].after == {"id": 1, "v": 1} and items[1].schema_id == old.schema_id()
+    assert items[3].after == {"id": 2, "v": 2, "w": "x"} and items[3].schema_id == new.schema_id()
+    assert src.table_schema(f"{db}.t") == new  # the cache follows the table map
+    src.close()
+    # After a restart the rows written before the ALTER decode with the binlog's columns.
+    again = make_source(source_id=src.source_id, tables=[f"{db}.t"])
+    again.open()
+    again.start_log(items[1].position)
+    assert collect(again, has_watermark("s")) == items
+
+
+# -- chunks --------------------------------------------------------------------------------
+def test_composite_key_chunks_walk_in_key_order(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.c (a int, b varchar(10), v int, PRIMARY KEY (a, b))")
+    rows = [(a, b, a * 10) for a in (-1, 0, 1, 2, 3) for b in ("", "A", "a0", "b", "zz")][:23]
+    with root.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{db}`.c VALUES (%s, %s, %s)", rows)
+    src = make_source(tables=[f"{db}.c"])
+    src.open()
+    schema = src.table_schema(f"{db}.c")
+    assert schema.key == ("a", "b")
+    expected = [(a, b) for a, b, _ in sql(root, f"SELECT a, b, v FROM `{db}`.c ORDER BY a, b")]
+    for size in (1, 2, 7):
+        seen, last = [], None
+        while True:
+            chunk = src.select_chunk(schema, last, size).rows
+            assert len(chunk) <= size
+            if not chunk:
+                break
+            seen += [(r["a"], r["b"]) for r in chunk]
+            last = schema.key_of(chunk[-1])
+        assert seen == expected, f"chunk size {size}"
+    sql(root, f"ANALYZE TABLE `{db}`.c")
+    assert 0 < src.estimate_rows(f"{db}.c") < 100
+    got = src.select_keys(schema, [(2, "b"), (-1, ""), (9, "missing")]).rows
+    assert got == [{"a": -1, "b": "", "v": -10}, {"a": 2, "b": "b", "v": 20}]
+
+
+def test_chunk_keys_of_decimal_datetime_and_binary_types(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.k (d decimal(10,3), t timestamp(6), bn varbinary(4), PRIMARY KEY (d, t, bn))")
+    sql(root, f"INSERT INTO `{db}`.k VALUES (1.5, '2024-01-01 00:00:00.5', x'00'), "
+              f"(1.5, '2024-01-01 00:00:00.5', x'01'), (1.5, '2024-01-01 00:00:01', x'00'), (2, '2020-01-01', x'')")
+    src = make_source(tables=[f"{db}.k"])
+    src.open()
+    schema = src.table_schema(f"{db}.k")
+    first = src.select_chunk(schema, None, 1).rows
+    rest = src.select_chunk(schema, schema.key_of(first[0]), 10).rows
+    assert len(first + rest) == 4 and first[0]["bn"] == {"$b64": "AA=="}
+    assert src.select_keys(schema, [schema.key_of(r) for r in rest]).rows == rest
+
+
+# -- restart -------------------------------------------------------------------------------
+def test_restart_mid_transaction_loses_nothing(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v int)")
+    src = started(make_source(tables=[f"{db}.t"]))
+    sql(root, "BEGIN")
+    for i in range(6):
+        sql(root, f"INSERT INTO `{db}`.t VALUES ({i}, {i})")
+    sql(root, f"UPDATE `{db}`.t SET v = v + 1")
+    sql(root, "COMMIT")
+    sql(root, f"INSERT INTO `{db}`.t VALUES (100, 0)")
+    src.write_watermark("w1")
+    first = [i for i in collect(src, has_watermark("w1")) if not isinstance(i, SchemaEvent)]
+    k = 4  # a row event in the middle of the transaction
+    assert first[k].txid == first[0].txid == first[8].txid
+    src.close()
+
+    again = make_source(source_id=src.source_id, tables=[f"{db}.t"])
+    again.open()
+    again.start_log(first[k].position)
+    second = [i for i in collect(again, has_watermark("w1")) if not isinstance(i, SchemaEvent)]
+    after_k = [i for i in second if i.position > first[k].position]
+    assert after_k == first[k + 1:]
+    assert all(i in first for i in second)  # anything earlier is a duplicate, not new
+
+
+def test_close_stops_the_reader_promptly(db, root, make_source):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
+    src = started(make_source(tables=[f"{db}.t"]))
+    reader = src._reader
+    t0 = time.monotonic()
+    src.close()
+    assert time.monotonic() - t0 < 3 and not reader.is_alive()
+
+
+# -- clear errors --------------------------------------------------------------------------
+@pytest.mark.parametrize("name, bad", [
+    ("binlog_format", "STATEMENT"), ("binlog_row_image", "MINIMAL"), ("binlog_row_metadata", "MINIMAL"),
+])
+def test_wrong_global_binlog_settings_are_refused(root, db, make_source, name, bad):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
+    old = sql(root, f"SELECT @@GLOBAL.{name}")[0][0]
+    try:
+        sql(root, f"SET GLOBAL {name} = '{bad}'")
+        with pytest.raises(ConfigurationError) as err:
+            make_source(tables=[f"{db}.t"]).open()
+    finally:
+        sql(root, f"SET GLOBAL {name} = '{old}'")
+    assert name in err.value.cause and bad in err.value.cause
+    assert f"SET GLOBAL {name}=" in err.value.fix and "my.cnf" in err.value.fix
+
+
+@pytest.mark.parametrize("grants", ["", "BINLOG MONITOR", "REPLICATION SLAVE"])
+def test_missing_replication_privilege_names_the_grant(root, db, make_source, grants):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
+    user, password = f"dblog_np_{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    sql(root, f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")
+    try:
+        sql(root, f"GRANT SELECT ON `{db}`.* TO '{user}'@'%'")
+        sql(root, f"GRANT SELECT, INSERT, UPDATE, CREATE ON dblog.* TO '{user}'@'%'")
+        if grants:
+            sql(root, f"GRANT {grants} ON *.* TO '{user}'@'%'")
+        with pytest.raises(ConfigurationError) as err:
+            make_source(user=user, password=password, tables=[f"{db}.t"]).open()
+        assert "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.*" in err.value.fix
+        assert user in err.value.fix and password not in str(err.value)
+        # With both privileges the same user is accepted.
+        sql(root, f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'%'")
+        make_source(user=user, password=password, tables=[f"{db}.t"]).open()
+    finally:
+        sql(root, f"DROP USER '{user}'@'%'")
+
+
+def test_table_without_primary_key(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.nopk (code varchar(10) NOT NULL, v int, UNIQUE KEY (code))")
+    with pytest.raises(ConfigurationError) as err:
+        make_source(tables=[f"{db}.nopk"]).open()
+    assert "no primary key" in err.value.cause and "key_columns" in err.value.fix
+    src = started(make_source(tables=[f"{db}.nopk"], key_columns={f"{db}.nopk": ["code"]}))
+    assert src.table_schema(f"{db}.nopk").key == ("code",)
+    sql(root, f"INSERT INTO `{db}`.nopk VALUES ('x', 1)")
+    src.write_watermark("k")
+    ev = changes(collect(src, has_watermark("k")))
+    assert [(e.op, e.key) for e in ev] == [(Op.CREATE, ("x",))]
+    with pytest.raises(ConfigurationError):
+        make_source(tables=[f"{db}.nopk"], key_columns={f"{db}.nopk": ["nope"]}).open()
+
+
+def test_unknown_tables(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
+    with pytest.raises(ConfigurationError) as err:
+        make_source(tables=[f"{db}.t", f"{db}.missing"]).open()
+    assert f"{db}.missing" in err.value.cause
+    src = make_source(databases=[db])
+    src.open()
+    assert src.tables() == [f"{db}.t"]
+    with pytest.raises(RequestError):
+        src.table_schema(f"{db}.missing")
+
+
+def test_purged_position_is_lost(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
+    src = started(make_source(tables=[f"{db}.t"]))
+    sql(root, f"INSERT INTO `{db}`.t VALUES (1)")
+    src.write_watermark("p")
+    old = changes(collect(src, has_watermark("p")))[0].position
+    src.close()
+    for _ in range(3):
+        sql(root, "FLUSH BINARY LOGS")
+    number = int(old.coord[:6])
+    deadline = time.monotonic() + 10
+    while int(sql(root, "SHOW BINARY LOGS")[0][0].rsplit(".", 1)[1]) <= number:
+        # A dump thread still reading the old file (ours, just closed) blocks the purge.
+        assert time.monotonic() < deadline, "PURGE BINARY LOGS did not remove the old file"
+        sql(root, f"PURGE BINARY LOGS TO '{sql(root, 'SHOW BINARY LOGS')[-1][0]}'")
+        time.sleep(0.2)
+    again = make_source(source_id=src.source_id, tables=[f"{db}.t"])
+    again.open()
+    with pytest.raises(PositionLostError) as err:
+        again.start_log(old)
+    assert "purged" in err.value.cause and "dump" in err.value.fix
+
+
+def test_reader_errors_are_raised_by_poll(root, db, make_source):
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
+    src = make_source(tables=[f"{db}.t"])
+    src.open()
+    file, _ = sql(root, "SHOW MASTER STATUS")[0][:2]
+    number = int(file.rsplit(".", 1)[1])
+    # Offset 5 is inside the binlog header event: the server refuses to stream from there.
+    src.start_log(Position(f"{number:06d}{5:012d}{5:012d}{0:06d}"))
+    with pytest.raises(PositionLostError):
+        collect(src, lambda items: False, timeout=10)

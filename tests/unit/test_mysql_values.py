@@ -1,0 +1,95 @@
+"""Canonical value conversion and positions of the MySQL source (no server needed)."""
+from __future__ import annotations
+
+import datetime
+import decimal
+
+import pytest
+
+pytest.importorskip("pymysqlreplication")
+
+from airflow_provider_dblog.core.events import Column  # noqa: E402
+from airflow_provider_dblog.sources.mysql_log import decode_coord, encode_coord, file_number  # noqa: E402
+from airflow_provider_dblog.sources.mysql_values import (  # noqa: E402
+    column_kind, from_binlog, from_select, select_expression, to_param,
+)
+
+
+def col(t: str) -> Column:
+    return Column("c", t)
+
+
+@pytest.mark.parametrize(
+    "col_type, binlog, select, canonical",
+    [
+        ("int(11)", -5, -5, -5),
+        ("bigint(20) unsigned", 2**64 - 1, 2**64 - 1, 2**64 - 1),
+        ("tinyint(1)", 2, 2, 2),
+        ("decimal(12,2)", decimal.Decimal("12.30"), decimal.Decimal("12.30"), "12.30"),
+        ("decimal(20,10)", decimal.Decimal("-1E-10"), decimal.Decimal("-1E-10"), "-0.0000000001"),
+        ("float", 0.12345670163631439, 0.12345670163631439, 0.1234567),
+        ("double", 0.1, 0.1, 0.1),
+        ("bit(10)", "1000000001", b"\x02\x01", 513),
+        ("binary(4)", b"ab", b"ab\x00\x00", {"$b64": "YWIAAA=="}),
+        ("varbinary(4)", "", b"", {"$b64": ""}),
+        ("year(4)", 1900, 0, 0),
+        ("year(4)", 2024, 2024, 2024),
+        ("set('a','b','c')", {"c", "a"}, "a,c", "a,c"),
+        ("enum('x','y')", "y", "y", "y"),
+        ("date", datetime.date(2024, 2, 29), datetime.date(2024, 2, 29), "2024-02-29"),
+        ("date", None, "0000-00-00", None),
+        ("datetime(6)", datetime.datetime(2024, 1, 2, 3, 4, 5, 6), datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
+         "2024-01-02T03:04:05.000006"),
+        ("datetime", None, "0000-00-00 00:00:00", None),
+        ("timestamp(6)", datetime.datetime(2024, 1, 2, 3, 4, 5), datetime.datetime(2024, 1, 2, 3, 4, 5),
+         "2024-01-02T03:04:05+00:00"),
+        ("timestamp", datetime.datetime(1970, 1, 1), "0000-00-00 00:00:00", None),
+        ("time(3)", datetime.timedelta(days=-35, seconds=3600, microseconds=500000),
+         datetime.timedelta(days=-35, seconds=3600, microseconds=500000), "-838:59:59.500000"),
+        ("time", datetime.timedelta(hours=25, seconds=1), datetime.timedelta(hours=25, seconds=1), "25:00:01"),
+        ("json", {b"k": [b"v", 1]}, '{"k": ["v", 1]}', {"k": ["v", 1]}),
+        ("json", '{"k": 1}', '{"k": 1}', {"k": 1}),
+        ("text", "é", "é", "é"),
+        ("blob", b"\xff", b"\xff", {"$b64": "/w=="}),
+        ("uuid", b"\x12>Eg\xe8\x9b\x12\xd3\xa4VBf\x14\x17@",
+         "123e4567-e89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-426614174000"),
+        ("inet6", b"\x00" * 10 + b"\xff\xff\x01\x02\x03\x04", "::ffff:1.2.3.4", "::ffff:1.2.3.4"),
+    ],
+)
+def test_both_paths_give_the_same_canonical_value(col_type, binlog, select, canonical):
+    assert from_binlog(col(col_type), binlog) == canonical
+    assert from_select(col(col_type), select) == canonical
+
+
+def test_null_and_empty_set():
+    assert from_binlog(col("set('a')"), None, "empty set") == ""
+    assert from_binlog(col("set('a')"), None, "null") is None
+    assert from_select(col("set('a')"), "") == ""
+    assert from_select(col("int"), None) is None
+
+
+def test_kinds_and_select_expressions():
+    assert column_kind("double precision") == ("double", None)
+    assert column_kind("binary(16)") == ("binary", 16)
+    assert column_kind("varchar(20)") == ("text", None)
+    assert select_expression(lambda n: f"`{n}`", Column("f", "float")) == "CAST(`f` AS DOUBLE) AS `f`"
+    assert select_expression(lambda n: f"`{n}`", Column("f", "double")) == "`f`"
+
+
+def test_key_values_become_comparable_parameters():
+    assert to_param(col("decimal(5,2)"), "1.50") == decimal.Decimal("1.50")
+    assert to_param(col("timestamp(6)"), "2024-01-01T00:00:00.5+00:00") == "2024-01-01 00:00:00.5"
+    assert to_param(col("varbinary(3)"), {"$b64": "AAE="}) == b"\x00\x01"
+    assert to_param(col("int"), 7) == 7
+
+
+def test_coordinates_sort_in_log_order():
+    coords = [encode_coord(1, 900, 950, 3), encode_coord(2, 4, 100, 0), encode_coord(2, 4, 100, 1),
+              encode_coord(2, 4, 200, 0), encode_coord(10, 4, 5, 0)]
+    assert coords == sorted(coords)
+    assert decode_coord(coords[2]) == (2, 4, 100, 1)
+    assert file_number("mysql-bin.000042") == 42
+    with pytest.raises(ValueError):
+        encode_coord(10**6, 0, 0, 0)
+    with pytest.raises(ValueError):
+        decode_coord("12")
