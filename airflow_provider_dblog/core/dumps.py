@@ -154,9 +154,11 @@ class Dump:
                 "done": p.done,
                 "last_key": list(p.last_key) if p.last_key is not None else None,
             }
-            if estimates and t in estimates and estimates[t] > 0:
-                entry["estimated_rows"] = estimates[t]
-                entry["percent"] = 100.0 if p.done else round(min(99.9, 100 * p.rows / estimates[t]), 1)
+            # a key-list dump reads at most its keys; a table dump about the table's rows
+            est = len(self.spec.keys) if self.spec.keys is not None else (estimates or {}).get(t, 0)
+            if est > 0:
+                entry["estimated_rows"] = est
+                entry["percent"] = 100.0 if p.done else round(min(99.9, 100 * p.rows / est), 1)
             tables[t] = entry
         return {
             "dump_id": self.dump_id,

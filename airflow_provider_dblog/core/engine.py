@@ -87,6 +87,8 @@ class Engine:
         self._next_control = 0.0
         self._next_chunk_at = 0.0
         self._events_in = 0
+        self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
+        self._estimates: dict[str, int] = {}  # table -> estimated rows, for dump percentages
         self._writer: Optional[Writer] = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -161,6 +163,8 @@ class Engine:
             last = pos
             if isinstance(item, ChangeEvent):
                 self._events_in += 1
+                if item.commit_ts is not None:
+                    self._last_commit_ts = item.commit_ts
                 for ev in self._split(item):
                     out.extend(self._emit(self.window.process(ev)))
             else:
@@ -228,6 +232,12 @@ class Engine:
         self._next_control = now + self.config.control_interval
         self._dumps = [d for d in self.state.list_dumps(self.source_id) if not d.status.finished]
         for d in self._dumps:
+            for t in self._tables_of(d):
+                if t not in self._estimates:
+                    try:
+                        self._estimates[t] = self.source.estimate_rows(t)
+                    except DBLogError:
+                        self._estimates[t] = 0  # unknown table: the dump fails with the reason
             known = self._progress.setdefault(d.dump_id, {})
             for t, p in d.progress.items():  # durable progress from an earlier run
                 if t not in known or known[t].chunks < p.chunks:
@@ -345,6 +355,10 @@ class Engine:
             "events_total": self._events_in,
             "buffered": self._writer.buffered() if self._writer else 0,
             "window": self.window.state.value,
+            # seconds between the newest processed commit and now (0 when the log is idle)
+            "lag_seconds": round(max(0.0, time.time() - self._last_commit_ts / 1e6), 3)
+            if self._last_commit_ts and rate > 0 else 0.0,
+            "estimates": self._estimates,
             "log": src,
         }
 

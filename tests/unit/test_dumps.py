@@ -53,3 +53,16 @@ def test_spec_and_progress_round_trip():
 def test_control_bounds(kw):
     with pytest.raises(RequestError):
         DumpControl(**kw)
+
+
+def test_status_percent_uses_keys_for_key_lists_and_estimates_for_tables():
+    from airflow_provider_dblog.core.dumps import Dump, DumpStatus
+
+    keyed = DumpSpec.new("src", ["s.t"], [(1, "a"), (2, "b"), (3, "c"), (4, "d")])
+    d = Dump(keyed, DumpControl(), DumpStatus.RUNNING, {"s.t": TableProgress(None, 1, 1, False, 2)})
+    assert d.to_dict({"s.t": 10_000})["progress"]["s.t"]["percent"] == 25.0
+    table = DumpSpec.new("src", ["s.t"])
+    d = Dump(table, DumpControl(), DumpStatus.RUNNING, {"s.t": TableProgress((5,), 500, 1)})
+    assert d.to_dict({"s.t": 1000})["progress"]["s.t"]["percent"] == 50.0
+    done = Dump(table, DumpControl(), DumpStatus.DONE, {"s.t": TableProgress((5,), 1500, 2, True)})
+    assert done.to_dict({"s.t": 1000})["progress"]["s.t"]["percent"] == 100.0
