@@ -1,0 +1,469 @@
+"""PostgreSQL source: logical replication (pgoutput or wal2json) plus watermark-based chunks.
+
+Two connections: a replication connection streams the slot; a regular autocommit connection
+writes watermarks, runs chunk SELECTs and reads the catalog. Both run with the same session
+settings (``SESSION_SETTINGS``) because the text of a value depends on them, and the log
+and a dump must agree (postgres_values). Messages become log items in postgres_log, which
+also explains the positions.
+
+Restarts: ``start_log(P)`` asks for the log from P's commit LSN. PostgreSQL sends that whole
+transaction again (it skips only transactions whose commit record lies before the start
+point) and the engine drops what it already has. ``acknowledge(P)`` confirms the slot up to
+P's commit LSN and never further, so that restart point stays available. A slot confirmed
+beyond a checkpoint therefore means the transactions in between are gone: PositionLostError.
+
+psycopg2 caveat: when the client confirmed a position at or after the start LSN of the last
+message it received and a keepalive then arrives, psycopg2 itself moves the flush position
+to the keepalive's WAL end. In the middle of a transaction that began before the confirmed
+commit, this can confirm transactions the output has not made durable yet. The walsender
+sends such mid-transaction keepalives only when the client has not replied for half of
+wal_sender_timeout; a crash right after would then end in PositionLostError at the next
+start (loud, never a silent gap).
+
+WAL retention: the slot is confirmed only by acknowledged changes of captured tables; while
+those tables are idle, the server keeps the WAL written since (``log_status`` shows it).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import select
+import time
+from typing import Any, Optional, Sequence
+
+import psycopg2
+import psycopg2.extensions
+import psycopg2.extras
+
+from ..core.chunks import POSTGRES, chunk_query, keys_query
+from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError
+from ..core.events import Key, LogItem, Position
+from ..core.protocols import ChunkResult
+from .postgres_catalog import (
+    TableInfo, check_replica_identity, format_types, list_tables, quote_ident, quote_table, read_table,
+    type_names,
+)
+from .postgres_errors import first_line, translate
+from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, parse_lsn
+from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
+from .postgres_values import RAW_TEXT_OIDS, from_pg_text
+
+log = logging.getLogger(__name__)
+
+SESSION_SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO", "bytea_output": "hex", "extra_float_digits": "1",
+                    "IntervalStyle": "postgres", "client_encoding": "UTF8"}
+_OPTIONS = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
+_PLUGINS = ("pgoutput", "wal2json")
+_RAW_TEXT = psycopg2.extensions.new_type(
+    tuple(sorted(set(RAW_TEXT_OIDS) | set(psycopg2.extensions.string_types))), "DBLOG_PG_TEXT", lambda v, _c: v
+)
+
+
+def slot_name_for(source_id: str) -> str:
+    """Slot and publication names allow only [a-z0-9_], at most 63 characters."""
+    return ("dblog_" + re.sub(r"[^a-z0-9_]", "_", source_id.lower()))[:63]
+
+
+def wal2json_table_filter(tables: Sequence[str]) -> str:
+    """wal2json's add-tables list: schema.table, special characters escaped with '\\'."""
+    def esc(part: str) -> str:
+        return re.sub(r"([\\ ',.*])", r"\\\1", part)
+    return ",".join(f"{esc(s)}.{esc(t)}" for s, _, t in (x.partition(".") for x in tables))
+
+
+class PostgresSource:
+    def __init__(
+        self,
+        *,
+        source_id: str,
+        host: str,
+        port: int,
+        user: str,
+        password: str,
+        dbname: str,
+        tables: Optional[list[str]] = None,
+        plugin: str = "pgoutput",
+        slot_name: Optional[str] = None,
+        publication: Optional[str] = None,
+        watermark_schema: str = "dblog",
+        key_columns: Optional[dict[str, list[str]]] = None,
+        connect_timeout: int = 10,
+    ):
+        if plugin not in _PLUGINS:
+            raise ConfigurationError(f"unknown output plugin {plugin!r}.", f"use one of {list(_PLUGINS)}.")
+        self.source_id = source_id
+        self.plugin = plugin
+        self.slot_name = slot_name or slot_name_for(source_id)
+        if not re.fullmatch(r"[a-z0-9_]{1,63}", self.slot_name):
+            raise ConfigurationError(
+                f"replication slot name {self.slot_name!r} is not valid.",
+                "slot names may contain only lower-case letters, digits and '_' (at most 63).",
+            )
+        self.publication = publication or slot_name_for(source_id)
+        self.watermark_schema = watermark_schema
+        self.watermark_table = f"{watermark_schema}.watermarks"
+        self._dsn = dict(host=host, port=port, user=user, password=password, dbname=dbname,
+                         connect_timeout=connect_timeout, application_name=f"dblog-{source_id}"[:63])
+        self._requested_tables = list(tables) if tables is not None else None
+        self._key_columns = dict(key_columns or {})
+        self._conn: Any = None
+        self._repl_conn: Any = None
+        self._cursor: Any = None
+        self._tables: list[str] = []
+        self._captured: set[str] = set()
+        self._infos: dict[str, TableInfo] = {}
+        self._type_cache: dict[int, str] = {}
+        self._label_cache: dict[tuple[int, int], str] = {}
+        self._slot_created = False
+        self._encoding = "utf-8"
+        self._reset_stream()
+
+    # -- connections -------------------------------------------------------------------
+    def _connect(self, replication: bool = False):
+        kwargs = dict(self._dsn, options=_OPTIONS)
+        if replication:
+            kwargs["connection_factory"] = psycopg2.extras.LogicalReplicationConnection
+        try:
+            conn = psycopg2.connect(**kwargs)
+        except psycopg2.OperationalError as exc:
+            d = self._dsn
+            raise ConfigurationError(
+                f"cannot connect to PostgreSQL {d['host']}:{d['port']} database {d['dbname']} as "
+                f"{d['user']}{' for replication' if replication else ''}: {first_line(exc)}",
+                "check host, port, user, password and pg_hba.conf (a logical replication "
+                "connection matches the database's ordinary pg_hba.conf entries).",
+            ) from None
+        if not replication:
+            conn.autocommit = True
+        return conn
+
+    def _cur(self):
+        return self._conn.cursor()
+
+    def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self._cur() as cur:
+            cur.execute(sql, params)
+            row = cur.fetchone()
+            return row[0] if row else None
+
+    # -- open: validation and set-up -----------------------------------------------------
+    def open(self) -> None:
+        self._conn = self._connect()
+        try:
+            self._encoding = psycopg2.extensions.encodings.get(
+                self._scalar("SHOW server_encoding"), "utf-8")
+            with self._cur() as cur:
+                check_server(cur, self._dsn["user"], self.plugin)
+            self._tables = self._resolve_tables()
+            self._captured.clear()  # in place: the log decoder holds this set
+            self._captured.update(self._tables)
+            for table in self._tables:
+                check_replica_identity(self._info(table, refresh=True))
+            with self._cur() as cur:
+                ensure_watermark_table(cur, self.watermark_table, self.source_id)
+                if self.plugin == "pgoutput":
+                    ensure_publication(cur, self.publication, self._tables, self.watermark_table)
+            self._ensure_slot()
+        except psycopg2.Error as exc:
+            raise translate(exc, self) from None
+
+    def _resolve_tables(self) -> list[str]:
+        with self._cur() as cur:
+            if self._requested_tables is None:
+                return list_tables(cur, [self.watermark_schema])
+            unknown = []
+            for table in self._requested_tables:
+                try:
+                    self._info(table, refresh=True)
+                except RequestError:
+                    unknown.append(table)
+        if unknown:
+            raise ConfigurationError(
+                f"table(s) {unknown} to capture do not exist in database {self._dsn['dbname']} "
+                "(or this role cannot see them).",
+                'fix the tables list: schema-qualified, case-sensitive names ("schema.table").',
+            )
+        return list(self._requested_tables)
+
+    def _slot_row(self) -> Optional[dict]:
+        with self._cur() as cur:
+            cur.execute(
+                "SELECT plugin, slot_type, database, active, active_pid, confirmed_flush_lsn::text, "
+                "wal_status FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot_name,),
+            )
+            row = cur.fetchone()
+        if row is None:
+            return None
+        keys = ("plugin", "slot_type", "database", "active", "active_pid", "confirmed_flush", "wal_status")
+        return dict(zip(keys, row))
+
+    def _ensure_slot(self) -> None:
+        slot = self._slot_row()
+        if slot is None:
+            # After the publication: pgoutput looks the publication up as of each change.
+            self._scalar("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)",
+                         (self.slot_name, self.plugin))
+            self._slot_created = True
+            return
+        if slot["slot_type"] != "logical" or slot["plugin"] != self.plugin or slot["database"] != self._dsn["dbname"]:
+            raise ConfigurationError(
+                f"replication slot {self.slot_name} exists but is a {slot['slot_type']} slot for plugin "
+                f"{slot['plugin']} in database {slot['database']}, not a {self.plugin} slot in "
+                f"{self._dsn['dbname']}.",
+                "pass another slot_name, or drop that slot (SELECT pg_drop_replication_slot"
+                f"('{self.slot_name}')) if nothing else uses it.",
+            )
+        # An active slot is no error yet: the CLI opens a source next to a running capture
+        # (to validate a dump request); only start_log needs the slot to itself.
+
+    def _check_slot_free(self, slot: dict, wait: float = 10.0) -> dict:
+        """A closed reader's walsender can hold the slot a moment longer: wait a little
+        before deciding that another process uses it."""
+        deadline = time.monotonic() + wait
+        while slot["active"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            slot = self._slot_row() or dict(slot, active=False)
+        if slot["active"]:
+            raise ConfigurationError(
+                f"replication slot {self.slot_name} is in use by another process "
+                f"(pid {slot['active_pid']}).",
+                "stop the other capture of this source (only one reader per slot), or pass "
+                "another slot_name.",
+            )
+        return slot
+
+    # -- schemas -------------------------------------------------------------------------
+    def tables(self) -> list[str]:
+        return list(self._tables)
+
+    def _info(self, table: str, refresh: bool = False) -> TableInfo:
+        info = None if refresh else self._infos.get(table)
+        if info is None:
+            keys = self._key_columns.get(table)
+            with self._cur() as cur:
+                info = read_table(cur, table, keys)
+            if keys and tuple(keys) != info.schema.key:
+                log.warning("table %s has a primary key %s; key_columns %s are not used",
+                            table, info.schema.key, keys)
+            self._infos[table] = info
+        return info
+
+    def table_schema(self, table: str):
+        return self._info(table).schema
+
+    def _type_name(self, oid: int) -> str:
+        name = self._type_cache.get(oid)
+        if name is None:
+            with self._cur() as cur:
+                self._type_cache.update(type_names(cur, [oid]))
+            name = self._type_cache.setdefault(oid, "text")
+        return name
+
+    def _format_type(self, oid: int, modifier: int) -> str:
+        label = self._label_cache.get((oid, modifier))
+        if label is None:
+            with self._cur() as cur:
+                self._label_cache.update(format_types(cur, [(oid, modifier)]))
+            label = self._label_cache[(oid, modifier)]
+        return label
+
+    # -- log ----------------------------------------------------------------------------
+    def _reset_stream(self) -> None:
+        self._decoder = LogDecoder(self.source_id, self.watermark_table, self._captured,
+                                   self._info, self._type_name, self._format_type, self._encoding)
+        self._deferred_error: Optional[BaseException] = None
+        self._acked = 0
+
+    def start_log(self, after: Optional[Position]) -> None:
+        self._close_stream()
+        self._reset_stream()
+        start = commit_lsn_of(after) if after is not None else 0
+        slot = self._slot_row()
+        if slot is not None:
+            slot = self._check_slot_free(slot)
+        if after is not None:
+            if slot is None or self._slot_created:
+                raise PositionLostError(
+                    f"replication slot {self.slot_name} did not exist when the capture started, "
+                    f"so the log after position {after} is gone (the slot was dropped or lost).")
+            if slot["wal_status"] == "lost":
+                raise PositionLostError(
+                    f"replication slot {self.slot_name} lost its WAL (wal_status 'lost', e.g. "
+                    "max_slot_wal_keep_size was exceeded).")
+            confirmed = parse_lsn(slot["confirmed_flush"]) if slot["confirmed_flush"] else 0
+            if confirmed > start:
+                raise PositionLostError(
+                    f"replication slot {self.slot_name} is confirmed up to {slot['confirmed_flush']}, "
+                    f"beyond the checkpoint's commit LSN {format_lsn(start)}: the server no longer "
+                    "sends the transactions in between.")
+        if slot is None:
+            raise PositionLostError(f"replication slot {self.slot_name} was dropped after the source opened.")
+        self._repl_conn = self._connect(replication=True)
+        self._cursor = self._repl_conn.cursor()
+        try:
+            self._cursor.start_replication(slot_name=self.slot_name, decode=False, start_lsn=start,
+                                           options=self._plugin_options(), status_interval=10)
+        except psycopg2.Error as exc:
+            raise translate(exc, self) from None
+        self._acked = start
+        # From now on the slot holds every position this process hands out.
+        self._slot_created = False
+
+    def _plugin_options(self) -> dict[str, str]:
+        if self.plugin == "pgoutput":
+            return {"proto_version": "1", "publication_names": quote_ident(self.publication)}
+        return {
+            "format-version": "2", "include-xids": "1", "include-timestamp": "1", "include-lsn": "1",
+            "include-types": "1", "include-typmod": "1", "include-type-oids": "1", "include-transaction": "1",
+            "add-tables": wal2json_table_filter(self._tables + [self.watermark_table]),
+        }
+
+    def poll(self, max_items: int, timeout: float) -> list[LogItem]:
+        if self._cursor is None:
+            raise RuntimeError("poll() before start_log()")
+        if self._deferred_error is not None:
+            raise self._deferred_error
+        pending = self._decoder.pending
+        decode = self._decoder.pgoutput if self.plugin == "pgoutput" else self._decoder.wal2json
+        deadline = time.monotonic() + timeout
+        while len(pending) < max_items:
+            try:
+                msg = self._cursor.read_message()
+                if msg is None:
+                    if pending:
+                        break  # drain what is there, never wait once something is found
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    select.select([self._cursor], [], [], remaining)
+                    continue
+                decode(msg.payload)
+            except (psycopg2.Error, DBLogError) as exc:
+                err = translate(exc, self) if isinstance(exc, psycopg2.Error) else exc
+                if not pending:
+                    raise err from None
+                # Hand out what came before the failure first, so the checkpoint gets there.
+                self._deferred_error = err
+                break
+        return [pending.popleft() for _ in range(min(max_items, len(pending)))]
+
+    # -- watermarks and chunks -------------------------------------------------------------
+    def write_watermark(self, uuid: str) -> None:
+        with self._cur() as cur:
+            # An upsert, so a watermark row deleted by hand does not stall dumps.
+            cur.execute(
+                f"INSERT INTO {quote_table(self.watermark_table)} (source_id, value, updated_at) "
+                "VALUES (%s, %s, now()) ON CONFLICT (source_id) DO UPDATE "
+                "SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at",
+                (self.source_id, uuid),
+            )
+
+    def select_chunk(self, schema, after_key: Optional[Key], limit: int) -> ChunkResult:
+        sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), after_key, limit)
+        return self._select(schema, sql, params)
+
+    def select_keys(self, schema, keys: Sequence[Key]) -> ChunkResult:
+        if not keys:
+            return ChunkResult([])
+        sql, params = keys_query(POSTGRES, schema, self._select_list(schema), keys)
+        return self._select(schema, sql, params)
+
+    @staticmethod
+    def _select_list(schema) -> list[str]:
+        return [POSTGRES.quote(c.name) for c in schema.columns]
+
+    def _select(self, schema, sql: str, params: list) -> ChunkResult:
+        """One REPEATABLE READ snapshot for the chunk, plus the transactions it cannot see.
+
+        PostgreSQL's WAL commit order and visibility order may differ: a transaction whose
+        commit record precedes LW can still be invisible to a snapshot taken after LW
+        committed. Its events must remove keys from the chunk like window events do
+        (ChunkResult). Invisible are the snapshot's in-progress list (xip) and every xid
+        from its xmax on; the latter cannot be listed from the snapshot, so the statement
+        also takes an xid of its own, N: every transaction running at the snapshot has an
+        xid below N, and [xmax, N) covers them."""
+        info = self._info(schema.table)
+        names = [c.name for c in schema.columns]
+        converters = [info.base_types.get(n, c.type) for n, c in zip(names, schema.columns)]
+        with self._cur() as cur:
+            # Keep every value as the server's text: from_pg_text then treats it exactly
+            # like the text the log carries.
+            psycopg2.extensions.register_type(_RAW_TEXT, cur)
+            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            try:
+                # The snapshot is taken when this statement starts, the xid while it runs.
+                cur.execute("SELECT pg_current_snapshot()::text, pg_current_xact_id()::text")
+                snapshot, own = cur.fetchone()
+                cur.execute(sql, [_to_param(p) for p in params])
+                raw = cur.fetchall()
+            finally:
+                # Nothing was written: ROLLBACK ends it (and also clears an error).
+                cur.execute("ROLLBACK")
+        rows = [{n: from_pg_text(t, v) for n, t, v in zip(names, converters, r)} for r in raw]
+        return ChunkResult(rows, invisible_xids(snapshot, int(own)))
+
+    # -- progress ----------------------------------------------------------------------
+    def acknowledge(self, position: Position) -> None:
+        lsn = commit_lsn_of(position)
+        if lsn <= self._acked:
+            return
+        self._acked = lsn
+        if self._cursor is not None:
+            # The commit LSN, not beyond: a restart from this position needs that
+            # transaction again (see the module docstring).
+            self._cursor.send_feedback(write_lsn=lsn, flush_lsn=lsn, force=True)
+
+    def estimate_rows(self, table: str) -> int:
+        info = self._info(table)
+        n = self._scalar("SELECT reltuples FROM pg_class WHERE oid = %s", (info.oid,))
+        return max(0, int(n or 0))
+
+    def log_status(self) -> dict:
+        with self._cur() as cur:
+            cur.execute(
+                "SELECT pg_current_wal_lsn()::text, s.confirmed_flush_lsn::text, "
+                "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, s.wal_status "
+                "FROM (SELECT 1) x LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
+                (self.slot_name,),
+            )
+            server, confirmed, lag, wal_status = cur.fetchone()
+        return {"server_lsn": server, "slot": self.slot_name, "slot_confirmed_flush": confirmed,
+                "lag_bytes": lag, "wal_status": wal_status, "acknowledged": format_lsn(self._acked)}
+
+    def _close_stream(self) -> None:
+        if self._repl_conn is not None:
+            try:
+                self._repl_conn.close()
+            except psycopg2.Error:
+                pass
+        self._repl_conn = self._cursor = None
+
+    def close(self) -> None:
+        self._close_stream()
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg2.Error:
+                pass
+            self._conn = None
+
+
+def invisible_xids(snapshot: str, own_xid: int) -> frozenset[str]:
+    """The transactions a snapshot ('xmin:xmax:xip,...') does not see that were running when
+    it was taken, as the 32-bit xids the log carries (``own_xid`` was assigned after it)."""
+    _xmin, xmax, xip = snapshot.split(":")
+    xids = {int(x) for x in xip.split(",") if x}
+    xids.update(range(int(xmax), own_xid))
+    return frozenset(str(x & 0xFFFFFFFF) for x in xids)
+
+
+def _to_param(value: Any) -> Any:
+    """Canonical key value -> query parameter (the placeholder casts it to the column type)."""
+    if isinstance(value, dict) and "$b64" in value:
+        return psycopg2.Binary(base64.b64decode(value["$b64"]))
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return value

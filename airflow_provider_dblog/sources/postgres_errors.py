@@ -1,0 +1,81 @@
+"""PostgreSQL server errors with a known cause, as errors that name the cause and the fix.
+
+Invariant 8 of DESIGN.md: a bad configuration stops with the setting or command to change.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from ..core.errors import ConfigurationError, PositionLostError
+from .postgres_catalog import quote_ident, quote_table
+from .postgres_setup import plugin_not_allowed_error
+
+if TYPE_CHECKING:
+    from .postgres import PostgresSource
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "pgerror", None) or exc).strip()
+    text = re.sub(r"^(ERROR|FATAL):\s+", "", text)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def translate(exc: BaseException, src: "PostgresSource") -> BaseException:
+    """A server error that has a known cause and fix, as a ConfigurationError; others as is."""
+    msg = first_line(exc)
+    low = msg.lower()
+    slot, user, pub = src.slot_name, src._dsn["user"], quote_ident(src.publication)
+    if "output_plugin_libraries" in low or ("output plugin" in low and "not allowed" in low):
+        setting = None
+        try:
+            setting = src._scalar("SELECT setting FROM pg_settings WHERE name = 'output_plugin_libraries'")
+        except Exception:
+            pass
+        err = plugin_not_allowed_error(src.plugin, setting)
+        return ConfigurationError(f"{err.cause} (server: {msg})", err.fix)
+    if "could not access file" in low and src.plugin in low:
+        return ConfigurationError(
+            f"the output plugin {src.plugin} is not installed on the server ({msg}).",
+            "install it on the database server (Debian/Ubuntu: apt-get install "
+            "postgresql-<major version>-wal2json) or use plugin='pgoutput', which is built in.",
+        )
+    if "is active for pid" in low or ("replication slot" in low and "in use" in low):
+        return ConfigurationError(
+            f"replication slot {slot} is in use by another process ({msg}).",
+            "stop the other capture of this source (a slot has one reader), or pass another slot_name.",
+        )
+    if "all replication slots are in use" in low or "number of requested standby connections" in low:
+        return ConfigurationError(
+            f"the server has no free replication slot or WAL sender ({msg}).",
+            "raise max_replication_slots / max_wal_senders (ALTER SYSTEM SET ...; restart) or "
+            "drop unused slots (SELECT pg_drop_replication_slot(name) FROM pg_replication_slots WHERE NOT active).",
+        )
+    if "must be superuser or replication role" in low or "permission denied to start wal sender" in low \
+            or "must be superuser or have replication" in low:
+        return ConfigurationError(
+            f"role {user} may not use replication ({msg}).",
+            f"run ALTER ROLE {quote_ident(user)} REPLICATION; (as a superuser).",
+        )
+    if "publication" in low and "does not exist" in low:
+        return ConfigurationError(
+            f"publication {src.publication} does not exist as of the changes being decoded ({msg}).",
+            f"create it (CREATE PUBLICATION {pub} FOR TABLE ...), and note that a slot only sees "
+            "changes made after its publication existed: drop and recreate the slot, then run a full dump.",
+        )
+    if "must be owner of" in low:
+        return ConfigurationError(
+            f"role {user} cannot add the captured tables to publication {src.publication} ({msg}).",
+            f"have the tables' owner or a superuser run CREATE PUBLICATION {pub} FOR TABLE "
+            f"{', '.join(quote_table(t) for t in src.tables() + [src.watermark_table])};",
+        )
+    if "permission denied" in low:
+        return ConfigurationError(
+            f"role {user} lacks a privilege DBLog needs ({msg}).",
+            f"grant it SELECT on the captured tables, USAGE on their schemas and CREATE on the "
+            f"database (for schema {src.watermark_schema}), or create "
+            f"{src.watermark_table} for it beforehand.",
+        )
+    if "requested wal segment" in low and "removed" in low:
+        return PositionLostError(f"the server removed WAL the replication slot still needs ({msg}).")
+    return exc

@@ -1,0 +1,272 @@
+"""Turns PostgreSQL logical replication messages (pgoutput or wal2json) into DBLog log items.
+
+No I/O of its own: the source hands it each message's payload plus catalog look-ups (a
+table's schema, a type OID's name, format_type()), so both plugins go through the same rules.
+
+Positions: ``coord`` is the transaction's commit LSN (16 hex digits) followed by the
+change's 1-based index in the transaction (10 digits). Both plugins announce the commit LSN
+when a transaction starts (pgoutput Begin.final_lsn; wal2json format 2 "B" record "lsn"
+with include-lsn), so a change gets its position without buffering its transaction, and
+positions sort in commit order. The index counts every row change the plugin sends (the
+publication / add-tables filter is fixed), so a transaction sent again after a restart gets
+the same positions.
+
+Schemas come from the log, not from today's catalog: the log may be decoded long after a
+table changed (a restart with lag), and each event must reference the columns it carries.
+pgoutput's Relation message gives the column names, types and modifiers as of the change;
+wal2json prints each column's type with its modifier. Only what the log does not carry
+(nullability, the key when its columns still exist) is taken from the catalog.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Optional
+
+from ..core.errors import ConfigurationError, DBLogError
+from ..core.events import ChangeEvent, Column, Op, Position, SchemaEvent, TableSchema, WatermarkEvent
+from . import pgoutput
+from .postgres_catalog import TableInfo, quote_table, type_label
+from .postgres_values import UNCHANGED_TOAST_VALUE, from_pg_text, parse_wal2json, timestamp_us, wal2json_text
+
+
+def make_position(commit_lsn: int, index: int) -> Position:
+    return Position(f"{commit_lsn:016X}{index:010d}")
+
+
+def commit_lsn_of(position: Position) -> int:
+    return int(position.coord[:16], 16)
+
+
+def parse_lsn(text: str) -> int:
+    hi, _, lo = text.partition("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def format_lsn(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+class _Txn:
+    __slots__ = ("commit_lsn", "commit_ts", "txid", "index")
+
+    def __init__(self, commit_lsn: int, commit_ts: Optional[int], txid: str):
+        self.commit_lsn, self.commit_ts, self.txid, self.index = commit_lsn, commit_ts, txid, 0
+
+    def next_position(self) -> Position:
+        self.index += 1
+        return make_position(self.commit_lsn, self.index)
+
+
+class LogDecoder:
+    """State of one replication stream: open transaction, relations, announced schemas."""
+
+    def __init__(
+        self,
+        source_id: str,
+        watermark_table: str,
+        captured: set[str],
+        table_info: Callable[[str, bool], TableInfo],
+        type_name: Callable[[int], str],
+        format_type: Callable[[int, int], str],
+        encoding: str = "utf-8",  # the database's, as a Python codec name
+    ):
+        self.source_id = source_id
+        self.watermark_table = watermark_table
+        self.captured = captured
+        self._table_info = table_info  # (table, refresh) -> TableInfo
+        self._type_name = type_name  # OID -> base type name (how to convert values)
+        self._format_type = format_type  # (OID, modifier) -> the column's type as format_type()
+        self.encoding = encoding
+        self.pending: deque = deque()
+        self._txn: Optional[_Txn] = None
+        self._relations: dict[int, pgoutput.Relation] = {}
+        self._schemas: dict[str, TableSchema] = {}  # table -> its schema as of the log
+        self._announced: dict[str, str] = {}  # table -> schema id announced in this stream
+
+    # -- pgoutput ---------------------------------------------------------------------
+    def pgoutput(self, payload: bytes) -> None:
+        # pgoutput converts text to the client encoding, which the source sets to UTF8.
+        m = pgoutput.decode(payload, "utf-8")
+        if isinstance(m, pgoutput.Begin):
+            self._txn = _Txn(m.final_lsn, m.commit_ts, str(m.xid))
+        elif isinstance(m, pgoutput.Commit):
+            self._txn = None
+        elif isinstance(m, pgoutput.Relation):
+            self._relations[m.relid] = m
+            if m.qualified_name in self.captured:
+                # Sent before a table's first change in a stream and after its schema changed.
+                cols = [(c.name, self._format_type(c.type_oid, c.type_modifier)) for c in m.columns]
+                self._use_schema(self._log_schema(m.qualified_name, cols, [c.name for c in m.columns if c.is_key]))
+        elif isinstance(m, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):
+            rel = self._relation(m.relid)
+            txn = self._in_txn()
+            pos = txn.next_position()
+            table = rel.qualified_name
+            if table != self.watermark_table and table not in self.captured:
+                return
+            if isinstance(m, pgoutput.Insert):
+                self._change(table, Op.CREATE, None, self._pg_row(rel, m.new), pos, txn)
+            elif isinstance(m, pgoutput.Update):
+                # 'K' (key changed) carries the identity columns, the others are NULL fillers.
+                before = self._pg_row(rel, m.old, key_only=m.old_kind == "K") if m.old is not None else None
+                self._change(table, Op.UPDATE, before, self._pg_row(rel, m.new), pos, txn)
+            else:
+                before = self._pg_row(rel, m.old, key_only=m.old_kind == "K")
+                self._change(table, Op.DELETE, before, None, pos, txn)
+        elif isinstance(m, pgoutput.Truncate):
+            self._truncate([self._relation(r).qualified_name for r in m.relids])
+        # Origin, Type and logical Message carry nothing DBLog needs.
+
+    def _relation(self, relid: int) -> pgoutput.Relation:
+        rel = self._relations.get(relid)
+        if rel is None:
+            raise pgoutput.DecodeError(f"change for relation {relid} before its Relation message")
+        return rel
+
+    def _in_txn(self) -> _Txn:
+        if self._txn is None:
+            raise pgoutput.DecodeError("row change outside a transaction (no Begin seen)")
+        return self._txn
+
+    def _pg_row(self, rel: pgoutput.Relation, values, key_only: bool = False) -> dict:
+        row: dict[str, Any] = {}
+        for col, v in zip(rel.columns, values):
+            if key_only and not col.is_key:
+                continue
+            if v is pgoutput.UNCHANGED_TOAST:
+                row[col.name] = dict(UNCHANGED_TOAST_VALUE)
+            elif isinstance(v, bytes):
+                raise pgoutput.DecodeError("binary tuple data received although text was requested")
+            else:
+                row[col.name] = from_pg_text(self._type_name(col.type_oid), v)
+        return row
+
+    # -- wal2json (format-version 2) ----------------------------------------------------------
+    def wal2json(self, payload: Any) -> None:
+        # wal2json writes JSON in the database encoding.
+        m = parse_wal2json(payload.decode(self.encoding) if isinstance(payload, bytes) else payload)
+        action = m.get("action")
+        if action == "B":
+            self._txn = _Txn(parse_lsn(m["lsn"]), timestamp_us(m.get("timestamp")), str(m.get("xid")))
+        elif action == "C":
+            self._txn = None
+        elif action in ("I", "U", "D"):
+            txn = self._in_txn()
+            pos = txn.next_position()
+            table = f"{m['schema']}.{m['table']}"
+            if table != self.watermark_table and table not in self.captured:
+                return
+            after = self._w2j_row(table, m.get("columns")) if action != "D" else None
+            before = self._w2j_row(table, m["identity"]) if "identity" in m else None
+            if table in self.captured:
+                if after is not None:
+                    after = self._w2j_schema_check(table, m["columns"], after, action == "U")
+                if action == "U" and before is not None:
+                    key = self._schema(table).key
+                    # wal2json sends the identity with every update, pgoutput only when the
+                    # key changed or the identity is FULL: keep both plugins' events alike.
+                    if set(before) == set(key) and all(before[c] == after.get(c) for c in key):
+                        before = None
+            op = {"I": Op.CREATE, "U": Op.UPDATE, "D": Op.DELETE}[action]
+            self._change(table, op, before, after, pos, txn)
+        elif action == "T":
+            self._truncate([f"{m['schema']}.{m['table']}"])
+        # "M" (logical messages) carries nothing DBLog needs.
+
+    def _w2j_row(self, table: str, cols: Optional[list]) -> dict:
+        row: dict[str, Any] = {}
+        for c in cols or ():
+            oid = c.get("typeoid")
+            if oid is not None:
+                type_name = self._type_name(int(oid))
+            else:  # a wal2json without include-type-oids: fall back to the catalog
+                type_name = self._table_info(table, False).base_types.get(c["name"], "text") \
+                    if table in self.captured else "text"
+            row[c["name"]] = from_pg_text(type_name, wal2json_text(type_name, c.get("value")))
+        return row
+
+    def _w2j_schema_check(self, table: str, cols: list, after: dict, is_update: bool) -> dict:
+        """wal2json has no Relation messages: a column list that differs from the schema in
+        use means the table changed. An UPDATE leaves out its unchanged TOASTed columns."""
+        current = self._schema(table)
+        have = [(c.name, c.type) for c in current.columns]
+        got = [(c["name"], type_label(c["type"])) for c in cols if "type" in c]
+        if len(got) == len(cols) and got != have and not (is_update and _subsequence(got, have)):
+            if is_update:  # which columns are TOASTed and which were dropped: ask the catalog
+                self._use_schema(self._table_info(table, True).schema)
+            else:
+                self._use_schema(self._log_schema(table, got, []))
+        elif table not in self._announced:
+            self._use_schema(current)
+        if is_update:
+            for c in self._schema(table).column_names():
+                if c not in after:
+                    after[c] = dict(UNCHANGED_TOAST_VALUE)
+        return after
+
+    # -- both --------------------------------------------------------------------------
+    def _schema(self, table: str) -> TableSchema:
+        schema = self._schemas.get(table)
+        return schema if schema is not None else self._table_info(table, False).schema
+
+    def _log_schema(self, table: str, cols: list[tuple[str, str]], identity: list[str]) -> TableSchema:
+        """The schema of the columns a message carries; nullability and the key from the
+        catalog (the key from the replica identity if the catalog's key columns are gone)."""
+        catalog = self._table_info(table, True).schema
+        nullable = {c.name: c.nullable for c in catalog.columns}
+        names = [n for n, _ in cols]
+        key = catalog.key if all(k in names for k in catalog.key) else tuple(identity)
+        if not key:
+            raise ConfigurationError(
+                f"the log's columns of table {table} ({names}) no longer include its key "
+                f"{list(catalog.key)}.",
+                "restart the capture from a fresh position and run a full dump of the table.",
+            )
+        return TableSchema(table, tuple(Column(n, t, nullable.get(n, True)) for n, t in cols), key)
+
+    def _use_schema(self, schema: TableSchema) -> None:
+        """Use ``schema`` for the table's next events; announce it if it is new here."""
+        self._schemas[schema.table] = schema
+        sid = schema.schema_id()
+        if self._announced.get(schema.table) != sid:
+            self._announced[schema.table] = sid
+            self.pending.append(SchemaEvent(schema))
+
+    def _change(self, table: str, op: Op, before, after, pos: Position, txn: _Txn) -> None:
+        if table == self.watermark_table:
+            # Only this source's row; other sources share the table.
+            if after is not None and after.get("source_id") == self.source_id:
+                self.pending.append(WatermarkEvent(uuid=after.get("value"), position=pos, txid=txn.txid))
+            return
+        if table not in self._announced:
+            self._use_schema(self._schema(table))
+        schema = self._schema(table)
+        key_row = after if op is not Op.DELETE else before
+        missing = [c for c in schema.key if key_row is None or c not in key_row]
+        if missing:
+            raise ConfigurationError(
+                f"a {op.name.lower()} of table {table} reached the log without its key column(s) "
+                f"{missing}.",
+                f"give the table a replica identity that includes its key (ALTER TABLE "
+                f"{quote_table(table)} REPLICA IDENTITY FULL), then restart the capture.",
+            )
+        self.pending.append(ChangeEvent(
+            source_id=self.source_id, table=table, op=op, key=schema.key_of(key_row), before=before,
+            after=after, position=pos, commit_ts=txn.commit_ts, txid=txn.txid, schema_id=schema.schema_id(),
+        ))
+
+    def _truncate(self, tables: list[str]) -> None:
+        hit = [t for t in tables if t in self.captured or t == self.watermark_table]
+        if hit:
+            raise DBLogError(
+                f"table(s) {hit} were truncated. A TRUNCATE is not a row change DBLog can pass on: "
+                "the downstream copy would silently keep the removed rows.",
+                "reset the capture's position (`dblog capture --reset-position`) and run a full "
+                f"dump of the truncated table(s) (`dblog dump --table {hit[0]}`); on captured "
+                "tables, use DELETE instead of TRUNCATE.",
+            )
+
+
+def _subsequence(part: list, whole: list) -> bool:
+    it = iter(whole)
+    return all(x in it for x in part)
