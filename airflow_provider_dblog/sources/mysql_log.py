@@ -34,7 +34,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from ..core.errors import ConfigurationError, PositionLostError
+from ..core.errors import ConfigurationError, DBLogError, PositionLostError
 from ..core.events import ChangeEvent, Op, Position, SchemaEvent, TableSchema, WatermarkEvent
 from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
 from .mysql_values import from_binlog
@@ -287,7 +287,7 @@ class BinlogReader(threading.Thread):
                 if not self._group_open:  # a statement that is its own transaction
                     self._txn_start, self._gtid = start, None
                 self._group_open = False
-                self._warn_truncate(ev, query)
+                self._check_truncate(ev, query)
         elif isinstance(ev, XidEvent):
             self._group_open = False
         elif isinstance(ev, TableMapEvent):
@@ -296,9 +296,10 @@ class BinlogReader(threading.Thread):
             return self._rows(ev, start)
         return []
 
-    def _warn_truncate(self, ev: QueryEvent, query: str) -> None:
-        """TRUNCATE is logged as a statement, without row events: its deletes never reach
-        the changelog. Say so loudly instead of losing them silently."""
+    def _check_truncate(self, ev: QueryEvent, query: str) -> None:
+        """TRUNCATE is logged as a statement, without row events: its deletes would never reach
+        the changelog. Stop with the fix rather than let the copy diverge silently (the same
+        rule as the PostgreSQL source); events before it have been handed out already."""
         m = _TRUNCATE.match(query)
         if not m:
             return
@@ -306,10 +307,12 @@ class BinlogReader(threading.Thread):
         db, name = (m.group(1), m.group(2)) if m.group(2) else (schema, m.group(1))
         table = next((t for t in self._captured if t.lower() == f"{db}.{name}".lower()), None)
         if table:
-            log.warning(
-                "TRUNCATE TABLE %s is in the binlog: its rows are gone on the source but no delete "
-                "events exist for them; run a dump of %s to bring the changelog back in line",
-                table, table,
+            raise DBLogError(
+                f"table {table} was truncated. A TRUNCATE is not a row change DBLog can pass on: "
+                "the downstream copy would silently keep the removed rows.",
+                "reset the capture's position (`dblog capture --reset-position`) and run a full "
+                f"dump of the table (`dblog dump --table {table}`); on captured tables, use DELETE "
+                "instead of TRUNCATE.",
             )
 
     def _coord(self, event_pos: int, row: int) -> str:

@@ -301,6 +301,13 @@ class PostgresSource:
                     "sends the transactions in between.")
         if slot is None:
             raise PositionLostError(f"replication slot {self.slot_name} was dropped after the source opened.")
+        if after is None and not self._slot_created:
+            # No checkpoint (first run with an old slot, or --reset-position): start from the
+            # end of the log, as the protocol says, not from wherever the slot stopped.
+            with self._cur() as cur:
+                cur.execute(
+                    "SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (self.slot_name,)
+                )
         self._repl_conn = self._connect(replication=True)
         self._cursor = self._repl_conn.cursor()
         try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import random
 import threading
 import time
@@ -40,7 +41,13 @@ class Running:
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
-        wait(lambda: self.state.get_value(f"status/{self.source_id}") is not None, 60, "engine start", self)
+        t0 = time.time()
+
+        def reported():  # a status report written by this engine, i.e. after start_log()
+            raw = self.state.get_value(f"status/{self.source_id}")
+            return bool(raw) and json.loads(raw)["updated_at"] >= t0
+
+        wait(reported, 60, "engine start", self)
         return self
 
     def _run(self):
@@ -191,6 +198,33 @@ def test_restart_resumes_from_the_checkpoint_without_loss_or_duplicates(db, tmp_
         time.sleep(1)
         keys = [e.key[0] for e in r.events(t)]
         assert keys == list(range(1, 12)), keys
+    finally:
+        r.stop()
+
+
+def test_reset_position_starts_at_the_end_of_the_log(db, tmp_path):
+    """After `--reset-position` the capture skips what happened meanwhile (a dump restores it)."""
+    r = Running(db, tmp_path, db.source_id).start()
+    t = f"{db.ns}.accounts"
+    with db.connect() as c:
+        c.cursor().execute(f"INSERT INTO {db.ns}.accounts (id, name) VALUES (1, 'x')")
+        c.commit()
+    wait(lambda: len(r.events(t)) == 1, 30, "first event", r)
+    r.stop()
+    with db.connect() as c:  # e.g. a TRUNCATE the capture could not pass on
+        c.cursor().execute(f"INSERT INTO {db.ns}.accounts (id, name) VALUES (2, 'skipped')")
+        c.commit()
+    r.state.clear_checkpoint(db.source_id)
+    r.start()
+    try:
+        with db.connect() as c:
+            c.cursor().execute(f"INSERT INTO {db.ns}.accounts (id, name) VALUES (3, 'after')")
+            c.commit()
+        wait(lambda: len(r.events(t)) >= 2, 30, "the event after the reset", r)
+        assert [e.key for e in r.events(t)] == [(1,), (3,)]
+        d = r.dump([t])
+        wait(lambda: r.status(d).status is DumpStatus.DONE, 30, "repair dump", r)
+        assert {e.key for e in r.events(t) if e.origin is Origin.DUMP} == {(1,), (2,), (3,)}
     finally:
         r.stop()
 

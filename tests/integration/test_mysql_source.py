@@ -16,7 +16,7 @@ import pytest
 pymysql = pytest.importorskip("pymysql")
 pytest.importorskip("pymysqlreplication")
 
-from airflow_provider_dblog.core.errors import ConfigurationError, PositionLostError, RequestError  # noqa: E402
+from airflow_provider_dblog.core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError  # noqa: E402
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, SchemaEvent, WatermarkEvent  # noqa: E402
 from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
 
@@ -155,14 +155,17 @@ def test_watermarks_of_this_source_only(root, db, make_source):
     assert status["lag_bytes"] >= 0 and status["server_pos"] > 4
 
 
-def test_truncate_of_a_captured_table_is_reported(root, db, make_source, caplog):
+def test_truncate_of_a_captured_table_stops_with_the_fix(root, db, make_source):
     sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
     src = started(make_source(tables=[f"{db}.t"]))
     sql(root, f"INSERT INTO `{db}`.t VALUES (1)")
     sql(root, f"TRUNCATE TABLE `{db}`.t")
-    src.write_watermark("tr")
-    collect(src, has_watermark("tr"))
-    assert any(f"TRUNCATE TABLE {db}.t" in r.getMessage() for r in caplog.records)
+    got = []
+    with pytest.raises(DBLogError) as exc:
+        for _ in range(100):
+            got += src.poll(100, 0.2)
+    assert "truncated" in str(exc.value) and "--reset-position" in str(exc.value)
+    assert [e.key for e in changes(got)] == [(1,)]  # the insert before it was handed out
 
 
 # -- canonical values ----------------------------------------------------------------------
