@@ -144,7 +144,7 @@ def main(kind: str) -> None:
         time.sleep(2)
         stop.set()
         loader.join()
-        time.sleep(3)  # let the capture reach the last writes
+        wait_for_sentinel(kind, ns, src["id"], work)  # the capture has reached the last write
     finally:
         stop.set()
         capture.terminate()
@@ -157,7 +157,27 @@ def main(kind: str) -> None:
           f"changelog at {work / 'lake' / 'changelog'}\n", flush=True)
 
 
+def wait_for_sentinel(kind: str, ns: str, source_id: str, work: Path) -> None:
+    """Write one recognisable change; once it is in the changelog, so is everything before."""
+    from airflow_provider_dblog.outputs import make_output
+
+    mark = f"sentinel-{time.time_ns()}@example.com"
+    c = connect(kind)
+    c.cursor().execute(f"UPDATE {ns}.customers SET email=%s WHERE id=1", (mark,))
+    c.commit()
+    c.close()
+    out = make_output("delta://" + str(work / "lake"))
+    out.open()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if any((e.after or {}).get("email") == mark for e in out.scan(source_id, f"{ns}.customers")):
+            return
+        time.sleep(0.5)
+    sys.exit("the capture did not reach the last write within 120 s")
+
+
 def drop_slot(kind: str, source_id: str) -> None:
+    """Forget an earlier demo run's replication slot and publication."""
     if kind != "postgres":
         return
     c = connect(kind)
@@ -165,6 +185,8 @@ def drop_slot(kind: str, source_id: str) -> None:
     cur = c.cursor()
     cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name=%s",
                 (f"dblog_{source_id}",))
+    # the demo recreates its tables, so the publication of an earlier run would name dropped ones
+    cur.execute(f'DROP PUBLICATION IF EXISTS "dblog_{source_id}"')
     c.close()
 
 
