@@ -37,7 +37,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError
 from ..core.events import ChangeEvent, Op, Position, SchemaEvent, TableSchema, WatermarkEvent
 from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
-from .mysql_values import from_binlog
+from .mysql_values import binlog_converters, from_binlog
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,7 @@ class BinlogReader(threading.Thread):
         self._signatures: dict[str, tuple] = {}
         self._table_schemas: dict[str, TableSchema] = {}
         self._emitted: dict[str, str] = {}
+        self._converters: dict[str, tuple] = {}  # schema id -> (column names, converters)
 
     # -- thread ----------------------------------------------------------------------------
     def _connect(self, **kwargs: Any) -> pymysql.connections.Connection:
@@ -345,10 +346,15 @@ class BinlogReader(threading.Thread):
                 f"{len(schema.columns)}: the table changed in a way DBLog could not follow"
             )
         # By position: the names agree, and positions also work without column names.
-        return {
-            col.name: from_binlog(col, value, none_sources.get(name))
-            for col, (name, value) in zip(schema.columns, values.items())
-        }
+        convs = self._converters.get(schema.schema_id())
+        if convs is None:
+            convs = self._converters[schema.schema_id()] = (schema.column_names(), binlog_converters(schema.columns))
+        names, fns = convs
+        if none_sources:
+            return {
+                n: f(v, none_sources.get(k)) for n, f, (k, v) in zip(names, fns, values.items())
+            }
+        return {n: f(v, None) for n, f, v in zip(names, fns, values.values())}
 
     def _rows(self, ev: Any, start: int) -> list:
         table = f"{ev.schema}.{ev.table}"
@@ -359,6 +365,8 @@ class BinlogReader(threading.Thread):
         schema = self._table_schemas[table]
         sid = schema.schema_id()
         commit_ts = ev.packet.timestamp * 1_000_000
+        txid = self._txid()
+        coord = self._coord(start, 0)[: -_ROW_W]  # the event's part, computed once
         out = []
         for i, row in enumerate(ev.rows):
             if isinstance(ev, UpdateRowsEvent):
@@ -377,8 +385,8 @@ class BinlogReader(threading.Thread):
             out.append(
                 ChangeEvent(
                     source_id=self._source_id, table=table, op=op, key=key, before=before,
-                    after=after, position=Position(self._coord(start, i)), commit_ts=commit_ts,
-                    txid=self._txid(), schema_id=sid,
+                    after=after, position=Position(f"{coord}{i:0{_ROW_W}d}"), commit_ts=commit_ts,
+                    txid=txid, schema_id=sid,
                 )
             )
         return out

@@ -39,7 +39,9 @@ class LocalStateStore:
             os.makedirs(parent, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            # NORMAL in WAL mode: a committed write survives a kill -9 of this process (only
+            # an OS crash could lose the last commits); FULL fsyncs every checkpoint.
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise ConfigurationError(
