@@ -75,3 +75,16 @@ class Capture:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
+
+
+def wait_for(cond, timeout: float, what: str, alive=None, interval: float = 0.2, detail=None) -> None:
+    """Poll ``cond`` until true; ``alive`` (e.g. a capture's assert_alive) raises early;
+    ``detail`` (e.g. a capture's log tail) is added to the timeout message."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if alive is not None:
+            alive()
+        if cond():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}" + (f"\n{detail()}" if detail else ""))

@@ -17,6 +17,7 @@ from airflow_provider_dblog.core.events import Op, Origin
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
 
+from .capture_proc import wait_for
 from .databases import ADAPTERS
 
 pytestmark = pytest.mark.integration
@@ -81,14 +82,7 @@ class Running:
 
 
 def wait(cond, timeout, what, running=None):
-    end = time.time() + timeout
-    while time.time() < end:
-        if running is not None:
-            running.check()
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_for(cond, timeout, what, running.check if running is not None else None, interval=0.1)
 
 
 @pytest.fixture(params=["postgres", "mysql"])

@@ -24,23 +24,12 @@ from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
 
-from .capture_proc import Capture, dblog, write_config
+from .capture_proc import Capture, dblog, wait_for, write_config
 from .databases import ADAPTERS
 
 FIXED_SEED = 20261121
 RANDOM_SEED = int(os.environ.get("DBLOG_ORACLE_SEED") or random.SystemRandom().randrange(10**9))
 WORKLOAD_SECONDS = float(os.environ.get("DBLOG_ORACLE_SECONDS", "25"))
-
-
-def wait_for(cond, timeout, what, capture=None, interval=0.3):
-    end = time.time() + timeout
-    while time.time() < end:
-        if capture is not None:
-            capture.assert_alive()
-        if cond():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}" + (f"\n{capture.tail()}" if capture else ""))
 
 
 class Workload:
@@ -103,7 +92,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
         os.environ["DBLOG_TEST_WINDOW_DELAY_MS"] = "30"
         capture = Capture(config, tmp_path / "capture.log")
         capture.start()
-        wait_for(lambda: state.get_value(f"status/{source_id}") is not None, 90, "the capture to start", capture)
+        wait_for(lambda: state.get_value(f"status/{source_id}") is not None, 90, "the capture to start", capture.assert_alive, detail=capture.tail)
 
         dumps = []
         with Workload(db, seed) as load:
@@ -132,7 +121,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
             assert not failed, f"dump failed: {failed[0].error}"
             return all(d.status is DumpStatus.DONE for d in ds)
 
-        wait_for(all_done, 240, "all dumps to finish", capture)
+        wait_for(all_done, 240, "all dumps to finish", capture.assert_alive, detail=capture.tail)
 
         # A last write we can recognise: once it is in the changelog, so is everything before it.
         sentinel = str(uuid.uuid4())
@@ -145,7 +134,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
         def sentinel_arrived():
             return any(e.key == (sentinel,) for e in out.scan(source_id, f"{db.ns}.notes"))
 
-        wait_for(sentinel_arrived, 120, "the last write to reach the changelog", capture, interval=1)
+        wait_for(sentinel_arrived, 120, "the last write to reach the changelog", capture.assert_alive, interval=1, detail=capture.tail)
         assert capture.stop() == 0, capture.tail()
 
         origins = {"log": 0, "dump": 0}
