@@ -1,7 +1,38 @@
-"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point.
+
+Kept free of Airflow imports: Airflow reads it while discovering providers. Since Airflow 3.2
+the connection form comes from here (``conn-fields``, ``ui-field-behaviour``) rather than
+from the hook's methods; the hook reuses the same constants for older versions.
+"""
 from __future__ import annotations
 
 from . import __version__
+
+_INTEGRATION = "DBLog"
+
+# The dblog_state connection: a local SQLite path, or ZooKeeper hosts + chroot.
+STATE_UI_FIELD_BEHAVIOUR = {
+    "hidden-fields": ["login", "password"],
+    "relabeling": {"host": "Local path or ZooKeeper hosts", "schema": "ZooKeeper chroot", "port": "ZooKeeper port"},
+    "placeholders": {
+        "host": "/var/lib/dblog/state.db   or   zk1:2181,zk2:2181,zk3:2181",
+        "schema": "/dblog",
+        "port": "2181 (only when host is a single name without a port)",
+    },
+}
+STATE_CONN_FIELDS = {
+    "store": {
+        "label": "Store",
+        "description": "local (SQLite file at the path in Host) or zookeeper; empty: a Host starting "
+        "with / . or ~ is a path, anything else ZooKeeper hosts.",
+        "schema": {"type": ["string", "null"], "enum": ["local", "zookeeper", None]},
+    },
+    "session_timeout": {
+        "label": "ZooKeeper session timeout (s)",
+        "description": "Bounds how fast a standby capture takes over after the leader dies.",
+        "schema": {"type": ["number", "null"]},
+    },
+}
 
 
 def get_provider_info() -> dict:
@@ -11,5 +42,33 @@ def get_provider_info() -> dict:
         "description": "DBLog change-data capture: lock-free watermark dumps interleaved with "
         "MySQL/MariaDB binlog and PostgreSQL logical replication, landed into Delta Lake.",
         "versions": [__version__],
-        # Hooks, operators, triggers and connection types are added with the Airflow layer.
+        "integrations": [
+            {
+                "integration-name": _INTEGRATION,
+                "external-doc-url": "https://arxiv.org/abs/2010.12597",
+                "tags": ["software"],
+            }
+        ],
+        "hooks": [{"integration-name": _INTEGRATION, "python-modules": ["airflow_provider_dblog.hooks.dblog"]}],
+        "operators": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": ["airflow_provider_dblog.operators.capture", "airflow_provider_dblog.operators.dump"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": ["airflow_provider_dblog.triggers.capture", "airflow_provider_dblog.triggers.dump"],
+            }
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_provider_dblog.hooks.dblog.DBLogHook",
+                "hook-name": "DBLog state store",
+                "connection-type": "dblog_state",
+                "ui-field-behaviour": STATE_UI_FIELD_BEHAVIOUR,
+                "conn-fields": STATE_CONN_FIELDS,
+            }
+        ],
     }

@@ -1,0 +1,333 @@
+"""``DBLogHook``: the engine's source, state store and changelog output from Airflow connections.
+
+Three things to locate, each from a connection or an argument:
+
+* the **source**: Airflow's standard ``postgres`` or ``mysql`` connection (host, port, login,
+  password, schema = database). DBLog options live in the connection's extras: ``source_id``,
+  ``slot_name``, ``publication``, ``plugin``, ``server_id``, ``watermark_schema``, ``tables``
+  (list or comma-separated), ``key_columns`` (``{"schema.table": ["col", ...]}``), ``databases``.
+* the **state store** (checkpoints, dump requests): a ``dblog_state`` connection (a local path,
+  or ZooKeeper hosts + chroot) or the ``state`` argument (a path or ``zk://`` URL).
+* the **changelog**: the ``output`` argument (``delta://DIR``, ``s3://...``, ``jsonl://DIR``) or
+  a connection whose extra ``url`` (or ``path``, or host) names it.
+
+The dicts built here are exactly what ``airflow_provider_dblog.config`` takes (and what the
+``dblog`` command reads from its TOML file), so the Airflow layer adds no second way to
+configure the engine. The password never enters those dicts: in this process it reaches the
+source object in memory, and the capture child gets it through its environment (invariant 8).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import time
+from typing import Any, Iterator, Optional, Sequence, Union
+
+from airflow.sdk import BaseHook
+
+from .. import config as dblog_config
+from ..core.dumps import DumpControl, DumpSpec, key_from_value, parse_key
+from ..core.errors import ConfigurationError, RequestError
+from ..get_provider_info import STATE_CONN_FIELDS, STATE_UI_FIELD_BEHAVIOUR
+
+# The variable that carries the source password into the capture child (see triggers/capture.py).
+PASSWORD_ENV = dblog_config.DEFAULT_PASSWORD_ENV
+
+_SOURCE_TYPES = {"postgres": "postgres", "postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
+# Extras copied verbatim into the [source] table (make_source knows them).
+_SOURCE_EXTRAS = ("slot_name", "publication", "plugin", "server_id", "watermark_schema", "databases")
+
+
+def _as_list(value: Any) -> Optional[list[str]]:
+    """Extras typed in the UI arrive as strings: accept "a.t1, a.t2" or '["a.t1"]' too."""
+    if value in (None, "", []):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            value = json.loads(text)
+        else:
+            return [t.strip() for t in re.split(r"[,\n]", text) if t.strip()]
+    return [str(v) for v in value]
+
+
+def _as_dict(value: Any, name: str) -> Optional[dict]:
+    if value in (None, "", {}):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ConfigurationError(
+                f"the connection extra {name} is not valid JSON.",
+                'write it as an object, e.g. {"shop.events": ["event_id"]}.',
+            ) from None
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"the connection extra {name} is not an object.", "write it as a JSON object.")
+    return value
+
+
+def default_source_id(conn_id: str) -> str:
+    """Slot and publication names derive from the source id: keep it to [a-z0-9_]."""
+    return re.sub(r"[^a-z0-9_]", "_", conn_id.lower())[:48] or "dblog"
+
+
+@contextlib.contextmanager
+def password_pipe(password: Optional[str]) -> Iterator[str]:
+    """A ``/dev/fd/N`` path whose content is the password: ``config.read_password`` reads it
+    like a password file, but the secret stays in a kernel pipe buffer — no file on disk, no
+    variable in this process's environment (which threads spawning children would inherit)."""
+    data = (password or "").encode()
+    if len(data) >= 4096:  # a pipe buffer holds at least 4 KiB; writing more would block
+        raise ConfigurationError("the connection password is longer than 4 KiB.", "use a shorter password.")
+    r, w = os.pipe()
+    try:
+        os.write(w, data)
+        os.close(w)
+        yield f"/dev/fd/{r}"
+    finally:
+        os.close(r)
+
+
+class DBLogHook(BaseHook):
+    """Builds DBLog's source, state store and output from Airflow connections.
+
+    :param source_conn_id: a ``postgres`` or ``mysql`` connection (DBLog options in its extras).
+    :param state_conn_id: a ``dblog_state`` connection; or give ``state`` instead.
+    :param state: state store as a path or ``zk://hosts/chroot`` URL (default: the
+        ``DBLOG_STATE`` variable, else ``dblog-state/state.db``).
+    :param output: changelog URL (``delta://DIR``, ``s3://...``, ``jsonl://DIR``).
+    :param output_conn_id: a connection naming the changelog (extra ``url`` or ``path``, or host).
+    :param source_id: overrides the extra ``source_id`` (default: the connection id).
+    """
+
+    conn_name_attr = "state_conn_id"
+    default_conn_name = "dblog_state_default"
+    conn_type = "dblog_state"
+    hook_name = "DBLog state store"
+
+    def __init__(
+        self,
+        source_conn_id: Optional[str] = None,
+        state_conn_id: Optional[str] = None,
+        *,
+        state: Optional[str] = None,
+        output: Optional[str] = None,
+        output_conn_id: Optional[str] = None,
+        source_id: Optional[str] = None,
+    ) -> None:
+        super().__init__()
+        self.source_conn_id = source_conn_id
+        self.state_conn_id = state_conn_id
+        self.state = state
+        self.output = output
+        self.output_conn_id = output_conn_id
+        self._source_id = source_id
+        self._connections: dict[str, Any] = {}
+
+    # -- connections -------------------------------------------------------------------
+    def _connection(self, conn_id: str):
+        if conn_id not in self._connections:
+            self._connections[conn_id] = self.get_connection(conn_id)
+        return self._connections[conn_id]
+
+    async def aprefetch_connections(self) -> None:
+        """Fetch every connection asynchronously (triggers call this: the sync lookup must not
+        run on the triggerer's event loop)."""
+        for conn_id in (self.source_conn_id, self.state_conn_id, self.output_conn_id):
+            if conn_id and conn_id not in self._connections:
+                self._connections[conn_id] = await self.aget_connection(conn_id)
+
+    # -- the three config dicts (what config.py and the TOML file take) ---------------------
+    @property
+    def source_id(self) -> str:
+        if self._source_id:
+            return self._source_id
+        if not self.source_conn_id:
+            raise ConfigurationError("no source is configured.", "pass source_conn_id (or source_id).")
+        extra = self._connection(self.source_conn_id).extra_dejson
+        return str(extra.get("source_id") or default_source_id(self.source_conn_id))
+
+    def source_config(self) -> dict[str, Any]:
+        """The ``[source]`` table, without the password (``password_env`` names where it is)."""
+        if not self.source_conn_id:
+            raise ConfigurationError("no source connection is configured.", "pass source_conn_id.")
+        conn = self._connection(self.source_conn_id)
+        kind = _SOURCE_TYPES.get((conn.conn_type or "").lower())
+        if kind is None:
+            raise ConfigurationError(
+                f"connection {self.source_conn_id} has type {conn.conn_type!r}, not a DBLog source.",
+                "use a Postgres or MySQL connection (MariaDB: the MySQL type).",
+            )
+        extra = conn.extra_dejson
+        src: dict[str, Any] = {"type": kind, "id": self.source_id, "password_env": PASSWORD_ENV}
+        for key, value in (("host", conn.host), ("port", conn.port), ("user", conn.login), ("database", conn.schema)):
+            if value not in (None, ""):
+                src[key] = value
+        for key in _SOURCE_EXTRAS:
+            if extra.get(key) not in (None, ""):
+                src[key] = _as_list(extra[key]) if key == "databases" else extra[key]
+        if kind == "postgres" and "database" not in src and extra.get("dbname"):
+            src["database"] = extra["dbname"]
+        tables = _as_list(extra.get("tables"))
+        if tables:
+            src["tables"] = tables
+        key_columns = _as_dict(extra.get("key_columns"), "key_columns")
+        if key_columns:
+            src["key_columns"] = {t: _as_list(c) for t, c in key_columns.items()}
+        return src
+
+    def source_password(self) -> Optional[str]:
+        return self._connection(self.source_conn_id).password if self.source_conn_id else None
+
+    def state_config(self) -> dict[str, Any]:
+        """The ``[state]`` table: ``{"path": ...}`` or ``{"url": "zk://..."}`` (+ session_timeout)."""
+        if not self.state_conn_id:
+            return {"url": self.state} if self.state else {}
+        conn = self._connection(self.state_conn_id)
+        # form fields may be saved with Airflow's old "extra__<type>__<field>" prefix
+        extra = {k.replace("extra__dblog_state__", ""): v for k, v in conn.extra_dejson.items()}
+        state: dict[str, Any] = {}
+        if extra.get("session_timeout") not in (None, ""):
+            state["session_timeout"] = float(extra["session_timeout"])
+        if extra.get("url"):
+            return {**state, "url": extra["url"]}
+        host = (conn.host or "").strip()
+        store = (extra.get("store") or "").lower()
+        path = extra.get("path") or (host if store == "local" or host.startswith(("/", ".", "~")) else None)
+        if store != "zookeeper" and path:
+            return {**state, "path": os.path.expanduser(path)}
+        hosts = extra.get("zookeeper") or host
+        if not hosts:
+            raise ConfigurationError(
+                f"the state connection {self.state_conn_id} names neither a path nor ZooKeeper hosts.",
+                "set its host to a local path (/var/lib/dblog/state.db) or to ZooKeeper hosts "
+                "(zk1:2181,zk2:2181) with the chroot in the schema field.",
+            )
+        if conn.port and "," not in hosts and ":" not in hosts:
+            hosts = f"{hosts}:{conn.port}"
+        chroot = (extra.get("chroot") or conn.schema or "").strip()
+        if chroot and not chroot.startswith("/"):
+            chroot = "/" + chroot
+        return {**state, "zookeeper": hosts, "chroot": chroot}
+
+    def output_config(self) -> dict[str, Any]:
+        """The ``[output]`` table: the changelog URL."""
+        if self.output:
+            return {"url": self.output}
+        if not self.output_conn_id:
+            return {}
+        conn = self._connection(self.output_conn_id)
+        extra = conn.extra_dejson
+        url = extra.get("url") or (f"delta://{extra['path']}" if extra.get("path") else None) or conn.host
+        if not url:
+            raise ConfigurationError(
+                f"connection {self.output_conn_id} names no changelog.",
+                'set its extra "url" (e.g. delta:///data/changelog or s3://bucket/changelog).',
+            )
+        return {"url": url}
+
+    def engine_config(self) -> dict[str, dict[str, Any]]:
+        """The whole config file's content (no password in it)."""
+        return {"source": self.source_config(), "state": self.state_config(), "output": self.output_config()}
+
+    # -- engine objects ----------------------------------------------------------------
+    def get_source(self):
+        src = dict(self.source_config())
+        src.pop("password_env", None)
+        with password_pipe(self.source_password()) as path:
+            src["password_file"] = path
+            return dblog_config.make_source(src)  # reads the pipe at once
+
+    def get_state(self):
+        return dblog_config.make_state(self.state_config())
+
+    def get_output(self):
+        return dblog_config.make_output(self.output_config())
+
+    def get_conn(self):
+        return self.get_state()
+
+    # -- dumps ---------------------------------------------------------------------------
+    def request_dump(
+        self,
+        tables: Union[None, str, Sequence[str]] = None,
+        keys: Optional[Sequence[Any]] = None,
+        chunk_size: int = 10_000,
+        delay_ms: int = 0,
+    ) -> str:
+        """Validate a dump request against the source's schemas and record it; return its id.
+
+        ``tables``: None or "all" for every captured table, else a table or a list of them.
+        ``keys``: key values (scalars, lists in key order, objects naming the key columns, or
+        their JSON text) of exactly one table. Nothing is recorded if anything is invalid.
+        """
+        if isinstance(tables, str):
+            tables = None if tables.strip().lower() in ("", "all", "*") else [tables.strip()]
+        control = DumpControl(chunk_size=int(chunk_size), delay_ms=int(delay_ms))  # range checks
+        source = self.get_source()
+        source.open()
+        try:
+            names = list(tables) if tables else source.tables()
+            schemas = {t: source.table_schema(t) for t in names}  # RequestError for unknown tables
+            parsed = None
+            if keys is not None:
+                if not tables or len(names) != 1:
+                    raise RequestError("a key-list dump needs exactly one table.", "pass one table with the keys.")
+                schema = schemas[names[0]]
+                parsed = [parse_key(k, schema) if isinstance(k, str) else key_from_value(k, schema) for k in keys]
+        finally:
+            source.close()
+        spec = DumpSpec.new(self.source_id, list(tables) if tables else None, parsed)
+        state = self.get_state()
+        try:
+            state.add_dump(spec, control)
+        finally:
+            state.close()
+        return spec.dump_id
+
+    def dump_status(self, dump_id: str, state=None) -> dict[str, Any]:
+        """The dump as ``dblog status --json`` shows it (percentages from the capture's estimates)."""
+        own = state is None
+        state = state or self.get_state()
+        try:
+            dump = state.get_dump(dump_id)
+            raw = state.get_value(f"status/{dump.spec.source_id}")
+            estimates = (json.loads(raw) or {}).get("estimates") if raw else None
+            result = dump.to_dict(estimates)
+            result["updated_at"] = dump.updated_at
+            result["checked_at"] = time.time()
+            return result
+        finally:
+            if own:
+                state.close()
+
+    def cancel_dump(self, dump_id: str) -> None:
+        state = self.get_state()
+        try:
+            c = state.get_dump(dump_id).control
+            state.set_control(dump_id, DumpControl(c.paused, True, c.chunk_size, c.delay_ms))
+        finally:
+            state.close()
+
+    # -- connection form (the dblog_state type) ---------------------------------------
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Airflow < 3.2 reads this; newer versions read the same data from get_provider_info."""
+        b = STATE_UI_FIELD_BEHAVIOUR
+        return {"hidden_fields": b["hidden-fields"], "relabeling": b["relabeling"], "placeholders": b["placeholders"]}
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """The extra fields as wtforms widgets, for Airflow versions without ``conn-fields``."""
+        try:
+            from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+            from wtforms import StringField
+        except ImportError:  # Airflow 3.2+ without FAB: the form comes from get_provider_info
+            return {}
+        return {
+            name: StringField(field["label"], widget=BS3TextFieldWidget(), description=field.get("description"))
+            for name, field in STATE_CONN_FIELDS.items()
+        }

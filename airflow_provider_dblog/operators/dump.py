@@ -1,0 +1,128 @@
+"""``DumpOperator``: request a DBLog dump and wait (deferrably) until the capture finished it.
+
+A dump never runs in the worker: the operator validates the request against the source's
+schema (unknown table, malformed keys: the task fails before anything is recorded), records it
+in the state store, and defers to a ``DumpTrigger`` that polls its progress. The running
+capture (``CaptureOperator`` or ``dblog capture``) performs it between log batches.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional, Sequence, Union
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from ..hooks.dblog import DBLogHook
+from ..triggers.dump import DumpTrigger, progress_line
+
+
+class DBLogDumpError(AirflowException):
+    """The dump failed or was cancelled."""
+
+
+def parse_keys(keys: Union[None, str, Sequence[Any]]) -> Optional[list[Any]]:
+    """Keys as a list of values, or as text with one key per line (the UI form's textarea):
+    each line is JSON (``42``, ``["eu", 7]``, ``{"id": 42}``) or a bare string."""
+    if keys is None:
+        return None
+    if isinstance(keys, str):
+        out: list[Any] = []
+        for line in keys.splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                out.append(line)  # an unquoted string key; the schema check still applies
+        return out or None
+    return list(keys) or None
+
+
+class DumpOperator(BaseOperator):
+    """Dump every captured table, some tables, or a list of keys of one table.
+
+    :param source_conn_id: the source's Postgres or MySQL connection (to validate the request).
+    :param state_conn_id: ``dblog_state`` connection; or ``state`` (path or ``zk://`` URL).
+    :param tables: None or ``"all"`` for every captured table, a table, or a list of tables.
+    :param keys: key values of one table (list, or text with one JSON key per line).
+    :param chunk_size: rows per chunk (the window between low and high watermark).
+    :param delay_ms: pause between chunks (throttle).
+    :param wait: wait until the dump finished (deferrable); False: return after recording it.
+    :param poll_interval: seconds between progress checks.
+    """
+
+    template_fields = ("source_conn_id", "state_conn_id", "state", "source_id", "tables", "keys",
+                       "chunk_size", "delay_ms")
+    ui_color = "#f8e7d7"
+
+    def __init__(
+        self,
+        *,
+        source_conn_id: str,
+        state_conn_id: Optional[str] = None,
+        state: Optional[str] = None,
+        source_id: Optional[str] = None,
+        tables: Union[None, str, Sequence[str]] = None,
+        keys: Union[None, str, Sequence[Any]] = None,
+        chunk_size: Union[int, str] = 10_000,
+        delay_ms: Union[int, str] = 0,
+        wait: bool = True,
+        poll_interval: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.source_conn_id = source_conn_id
+        self.state_conn_id = state_conn_id
+        self.state = state
+        self.source_id = source_id
+        self.tables = tables
+        self.keys = keys
+        self.chunk_size = chunk_size
+        self.delay_ms = delay_ms
+        self.wait = wait
+        self.poll_interval = poll_interval
+        self._dump_id: Optional[str] = None
+
+    def hook(self) -> DBLogHook:
+        return DBLogHook(self.source_conn_id, self.state_conn_id, state=self.state, source_id=self.source_id)
+
+    def execute(self, context: Any) -> Optional[dict[str, Any]]:
+        hook = self.hook()
+        started = time.time()
+        self._dump_id = hook.request_dump(self.tables, parse_keys(self.keys), int(self.chunk_size), int(self.delay_ms))
+        self.log.info("dump %s recorded for source %s (tables=%s, keys=%s, chunk size %s)", self._dump_id,
+                      hook.source_id, self.tables or "all", len(parse_keys(self.keys) or []) or None, self.chunk_size)
+        context["ti"].xcom_push(key="dump_id", value=self._dump_id)
+        if not self.wait:
+            return {"dump_id": self._dump_id, "status": "pending"}
+        self.defer(
+            trigger=DumpTrigger(self._dump_id, state_conn_id=self.state_conn_id, state=self.state,
+                                poll_interval=self.poll_interval),
+            method_name="execute_complete",
+            kwargs={"started": started},
+        )
+        return None
+
+    def execute_complete(self, context: Any, event: dict[str, Any], started: Optional[float] = None) -> dict[str, Any]:
+        d = event["dump"]
+        self.log.info("%s", progress_line(d))
+        if event["status"] != "done":
+            raise DBLogDumpError(f"dump {d['dump_id']} {event['status']}" + (f": {d['error']}" if d.get("error") else ""))
+        finished = d.get("updated_at") or time.time()
+        return {
+            "dump_id": d["dump_id"],
+            "status": d["status"],
+            "tables": {t: p["rows"] for t, p in d["progress"].items()},
+            "rows": d["rows"],
+            "chunks": d["chunks"],
+            "duration_s": round(finished - (started or d["created_at"]), 3),
+        }
+
+    def on_kill(self) -> None:
+        """Killed while recording (the deferred phase is the trigger's ``on_kill``): cancel it."""
+        if self._dump_id:
+            self.log.info("cancelling dump %s", self._dump_id)
+            self.hook().cancel_dump(self._dump_id)

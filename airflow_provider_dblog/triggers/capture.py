@@ -1,0 +1,198 @@
+"""``CaptureTrigger``: supervises one bounded capture session in a child process.
+
+The engine decodes the log (CPU-heavy) and blocks on sockets, so it runs as
+``python -m airflow_provider_dblog.cli capture`` — never in the triggerer's event loop or one
+of its threads, where the GIL would starve every other trigger (DESIGN, "Airflow runtime
+model"). The trigger only reads the child's lines. After ``session_seconds`` the child exits 0
+and the trigger yields an event: the operator defers again, so one task stays alive for days
+and a triggerer restart costs at most one session (the child resumes from the checkpoint).
+
+Secrets: the config file (private, mode 0600, deleted when the child exits) holds no password;
+the child gets it in its environment under ``password_env``; it is never in argv or the trigger
+kwargs (which Airflow stores in its database).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import sys
+import tempfile
+from typing import Any, AsyncIterator, Optional
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from ..hooks.dblog import PASSWORD_ENV, DBLogHook
+
+STOP_GRACE_SECONDS = 30.0  # SIGTERM -> SIGKILL: the engine flushes its writer and checkpoints
+STDERR_TAIL = 20  # lines of the child's stderr kept for the failure message
+
+
+def _toml_value(v: Any) -> str:
+    """JSON strings, numbers and arrays are valid TOML; objects become inline tables."""
+    import json
+
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))
+
+
+def render_config(config: dict[str, dict[str, Any]]) -> str:
+    lines: list[str] = []
+    for section, values in config.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_private_config(config: dict[str, dict[str, Any]]) -> str:
+    if "password" in config.get("source", {}):  # belt and braces: the hook never puts it there
+        raise ValueError("refusing to write a password into the capture config file")
+    fd, path = tempfile.mkstemp(prefix="dblog-capture-", suffix=".toml")  # mode 0600
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(render_config(config))
+    return path
+
+
+class CaptureTrigger(BaseTrigger):
+    """Run ``dblog capture`` for one session and report how it ended.
+
+    Events: ``{"status": "session_end", ...}`` after a clean exit (defer again), or
+    ``{"status": "error", "returncode": n, "message": <last stderr lines>}``.
+    """
+
+    def __init__(
+        self,
+        source_conn_id: str,
+        *,
+        state_conn_id: Optional[str] = None,
+        state: Optional[str] = None,
+        output: Optional[str] = None,
+        output_conn_id: Optional[str] = None,
+        source_id: Optional[str] = None,
+        session_seconds: float = 3600.0,
+        status_interval: float = 30.0,
+        session: int = 1,
+        python: Optional[str] = None,
+    ) -> None:
+        super().__init__()
+        self.source_conn_id = source_conn_id
+        self.state_conn_id = state_conn_id
+        self.state = state
+        self.output = output
+        self.output_conn_id = output_conn_id
+        self.source_id = source_id
+        self.session_seconds = float(session_seconds)
+        self.status_interval = float(status_interval)
+        self.session = int(session)
+        self.python = python
+        self._proc: Optional[asyncio.subprocess.Process] = None
+        self._config_path: Optional[str] = None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            "airflow_provider_dblog.triggers.capture.CaptureTrigger",
+            {
+                "source_conn_id": self.source_conn_id,
+                "state_conn_id": self.state_conn_id,
+                "state": self.state,
+                "output": self.output,
+                "output_conn_id": self.output_conn_id,
+                "source_id": self.source_id,
+                "session_seconds": self.session_seconds,
+                "status_interval": self.status_interval,
+                "session": self.session,
+                "python": self.python,
+            },
+        )
+
+    def hook(self) -> DBLogHook:
+        return DBLogHook(
+            self.source_conn_id, self.state_conn_id, state=self.state, output=self.output,
+            output_conn_id=self.output_conn_id, source_id=self.source_id,
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = self.hook()
+        await hook.aprefetch_connections()
+        config = hook.engine_config()  # no I/O left: the connections are cached
+        env = dict(os.environ)
+        env[PASSWORD_ENV] = hook.source_password() or ""
+        env["PYTHONUNBUFFERED"] = "1"
+        stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+        self._config_path = write_private_config(config)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                self.python or sys.executable, "-m", "airflow_provider_dblog.cli", "--config", self._config_path,
+                "capture", "--max-seconds", str(self.session_seconds), "--status-interval", str(self.status_interval),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+                # own process group: a Ctrl-C aimed at the triggerer does not skip our SIGTERM path
+                start_new_session=True,
+            )
+            self.log.info("capture session %d of source %s: pid %d for %.0f s",
+                          self.session, config["source"]["id"], self._proc.pid, self.session_seconds)
+            last_status: list[str] = []
+            await asyncio.gather(
+                self._pump(self._proc.stdout, last_status, None),
+                self._pump(self._proc.stderr, None, stderr_tail),
+            )
+            rc = await self._proc.wait()
+        finally:
+            self._remove_config()
+        if rc == 0:
+            yield TriggerEvent({
+                "status": "session_end", "session": self.session, "source_id": config["source"]["id"],
+                "last_status": last_status[-1] if last_status else None,
+            })
+        else:
+            message = "\n".join(stderr_tail) or f"the capture process exited with code {rc}"
+            yield TriggerEvent({"status": "error", "session": self.session, "returncode": rc, "message": message})
+
+    async def _pump(self, stream, last: Optional[list[str]], tail: Optional[collections.deque]) -> None:
+        """Copy the child's lines into the task log (the triggerer routes self.log there)."""
+        while True:
+            raw = await stream.readline()
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace").rstrip()
+            if not line:
+                continue
+            if tail is not None:  # stderr: the engine's logging, and its error on failure
+                tail.append(line)
+            if last is not None:
+                last[:] = [line]
+            (self.log.error if line.startswith("dblog: error") else self.log.info)("%s", line)
+
+    def _remove_config(self) -> None:
+        if self._config_path:
+            try:
+                os.unlink(self._config_path)
+            except FileNotFoundError:
+                pass
+            self._config_path = None
+
+    async def cleanup(self) -> None:
+        """Stop the child: SIGTERM (the engine stops at a checkpoint), SIGKILL after a grace."""
+        proc, self._proc = self._proc, None
+        try:
+            if proc is not None and proc.returncode is None:
+                self.log.info("stopping capture pid %d", proc.pid)
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), STOP_GRACE_SECONDS)
+                except asyncio.TimeoutError:
+                    self.log.warning("capture pid %d ignored SIGTERM for %.0f s: killing it", proc.pid, STOP_GRACE_SECONDS)
+                    proc.kill()
+                    await proc.wait()
+        except ProcessLookupError:
+            pass
+        finally:
+            self._remove_config()

@@ -1,0 +1,62 @@
+"""dblog_repair_dump: an on-call form to re-emit rows into the changelog.
+
+Trigger it from the UI ("Trigger DAG" shows the form) or the REST API with a conf such as
+``{"table": "shop.orders", "keys": "42\\n43", "chunk_size": 1000}``. Airflow validates the
+form against the Params before the run starts; the operator then validates the table and the
+keys against the source's schema before it records anything. An empty key list dumps the
+whole table. The running ``dblog_capture`` performs the dump; this task waits (deferred) and
+logs its progress.
+
+Deployment settings (environment of the scheduler / dag-processor / workers):
+  DBLOG_SOURCE_CONN_ID   the source's Postgres/MySQL connection (default ``dblog_source``)
+  DBLOG_STATE_CONN_ID    the ``dblog_state`` connection (default ``dblog_state_default``)
+  DBLOG_REPAIR_TABLES    comma-separated tables offered in the form's select (else free text)
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+from airflow.sdk import DAG, Param
+
+from airflow_provider_dblog.operators.dump import DumpOperator
+
+SOURCE_CONN_ID = os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source")
+STATE_CONN_ID = os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default")
+TABLES = [t.strip() for t in os.environ.get("DBLOG_REPAIR_TABLES", "").split(",") if t.strip()]
+
+if TABLES:
+    table_param = Param(TABLES[0], type="string", enum=TABLES, title="Table", description="The table to repair.")
+else:
+    table_param = Param(type="string", pattern=r"^[^.\s]+\.[^.\s]+$", title="Table",
+                        description="schema.table (PostgreSQL) or database.table (MySQL).")
+
+with DAG(
+    dag_id="dblog_repair_dump",
+    description="Re-emit rows of one table (all, or a list of keys) into the DBLog changelog",
+    schedule=None,
+    start_date=dt.datetime(2024, 1, 1),
+    catchup=False,
+    max_active_runs=4,
+    tags=["dblog"],
+    params={
+        "source": Param(SOURCE_CONN_ID, type="string", minLength=1, title="Source connection",
+                        description="Airflow connection id of the source database."),
+        "table": table_param,
+        "keys": Param("", type=["null", "string"], format="multiline", title="Keys, one per line",
+                      description='Each line a key: 42, "abc", ["eu", 7] (composite, in key order) or '
+                                  '{"region": "eu", "order_no": 7}. Empty: the whole table.'),
+        "chunk_size": Param(1000, type="integer", minimum=1, maximum=1_000_000, title="Chunk size",
+                            description="Rows per chunk (between a low and a high watermark)."),
+    },
+    render_template_as_native_obj=True,
+) as dag:
+    DumpOperator(
+        task_id="dump",
+        source_conn_id="{{ params.source }}",
+        state_conn_id=STATE_CONN_ID,
+        tables="{{ params.table }}",
+        keys="{{ params['keys'] or None }}",
+        chunk_size="{{ params.chunk_size }}",
+        poll_interval=2.0,
+    )

@@ -1,0 +1,159 @@
+"""The Airflow layer against the real MariaDB: CaptureTrigger sessions and a DumpOperator round.
+
+The triggers run as the triggerer runs them (``asyncio.run`` over ``run()``), the operators'
+``execute`` / ``execute_complete`` as the worker calls them; the capture is a real child process.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import tempfile
+import uuid
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))
+
+import pytest
+
+pytest.importorskip("airflow.sdk")
+
+from airflow.sdk.exceptions import TaskDeferred  # noqa: E402
+
+from airflow_provider_dblog.outputs import make_output  # noqa: E402
+from airflow_provider_dblog.core.errors import RequestError  # noqa: E402
+from airflow_provider_dblog.operators.dump import DumpOperator  # noqa: E402
+from airflow_provider_dblog.state.local import LocalStateStore  # noqa: E402
+from airflow_provider_dblog.triggers.capture import CaptureTrigger  # noqa: E402
+
+from .databases import MySQLAdapter, env  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def mariadb(tmp_path, monkeypatch):
+    env("DBLOG_MYSQL_HOST")
+    db = MySQLAdapter()
+    db.create()
+    db.seed(random.Random(7), 6)
+    source_id = f"af_{uuid.uuid4().hex[:8]}"
+    conn_id = f"dblog_src_{source_id}"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({
+        "conn_type": "mysql", "host": db.host, "port": db.port, "login": db.user, "password": db.password,
+        "extra": {"source_id": source_id, "tables": db.tables()}}))
+    monkeypatch.delenv("DBLOG_SOURCE_PASSWORD", raising=False)  # the trigger must supply it
+    yield db, conn_id, source_id, str(tmp_path / "state.db"), f"delta://{tmp_path / 'lake'}"
+    db.drop(source_id)
+
+
+class Lines:
+    """Collects the trigger's task-log lines and signals when the engine has started."""
+
+    def __init__(self, trigger):
+        self.lines: list[str] = []
+        self.started = asyncio.Event()
+        trigger.log.info = self.info  # the task log, as the triggerer would route it
+        trigger.log.error = self.info
+
+    def info(self, fmt, *args):
+        line = fmt % args
+        self.lines.append(line)
+        if "capture of" in line and "started at" in line:
+            self.started.set()
+
+
+def changelog(output_url, source_id, table):
+    out = make_output(output_url)
+    out.open()
+    try:
+        return list(out.scan(source_id, table))
+    finally:
+        out.close()
+
+
+def test_capture_session_streams_progress_and_ends_cleanly(mariadb):
+    db, conn_id, source_id, state, lake = mariadb
+    trigger = CaptureTrigger(conn_id, state=state, output=lake, session_seconds=12, status_interval=1)
+    lines = Lines(trigger)
+
+    async def go():
+        nxt = asyncio.create_task(trigger.run().__anext__())
+        await asyncio.wait_for(lines.started.wait(), 60)
+        await asyncio.to_thread(insert_accounts, db, [1001, 1002])
+        return (await asyncio.wait_for(nxt, 90)).payload
+
+    event = asyncio.run(go())
+    assert event["status"] == "session_end" and event["source_id"] == source_id, (event, lines.lines)
+    assert any(ln.startswith("[dblog] position=") for ln in lines.lines), lines.lines
+    events = changelog(lake, source_id, f"{db.ns}.accounts")
+    assert {e.key for e in events if e.op.value == "c"} == {(1001,), (1002,)}
+    # the session ended by itself: the next one resumes from the checkpoint
+    assert LocalStateStore(state).get_checkpoint(source_id) is not None
+
+
+def insert_accounts(db, ids):
+    c = db.connect()
+    try:
+        for i in ids:
+            db._exec(c, f"INSERT INTO {db.ns}.accounts (id, name) VALUES (%s, %s)", (i, f"n{i}"))
+        c.commit()
+    finally:
+        c.close()
+
+
+class TI:
+    """The part of Airflow's task instance the operator touches."""
+
+    def __init__(self):
+        self.xcom: dict = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+
+def test_dump_operator_round_against_a_running_capture(mariadb):
+    db, conn_id, source_id, state, lake = mariadb
+    capture = CaptureTrigger(conn_id, state=state, output=lake, session_seconds=120, status_interval=1)
+    lines = Lines(capture)
+    ti = TI()
+
+    def request(**kw):
+        op = DumpOperator(task_id="dump", source_conn_id=conn_id, state=state, poll_interval=0.2, **kw)
+        try:
+            op.execute({"ti": ti})
+        except TaskDeferred as deferred:
+            return op, deferred
+        raise AssertionError("DumpOperator did not defer")
+
+    async def go():
+        cap = asyncio.create_task(capture.run().__anext__())
+        try:
+            await asyncio.wait_for(lines.started.wait(), 60)
+            # invalid requests fail in the worker and record nothing
+            with pytest.raises(RequestError, match="nope"):
+                await asyncio.to_thread(request, tables=f"{db.ns}.nope")
+            with pytest.raises(RequestError, match="column"):
+                await asyncio.to_thread(request, tables=f"{db.ns}.orders", keys='["eu"]')
+            op, deferred = await asyncio.to_thread(request, tables=f"{db.ns}.accounts", keys="1\n3\n999999",
+                                                   chunk_size=2)
+            assert deferred.method_name == "execute_complete"
+            event = await asyncio.wait_for(deferred.trigger.run().__anext__(), 90)
+            result = op.execute_complete({"ti": ti}, event.payload, **deferred.kwargs)
+            assert not cap.done(), "the capture ended during the dump"
+            return result
+        finally:
+            cap.cancel()
+            await asyncio.gather(cap, return_exceptions=True)
+            proc = capture._proc
+            await capture.cleanup()  # what the triggerer does when the task is killed
+            assert proc is not None and proc.returncode is not None
+
+    result = asyncio.run(go())
+    assert result["status"] == "done" and result["rows"] == 2 and result["dump_id"] == ti.xcom["dump_id"]
+    assert result["duration_s"] >= 0
+    dumped = [e for e in changelog(lake, source_id, f"{db.ns}.accounts") if e.op.value == "r"]
+    assert sorted(e.key for e in dumped) == [(1,), (3,)]
+    assert {e.dump_id for e in dumped} == {result["dump_id"]}
+    store = LocalStateStore(state)
+    assert [d.dump_id for d in store.list_dumps(source_id)] == [result["dump_id"]]  # invalid ones not recorded

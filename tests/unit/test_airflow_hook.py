@@ -1,0 +1,126 @@
+"""DBLogHook: source, state store and changelog built from real Airflow connections (AIRFLOW_CONN_*)."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))  # no Airflow files in the repo
+
+import pytest
+
+pytest.importorskip("airflow.sdk")
+
+from airflow_provider_dblog.core.errors import ConfigurationError  # noqa: E402
+from airflow_provider_dblog.get_provider_info import get_provider_info  # noqa: E402
+from airflow_provider_dblog.hooks.dblog import DBLogHook, default_source_id  # noqa: E402
+
+SECRET = "pw-" + "9f3c1a77e2"
+
+
+def set_conn(monkeypatch, conn_id: str, **fields) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+
+
+def test_mysql_connection_extras_become_the_source_config(monkeypatch):
+    set_conn(monkeypatch, "shop_db", conn_type="mysql", host="db1", port=3307, login="dblog", password=SECRET,
+             schema="shop", extra={"source_id": "shop", "server_id": "4711", "watermark_schema": "wm",
+                                   "tables": "shop.orders, shop.items",
+                                   "key_columns": '{"shop.items": ["sku"]}'})
+    src = DBLogHook("shop_db").source_config()
+    assert src == {"type": "mysql", "id": "shop", "password_env": "DBLOG_SOURCE_PASSWORD", "host": "db1",
+                   "port": 3307, "user": "dblog", "database": "shop", "server_id": "4711", "watermark_schema": "wm",
+                   "tables": ["shop.orders", "shop.items"], "key_columns": {"shop.items": ["sku"]}}
+    assert SECRET not in json.dumps(src)
+
+
+def test_postgres_connection_and_default_source_id(monkeypatch):
+    set_conn(monkeypatch, "PG-Main", conn_type="postgres", host="pg", login="u", password=SECRET, schema="app",
+             extra={"slot_name": "s1", "publication": "p1", "plugin": "wal2json", "tables": ["public.a"]})
+    hook = DBLogHook("PG-Main")
+    src = hook.source_config()
+    assert src["type"] == "postgres" and src["database"] == "app" and src["id"] == "pg_main"
+    assert (src["slot_name"], src["publication"], src["plugin"], src["tables"]) == ("s1", "p1", "wal2json", ["public.a"])
+    assert "port" not in src  # make_source applies the default
+    assert DBLogHook("PG-Main", source_id="other").source_config()["id"] == "other"
+    assert default_source_id("A.b-C") == "a_b_c"
+
+
+def test_password_reaches_the_source_in_memory_only(monkeypatch):
+    monkeypatch.delenv("DBLOG_SOURCE_PASSWORD", raising=False)
+    set_conn(monkeypatch, "my", conn_type="mysql", host="127.0.0.1", login="u", password=SECRET, schema="d")
+    set_conn(monkeypatch, "pg", conn_type="postgres", host="127.0.0.1", login="u", password=SECRET, schema="d")
+    my = DBLogHook("my").get_source()  # builds, does not connect
+    pg = DBLogHook("pg").get_source()
+    assert my._settings.password == SECRET
+    assert pg._dsn["password"] == SECRET
+    assert SECRET not in repr(my._settings)
+    assert all(SECRET not in v for v in os.environ.values() if not v.startswith("{"))  # only the connection itself
+
+
+def test_a_non_source_connection_is_refused(monkeypatch):
+    set_conn(monkeypatch, "web", conn_type="http", host="x")
+    with pytest.raises(ConfigurationError, match="Postgres or MySQL"):
+        DBLogHook("web").source_config()
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        (dict(host="/var/lib/dblog/state.db"), {"path": "/var/lib/dblog/state.db"}),
+        (dict(host="zk1:2181,zk2:2181", schema="dblog"), {"zookeeper": "zk1:2181,zk2:2181", "chroot": "/dblog"}),
+        (dict(host="zk1", port=2181, schema="/x"), {"zookeeper": "zk1:2181", "chroot": "/x"}),
+        (dict(host="zk1:2181", extra={"session_timeout": "7"}), {"zookeeper": "zk1:2181", "chroot": "", "session_timeout": 7.0}),
+        (dict(host="state", extra={"store": "local"}), {"path": "state"}),
+        (dict(extra={"extra__dblog_state__store": "local", "path": "/p"}), {"path": "/p"}),
+        (dict(extra={"url": "zk://a:1/c"}), {"url": "zk://a:1/c"}),
+    ],
+)
+def test_state_connection(monkeypatch, fields, expected):
+    set_conn(monkeypatch, "st", conn_type="dblog_state", **fields)
+    assert DBLogHook(state_conn_id="st").state_config() == expected
+
+
+def test_state_connection_builds_a_working_local_store(monkeypatch, tmp_path):
+    set_conn(monkeypatch, "st", conn_type="dblog_state", host=str(tmp_path / "s.db"))
+    store = DBLogHook(state_conn_id="st").get_state()
+    try:
+        store.put_value("k", "v")
+        assert store.get_value("k") == "v"
+    finally:
+        store.close()
+    assert DBLogHook(state="zk://h:1/r").state_config() == {"url": "zk://h:1/r"}
+
+
+def test_empty_state_connection_names_the_fix(monkeypatch):
+    set_conn(monkeypatch, "st", conn_type="dblog_state")
+    with pytest.raises(ConfigurationError, match="ZooKeeper hosts"):
+        DBLogHook(state_conn_id="st").state_config()
+
+
+def test_changelog_from_argument_or_connection(monkeypatch):
+    set_conn(monkeypatch, "lake", conn_type="fs", extra={"path": "/data/changelog"})
+    set_conn(monkeypatch, "lake2", conn_type="generic", extra={"url": "s3://b/changelog"})
+    assert DBLogHook(output="jsonl:///x").output_config() == {"url": "jsonl:///x"}
+    assert DBLogHook(output_conn_id="lake").output_config() == {"url": "delta:///data/changelog"}
+    assert DBLogHook(output_conn_id="lake2").output_config() == {"url": "s3://b/changelog"}
+
+
+def test_ui_metadata_for_the_state_connection_type():
+    behaviour = DBLogHook.get_ui_field_behaviour()
+    assert "password" in behaviour["hidden_fields"] and behaviour["relabeling"]["schema"] == "ZooKeeper chroot"
+    (ct,) = get_provider_info()["connection-types"]
+    assert ct["connection-type"] == DBLogHook.conn_type == "dblog_state"
+    assert ct["hook-class-name"] == "airflow_provider_dblog.hooks.dblog.DBLogHook"
+    assert set(ct["conn-fields"]) == {"store", "session_timeout"}
+    assert isinstance(DBLogHook.get_connection_form_widgets(), dict)
+
+
+def test_provider_info_lists_importable_modules():
+    import importlib
+
+    info = get_provider_info()
+    for kind in ("hooks", "operators", "triggers"):
+        for entry in info[kind]:
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
