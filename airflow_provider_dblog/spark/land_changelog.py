@@ -1,0 +1,308 @@
+"""Land a DBLog changelog into one Delta *mirror* table per source table.
+
+    spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 \\
+        --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension \\
+        --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog \\
+        land_changelog.py --lake s3a://bucket/dblog [--source pg1]
+    python -m airflow_provider_dblog.spark.land_changelog --lake /data/lake   # local[2]
+
+Plain PySpark (no Airflow imports), submitted by SparkSubmitOperator or by hand.
+
+*Incremental*: the changelog is read as a Delta streaming source with an availableNow
+trigger and a checkpoint, so each run lands only the changelog versions that earlier runs
+have not (then stops). *Exactly once in effect*: a micro-batch that is replayed after a
+crash (its offsets were logged, its commit was not) is merged again, and the merge is
+monotonic, so the replay changes nothing: per key a mirror row is only ever replaced by an
+event with a higher position (DBLog's replay rule, core/verify.py). Deletes leave a
+tombstone (``_deleted``) so that no older event - a late repair dump, a replayed batch - can
+bring the row back; the ``current`` view hides them (vacuum: spark/maintenance.py).
+
+Mirrors live at ``<mirrors>/<source_id>/<schema>.<table>`` (default ``<lake>/mirrors``)
+and are registered in the session catalog as ``dblog_<source>.<schema>__<table>`` (the table,
+tombstones included) and ``..._current`` (the view analysts query).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from typing import Optional
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from airflow_provider_dblog.core.events import TableSchema
+from airflow_provider_dblog.spark import mirror_types as mt
+from airflow_provider_dblog.spark.session import get_session
+
+# Metadata columns of every mirror row, after the source's columns.
+METADATA = T.StructType([
+    T.StructField("_key", T.StringType()),          # the changelog's key (JSON array text): the merge key
+    T.StructField("_position", T.StringType()),     # position of the event that wrote the row
+    T.StructField("_op", T.StringType()),           # its op: c u d r
+    T.StructField("_commit_ts", T.TimestampType()),  # source commit time (may be NULL for dump rows)
+    T.StructField("_origin", T.StringType()),       # log | dump
+    T.StructField("_landed_at", T.TimestampType()),  # when this job wrote the row
+    T.StructField("_deleted", T.BooleanType()),     # tombstone: the key is deleted at _position
+])
+META_NAMES = set(METADATA.fieldNames())
+
+PROP_TABLE, PROP_SOURCE, PROP_KEY = "dblog.source_table", "dblog.source_id", "dblog.key"
+
+
+def mirror_path(mirrors: str, source_id: str, table: str) -> str:
+    return f"{mirrors.rstrip('/')}/{source_id}/{table}"
+
+
+def catalog_names(source_id: str, table: str) -> tuple[str, str, str]:
+    """(database, table, current view) identifiers, quoted for SQL."""
+    db = "dblog_" + re.sub(r"\W", "_", source_id).lower()
+    name = re.sub(r"\W", "_", table.replace(".", "__")).lower()
+    return f"`{db}`", f"`{db}`.`{name}`", f"`{db}`.`{name}_current`"
+
+
+class SchemaStore:
+    """``<lake>/schemas`` as TableSchema objects, re-read when an unknown id shows up."""
+
+    def __init__(self, spark: SparkSession, uri: str):
+        self.spark, self.uri = spark, uri
+        self.by_id: dict[str, tuple[TableSchema, object]] = {}
+
+    def _load(self) -> None:
+        rows = self.spark.read.format("delta").load(self.uri).select(
+            "schema_id", "schema_json", "registered_at").collect()
+        self.by_id = {r.schema_id: (TableSchema.from_json(r.schema_json), r.registered_at) for r in rows}
+
+    def versions(self, table: str, ids: list[Optional[str]]) -> list[TableSchema]:
+        """The schemas of ``ids`` oldest first; a NULL id means the table's newest schema."""
+        if any(i is not None and i not in self.by_id for i in ids) or not self.by_id:
+            self._load()
+        missing = [i for i in ids if i is not None and i not in self.by_id]
+        if missing:
+            raise RuntimeError(f"{table}: schema ids {missing} are not in the schema store {self.uri}")
+        picked = {i: self.by_id[i] for i in ids if i is not None}
+        if None in ids:
+            own = [(s, ts, i) for i, (s, ts) in self.by_id.items() if s.table == table]
+            if not own:
+                raise RuntimeError(f"{table}: changelog rows without a schema id and no schema for the table in {self.uri}")
+            s, ts, i = max(own, key=lambda x: x[1])
+            picked[i] = (s, ts)
+        return [s for s, _ in sorted(picked.values(), key=lambda x: x[1])]
+
+
+class Lander:
+    """Merges micro-batches of the changelog into the mirrors (``land_batch``)."""
+
+    def __init__(self, spark: SparkSession, lake: str, mirrors: Optional[str] = None,
+                 register: bool = True, log=print):
+        self.spark, self.lake = spark, lake.rstrip("/")
+        self.mirrors = (mirrors or f"{self.lake}/mirrors").rstrip("/")
+        self.schemas = SchemaStore(spark, f"{self.lake}/schemas")
+        self.register, self.log = register, log
+        self.events = 0
+        self.landed: set[tuple[str, str]] = set()
+        # A test hook: sleep after each table so a test can kill the job between two merges.
+        self._delay = float(os.environ.get("DBLOG_TEST_LAND_DELAY_S", "0") or 0)
+
+    # -- one micro-batch ------------------------------------------------------------------
+    def land_batch(self, batch: DataFrame, batch_id: int) -> None:
+        batch = batch.select("source_id", "table", "op", "key", "after", "position", "origin",
+                             "schema_id", "commit_ts").persist()
+        try:
+            groups = batch.groupBy("source_id", "table", "schema_id").count().collect()
+            tables: dict[tuple[str, str], list] = {}
+            for g in groups:
+                tables.setdefault((g.source_id, g.table), []).append(g)
+            for (source_id, table), gs in sorted(tables.items()):
+                n = sum(g["count"] for g in gs)
+                t0 = time.time()
+                self.land_table(batch.where((F.col("source_id") == source_id) & (F.col("table") == table)),
+                                source_id, table, [g.schema_id for g in gs])
+                self.events += n
+                self.landed.add((source_id, table))
+                self.log(f"landed batch {batch_id}: {source_id} {table}: {n} events in {time.time() - t0:.1f} s")
+                if self._delay:
+                    time.sleep(self._delay)
+        finally:
+            batch.unpersist()
+
+    def land_table(self, events: DataFrame, source_id: str, table: str, schema_ids: list) -> None:
+        from delta.tables import DeltaTable
+
+        path = mirror_path(self.mirrors, source_id, table)
+        versions = self.schemas.versions(table, schema_ids)
+        key = versions[-1].key
+        wanted = mt.data_columns(table, path, versions)
+        target = self._ensure_mirror(path, source_id, table, key, wanted)
+        source_types = {**{f.name: None for f in target.fields if f.name not in META_NAMES}, **wanted}
+        updates = self._updates(events, versions, key, target, source_types)
+        (DeltaTable.forPath(self.spark, path).alias("t")
+            .merge(updates.alias("s"), "t._key = s._key")
+            # Monotonic: an event never replaces a row written at a newer (or the same) position.
+            .whenMatchedUpdateAll(condition="s._position > t._position")
+            .whenNotMatchedInsertAll()
+            .execute())
+
+    def _updates(self, events: DataFrame, versions: list[TableSchema], key: tuple, target: T.StructType,
+                 source_types: dict) -> DataFrame:
+        """One row per key: the event with the highest position, typed like the mirror."""
+        latest = (events.groupBy("key")
+                  .agg(F.max_by(F.struct("op", "after", "position", "origin", "commit_ts"), "position").alias("e"))
+                  .select("key", "e.*"))
+        # A delete has no row image: build one from the key array so the tombstone keeps its
+        # typed key columns (exact JSON of each key value, through the variant type).
+        key_obj = F.concat(F.lit("{"), F.concat_ws(",", *[
+            F.concat(F.lit(json.dumps(k) + ":"),
+                     F.expr(f"to_json(variant_get(parse_json(key), '$[{i}]', 'variant'))"))
+            for i, k in enumerate(key)]), F.lit("}"))
+        image = F.when(F.col("op") == "d", key_obj).otherwise(F.col("after"))
+        parsed = F.from_json(image, mt.parse_struct(versions), {"mode": "FAILFAST"})
+        rows = latest.select("*", parsed.alias("_row"))
+        cols = []
+        for f in target.fields:
+            if f.name in META_NAMES:
+                continue
+            type_name = source_types.get(f.name)
+            if type_name is None:  # a column the source dropped: NULL from now on
+                cols.append(F.lit(None).cast(f.dataType).alias(f.name))
+            else:
+                cols.append(mt.to_mirror(F.col("_row").getField(f.name), type_name).cast(f.dataType).alias(f.name))
+        cols += [
+            F.col("key").alias("_key"), F.col("position").alias("_position"), F.col("op").alias("_op"),
+            F.col("commit_ts").alias("_commit_ts"), F.col("origin").alias("_origin"),
+            F.current_timestamp().alias("_landed_at"), (F.col("op") == "d").alias("_deleted"),
+        ]
+        return rows.select(*cols)
+
+    def _ensure_mirror(self, path: str, source_id: str, table: str, key: tuple, wanted: dict) -> T.StructType:
+        """Create the mirror, or add new nullable columns; returns its schema."""
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            fields = [T.StructField(n, mt.mirror_type(t), True) for n, t in wanted.items()] + METADATA.fields
+            (DeltaTable.createIfNotExists(self.spark).location(path)
+                .addColumns(T.StructType(fields))
+                .property(PROP_TABLE, table).property(PROP_SOURCE, source_id)
+                .property(PROP_KEY, json.dumps(list(key)))
+                .execute())
+        dt = DeltaTable.forPath(self.spark, path)
+        schema = dt.toDF().schema
+        props = dt.detail().select("properties").first()[0] or {}
+        old_key = json.loads(props[PROP_KEY]) if PROP_KEY in props else None
+        existing = T.StructType([f for f in schema.fields if f.name not in META_NAMES])
+        add = mt.check_evolution(path, table, existing, wanted, key, old_key)
+        if add:
+            cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in add)
+            # New columns go after the metadata columns: Delta has no ADD COLUMN ... BEFORE.
+            self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
+            self.log(f"mirror {path}: added columns {[f.name for f in add]}")
+            schema = DeltaTable.forPath(self.spark, path).toDF().schema
+        return schema
+
+    # -- catalog ----------------------------------------------------------------------------
+    def register_all(self) -> list[str]:
+        """Register every mirror under ``self.mirrors`` (not only this run's) in the catalog."""
+        out = []
+        for source_id, table, path in list_mirrors(self.spark, self.mirrors):
+            db, tbl, view = catalog_names(source_id, table)
+            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tbl} USING DELTA LOCATION '{path}'")
+            self.spark.sql(f"REFRESH TABLE {tbl}")
+            data = [f"`{f.name}`" for f in self.spark.table(tbl).schema.fields if f.name != "_deleted"]
+            self.spark.sql(f"CREATE OR REPLACE VIEW {view} AS SELECT {', '.join(data)} FROM {tbl} WHERE NOT _deleted")
+            out.append(tbl)
+        return out
+
+
+def list_mirrors(spark: SparkSession, mirrors: str) -> list[tuple[str, str, str]]:
+    """(source_id, table, path) of the Delta tables under ``<mirrors>/<source>/<table>``."""
+    from delta.tables import DeltaTable
+
+    jvm = spark._jvm
+    root = jvm.org.apache.hadoop.fs.Path(mirrors)
+    fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(root):
+        return []
+    out = []
+    for src in fs.listStatus(root):
+        if not src.isDirectory() or src.getPath().getName().startswith("_"):
+            continue
+        for tbl in fs.listStatus(src.getPath()):
+            path = f"{mirrors}/{src.getPath().getName()}/{tbl.getPath().getName()}"
+            if tbl.isDirectory() and DeltaTable.isDeltaTable(spark, path):
+                out.append((src.getPath().getName(), tbl.getPath().getName(), path))
+    return sorted(out)
+
+
+def land(spark: SparkSession, lake: str, source: Optional[str] = None, mirrors: Optional[str] = None,
+         checkpoint: Optional[str] = None, max_files_per_batch: int = 1000, register: bool = True,
+         log=print) -> dict:
+    """Land every changelog version not landed yet (availableNow), then return run stats."""
+    lake = lake.rstrip("/")
+    lander = Lander(spark, lake, mirrors, register, log)
+    checkpoint = checkpoint or f"{lander.mirrors}/_checkpoints/{source or '_all'}"
+    t0 = time.time()
+    stream = (spark.readStream.format("delta")
+              .option("maxFilesPerTrigger", max_files_per_batch)
+              # An OPTIMIZE of the changelog commits no data change and is skipped anyway;
+              # this also skips a user's DELETE of old changelog rows instead of failing.
+              .option("skipChangeCommits", "true")
+              .load(f"{lake}/changelog"))
+    if source:
+        stream = stream.where(F.col("source_id") == source)
+    query = (stream.writeStream.foreachBatch(lander.land_batch)
+             .option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True)
+             .queryName(f"dblog_land_{re.sub(r'[^A-Za-z0-9_]', '_', source or 'all')}")
+             .start())
+    query.awaitTermination()
+    registered = lander.register_all() if register else []
+    return {"events": lander.events, "tables": sorted(t for _, t in lander.landed),
+            "seconds": round(time.time() - t0, 3), "registered": registered, "checkpoint": checkpoint}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="land_changelog", description=__doc__.split("\n\n")[0])
+    p.add_argument("--lake", required=True, help="the capture's output root (holds changelog/ and schemas/)")
+    p.add_argument("--source", help="land only this source_id (default: every source in the changelog)")
+    p.add_argument("--mirrors", help="root of the mirror tables (default <lake>/mirrors)")
+    p.add_argument("--checkpoint", help="streaming checkpoint (default <mirrors>/_checkpoints/<source|_all>)")
+    p.add_argument("--max-files-per-batch", type=int, default=1000,
+                   help="changelog files per micro-batch (one capture flush is one file)")
+    p.add_argument("--no-register", action="store_true", help="do not register the mirrors in the catalog")
+    p.add_argument("--master", help="Spark master when run without spark-submit (default local[2])")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    spark = get_session("dblog-land-changelog", master=args.master)
+    try:
+        stats = land(spark, args.lake, args.source, args.mirrors, args.checkpoint,
+                     args.max_files_per_batch, not args.no_register, log=lambda m: print(m, flush=True))
+    except mt.IncompatibleSchemaChange as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a streaming failure wraps the batch's error
+        inner = _incompatible_in(exc)
+        if inner:
+            print(f"error: {inner}", file=sys.stderr, flush=True)
+            return 2
+        raise
+    print(json.dumps(stats), flush=True)
+    return 0
+
+
+def _incompatible_in(exc: BaseException) -> Optional[str]:
+    """The IncompatibleSchemaChange message inside a StreamingQueryException, if any."""
+    text = str(exc)
+    m = re.search(r"incompatible schema change in .*?(?:change the source column back\.)", text, re.S)
+    return m.group(0) if m else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Maintenance of a DBLog lake: compaction and tombstone vacuum, runnable on a schedule.
+
+    python -m airflow_provider_dblog.spark.maintenance --lake /data/lake \\
+        [--tombstone-horizon-hours 168] [--vacuum-retain-hours 168]
+
+* **Compaction** (``OPTIMIZE``) of the changelog, the schema store and every mirror: the
+  capture commits once per flush and the landing job once per table per micro-batch, so all
+  of them collect small files. OPTIMIZE commits no data change: the landing job's streaming
+  read of the changelog skips it.
+* **Tombstone vacuum**: a deleted key keeps a tombstone row (``_deleted``) so that an older
+  event landed later cannot resurrect it. Tombstones landed more than the *horizon* ago are
+  removed. The horizon must exceed the time within which an older event of that key can
+  still reach the mirror, i.e. how far back the changelog may ever be re-landed (a lost
+  checkpoint, a new mirror root): a repair dump itself never carries an older position than
+  the log events already in the changelog (DBLog writes chunk rows at their high watermark
+  and drops those the log changed). Default 7 days.
+* Optional ``VACUUM`` of unreferenced files (off by default: time travel and readers of old
+  snapshots need them; set ``--vacuum-retain-hours``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional
+
+from airflow_provider_dblog.spark.land_changelog import list_mirrors
+from airflow_provider_dblog.spark.session import get_session
+
+
+def maintain(spark, lake: str, mirrors: Optional[str] = None, tombstone_horizon_hours: float = 168,
+             vacuum_retain_hours: Optional[float] = None, compact_changelog: bool = True, log=print) -> dict:
+    from delta.tables import DeltaTable
+
+    lake = lake.rstrip("/")
+    mirrors = (mirrors or f"{lake}/mirrors").rstrip("/")
+    report: dict = {"compacted": [], "tombstones_removed": {}, "vacuumed": []}
+    tables = [p for _, _, p in list_mirrors(spark, mirrors)]
+    for path in tables:
+        dt = DeltaTable.forPath(spark, path)
+        before = dt.toDF().where("_deleted").count()
+        dt.delete(f"_deleted AND _landed_at < current_timestamp() - INTERVAL {float(tombstone_horizon_hours) * 3600} SECONDS")
+        removed = before - DeltaTable.forPath(spark, path).toDF().where("_deleted").count()
+        report["tombstones_removed"][path] = removed
+        if removed:
+            log(f"{path}: removed {removed} tombstones older than {tombstone_horizon_hours} h")
+    targets = ([f"{lake}/changelog", f"{lake}/schemas"] if compact_changelog else []) + tables
+    for path in targets:
+        m = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
+        metrics = m.metrics if m is not None else None
+        report["compacted"].append(path)
+        log(f"{path}: compacted ({metrics.numFilesRemoved if metrics else 0} files -> "
+            f"{metrics.numFilesAdded if metrics else 0})")
+    if vacuum_retain_hours is not None:
+        if vacuum_retain_hours < 168:
+            # Delta refuses a short retention unless told: it can break running readers.
+            spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        for path in targets:
+            DeltaTable.forPath(spark, path).vacuum(vacuum_retain_hours)
+            report["vacuumed"].append(path)
+    return report
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="maintenance", description=__doc__.split("\n\n")[0])
+    p.add_argument("--lake", required=True)
+    p.add_argument("--mirrors", help="default <lake>/mirrors")
+    p.add_argument("--tombstone-horizon-hours", type=float, default=168)
+    p.add_argument("--vacuum-retain-hours", type=float, help="also VACUUM files older than this (default: no vacuum)")
+    p.add_argument("--skip-changelog", action="store_true", help="compact only the mirrors")
+    p.add_argument("--master")
+    args = p.parse_args(argv)
+    spark = get_session("dblog-maintenance", master=args.master)
+    report = maintain(spark, args.lake, args.mirrors, args.tombstone_horizon_hours, args.vacuum_retain_hours,
+                      not args.skip_changelog, log=lambda m: print(m, flush=True))
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

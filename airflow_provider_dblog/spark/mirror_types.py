@@ -1,0 +1,180 @@
+"""Typed mirror columns from the schema store: source type names -> Spark types.
+
+The changelog's row images are JSON of *canonical* values (core/events.py). Each column is
+read with ``from_json`` as a *parse type* and turned into its *mirror type* by a Spark
+expression, so the landing job has no Python UDFs (executors need nothing but Spark):
+
+  source type (PostgreSQL / MySQL)               canonical JSON        mirror type
+  smallint / integer, int, mediumint / bigint    number                short / int / long
+  tinyint (incl. tinyint(1): MySQL has no bool)  number                byte (short if unsigned)
+  int unsigned / bigint unsigned                 number                long / decimal(20,0)
+  numeric(p,s), decimal(p,s) with p <= 38        "12.30"               decimal(p,s)
+  numeric without precision, or p > 38           "12.30"               string (exact text)
+  real, double precision, float, double          number / "NaN"        double (a float4 is
+                                                                       widened: its canonical
+                                                                       value is a double)
+  boolean                                        true/false            boolean
+  text, varchar, char, uuid, enum, set, ...      "..."                 string
+  bytea, binary, varbinary, blob                 {"$b64": "..."}       binary
+  date                                           "2024-02-29"          date
+  timestamp without time zone, datetime          "...T..."             timestamp_ntz
+  timestamp with time zone, MySQL timestamp      "...T...+00:00"       timestamp (UTC)
+  json, jsonb                                    nested value          string (JSON text)
+  anything else (time, interval, arrays, bit...) text or number        string
+
+PostgreSQL's format_type() always spells out "timestamp without time zone", so a bare
+"timestamp" can only be MySQL's (UTC) TIMESTAMP. Values Spark cannot hold (PostgreSQL
+'infinity' dates and timestamps, years beyond 9999) become NULL.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ..core.events import TableSchema
+
+B64 = "$b64"
+
+_BYTE = {"tinyint"}
+_SHORT = {"smallint", "int2", "year"}
+_INT = {"integer", "int", "int4", "mediumint", "serial"}
+_LONG = {"bigint", "int8", "oid", "xid", "bigserial"}
+_DOUBLE = {"real", "double precision", "double", "float", "float4", "float8"}
+_BINARY = {"bytea", "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+_JSON = {"json", "jsonb"}
+_NTZ = {"timestamp without time zone", "datetime"}
+_TZ = {"timestamp with time zone", "timestamp", "timestamptz"}
+
+
+class IncompatibleSchemaChange(Exception):
+    """A source schema change the mirror cannot follow by adding a nullable column."""
+
+    def __init__(self, mirror: str, table: str, column: str, detail: str):
+        self.table, self.column = table, column
+        super().__init__(
+            f"incompatible schema change in {table}, column {column!r}: {detail}. "
+            f"The mirror {mirror} is left as it was. Fix: land this table into a new mirror "
+            f"(move or delete {mirror} and its checkpoint, then land again from the start of "
+            f"the changelog), or change the source column back."
+        )
+
+
+def _base(type_name: str) -> tuple[str, list[int], bool]:
+    """('numeric', [12, 2], unsigned?) from 'numeric(12,2)'; array types keep their '[]'."""
+    t = type_name.strip().lower()
+    unsigned = " unsigned" in t
+    params = [int(p) for p in re.findall(r"\d+", (re.search(r"\(([\d,\s]+)\)", t) or [None, ""])[1])]
+    base = re.sub(r"\([^)]*\)", "", t).replace(" unsigned", "").replace(" zerofill", "")
+    return re.sub(r"\s+", " ", base).strip(), params, unsigned
+
+
+def mirror_type(type_name: str) -> T.DataType:
+    """The Spark type of a mirror column for a source column type (table in the docstring)."""
+    base, params, unsigned = _base(type_name)
+    if base.endswith("[]"):
+        return T.StringType()
+    if base in _BYTE:
+        return T.ShortType() if unsigned else T.ByteType()
+    if base in _SHORT:
+        return T.IntegerType() if unsigned else T.ShortType()
+    if base in _INT:
+        return T.LongType() if unsigned else T.IntegerType()
+    if base in _LONG:
+        return T.DecimalType(20, 0) if unsigned else T.LongType()
+    if base in ("numeric", "decimal", "dec", "fixed"):
+        if params and params[0] <= 38:
+            return T.DecimalType(params[0], params[1] if len(params) > 1 else 0)
+        return T.StringType()
+    if base in _DOUBLE:
+        return T.DoubleType()
+    if base in ("boolean", "bool"):
+        return T.BooleanType()
+    if base in _BINARY:
+        return T.BinaryType()
+    if base == "date":
+        return T.DateType()
+    if base in _NTZ:
+        return T.TimestampNTZType()
+    if base in _TZ:
+        return T.TimestampType()
+    return T.StringType()
+
+
+def is_integer(type_name: str) -> bool:
+    """An integer source type (a bigint unsigned is held as decimal(20,0))."""
+    return _base(type_name)[0] in _BYTE | _SHORT | _INT | _LONG
+
+
+def is_json(type_name: str) -> bool:
+    return _base(type_name)[0] in _JSON
+
+
+def parse_type(type_name: str) -> T.DataType:
+    """The type ``from_json`` reads the canonical value as (see ``to_mirror``)."""
+    if is_json(type_name):
+        return T.VariantType()  # keeps the exact JSON value; to_json() prints it back
+    mt = mirror_type(type_name)
+    if isinstance(mt, T.BinaryType):
+        return T.StructType([T.StructField(B64, T.StringType())])
+    return mt
+
+
+def to_mirror(value: SparkColumn, type_name: str) -> SparkColumn:
+    """Turn a parsed value (``parse_type``) into the mirror type."""
+    if is_json(type_name):
+        return F.to_json(value)
+    if isinstance(mirror_type(type_name), T.BinaryType):
+        return F.unbase64(value.getField(B64))
+    return value
+
+
+def parse_struct(schemas: list[TableSchema]) -> T.StructType:
+    """One ``from_json`` schema for all schema versions of a table seen in a batch."""
+    fields: dict[str, T.StructField] = {}
+    for s in schemas:
+        for c in s.columns:
+            fields.setdefault(c.name, T.StructField(c.name, parse_type(c.type)))
+    return T.StructType(list(fields.values()))
+
+
+def data_columns(table: str, mirror: str, schemas: list[TableSchema]) -> dict[str, str]:
+    """column -> source type over all schema versions, oldest first; a column whose mirror
+    type differs between versions is an incompatible change."""
+    out: dict[str, str] = {}
+    for s in schemas:
+        for c in s.columns:
+            prev = out.get(c.name)
+            if prev is not None and mirror_type(prev) != mirror_type(c.type):
+                raise IncompatibleSchemaChange(
+                    mirror, table, c.name,
+                    f"type {prev} ({mirror_type(prev).simpleString()}) became {c.type} "
+                    f"({mirror_type(c.type).simpleString()})")
+            out[c.name] = c.type
+    return out
+
+
+def check_evolution(mirror: str, table: str, existing: T.StructType, wanted: dict[str, str],
+                    key: tuple[str, ...], existing_key: Optional[list[str]]) -> list[T.StructField]:
+    """The nullable columns to add to an existing mirror; raises on anything else.
+
+    Columns the source dropped stay in the mirror (NULL in rows landed afterwards)."""
+    if existing_key is not None and list(key) != list(existing_key):
+        raise IncompatibleSchemaChange(mirror, table, ",".join(key),
+                                       f"the primary key changed from {existing_key} to {list(key)}")
+    have = {f.name.lower(): f for f in existing.fields}
+    add = []
+    for name, type_name in wanted.items():
+        mt = mirror_type(type_name)
+        f = have.get(name.lower())
+        if f is None:
+            add.append(T.StructField(name, mt, True))
+        elif f.dataType != mt:
+            raise IncompatibleSchemaChange(
+                mirror, table, name,
+                f"the mirror column is {f.dataType.simpleString()} but the source type is now "
+                f"{type_name} ({mt.simpleString()})")
+    return add

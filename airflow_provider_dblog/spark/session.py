@@ -1,0 +1,70 @@
+"""A SparkSession with Delta Lake, configured the same way on a laptop and on a cluster.
+
+On a cluster the user submits with the Maven coordinate below (``--packages``) and the two
+Delta confs (docs/landing.md); the job then only adds what it needs at run time. Locally
+(tests, demo, ``python -m``) the jars come from the cache ``scripts/spark-jars`` fills once
+(``DBLOG_SPARK_JARS``: a comma-separated jar list), so no Maven/Ivy resolution happens at run
+time; without that variable the session falls back to ``spark.jars.packages``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+# delta-spark 4.4.0 is built for Spark 4.2 / Scala 2.13. `io.delta:delta-spark_2.13:4.4.0`
+# is the same build under the un-suffixed name; this one is what delta's own
+# configure_spark_with_delta_pip asks for, so pip users and cluster users agree.
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+# Small local sessions: two shuffle partitions on local[2] instead of Spark's 200, no UI.
+LOCAL_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "2g",
+    # Delta's own per-commit work that only pays off for big tables.
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.databricks.delta.stats.collect": "true",
+}
+
+
+def get_session(app_name: str = "dblog", master: Optional[str] = None, jars: Optional[str] = None,
+                extra_conf: Optional[dict] = None):
+    """The active session if there is one, else a new one with Delta.
+
+    ``master``: e.g. ``local[2]``; None keeps what spark-submit set (or ``local[2]`` when
+    run with plain ``python``). ``jars``: comma-separated jar paths (default
+    ``$DBLOG_SPARK_JARS``)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    launched_by_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    builder = SparkSession.builder.appName(app_name)
+    if master or not launched_by_submit:
+        builder = builder.master(master or os.environ.get("DBLOG_SPARK_MASTER", "local[2]"))
+    conf = dict(DELTA_CONF)
+    # The session time zone decides how timestamps without zone print and how "with time
+    # zone" values render: UTC keeps them equal to the canonical UTC values.
+    conf["spark.sql.session.timeZone"] = "UTC"
+    if not launched_by_submit:
+        conf.update(LOCAL_CONF)
+        jars = jars or os.environ.get("DBLOG_SPARK_JARS")
+        if jars:
+            conf["spark.jars"] = jars
+        else:
+            conf["spark.jars.packages"] = DELTA_PACKAGE
+    conf.update(extra_conf or {})
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))
+    return spark
