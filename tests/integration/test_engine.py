@@ -258,9 +258,11 @@ def test_dump_takes_no_locks_stronger_than_a_read(db, tmp_path):
                         "WHERE table_schema=%s AND table_name='accounts'", (db.ns,))
         return [m for (m,) in cur.fetchall()]
 
-    # MDL_SHARED_HIGH_PRIO is what catalog (information_schema) lookups take: weaker than a
-    # read, it conflicts only with exclusive DDL locks.
-    allowed = {"AccessShareLock"} if db.kind == "postgres" else {"MDL_SHARED_READ", "MDL_SHARED_HIGH_PRIO"}
+    # MDL_SHARED and MDL_SHARED_HIGH_PRIO are metadata-only locks taken by catalog lookups
+    # (information_schema, table definitions): weaker than a read, they conflict only with
+    # exclusive DDL locks. Anything from MDL_SHARED_WRITE up would be a finding.
+    allowed = ({"AccessShareLock"} if db.kind == "postgres"
+               else {"MDL_SHARED", "MDL_SHARED_HIGH_PRIO", "MDL_SHARED_READ"})
     # Positive control: a plain read in an open transaction elsewhere is seen by the sampler.
     reader = db.connect()
     reader.cursor().execute(f"SELECT * FROM {db.ns}.accounts LIMIT 1")

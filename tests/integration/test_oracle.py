@@ -4,6 +4,8 @@ A random concurrent workload (inserts, updates, deletes, primary-key updates, on
 one with a composite key) runs while dumps of all tables and of key lists are requested, and
 the capture is killed with SIGKILL at random moments and restarted. At the end `dblog verify`
 must report zero mismatches for every table: replaying the changelog gives the source tables.
+Then the Spark job lands the changelog (once while the workload runs, once at the end) and
+every typed Delta mirror must equal its source table, row for row.
 
 Seeds: one fixed seed, plus one random seed drawn per run and printed (DBLOG_ORACLE_SEED
 replays a failing one).
@@ -14,9 +16,12 @@ import itertools
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +34,7 @@ from .databases import ADAPTERS
 
 FIXED_SEED = 20261121
 RANDOM_SEED = int(os.environ.get("DBLOG_ORACLE_SEED") or random.SystemRandom().randrange(10**9))
+REPO = Path(__file__).resolve().parents[2]
 WORKLOAD_SECONDS = float(os.environ.get("DBLOG_ORACLE_SECONDS", "25"))
 
 
@@ -72,6 +78,22 @@ class Workload:
             t.join(30)
 
 
+def _spark_env() -> dict:
+    jars = subprocess.run([str(REPO / "scripts" / "spark-jars")], capture_output=True, text=True, timeout=900)
+    assert jars.returncode == 0, jars.stderr
+    return dict(os.environ, DBLOG_SPARK_JARS=jars.stdout.strip())
+
+
+def spark_module(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"airflow_provider_dblog.spark.{name}", *args],
+                          capture_output=True, text=True, timeout=600, env=_spark_env())
+
+
+def spark_module_async(log_path, name: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", f"airflow_provider_dblog.spark.{name}", *args],
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=_spark_env())
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("seed", [FIXED_SEED, RANDOM_SEED], ids=["fixed-seed", "random-seed"])
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
@@ -82,6 +104,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
     source_id = f"oracle_{kind}_{uuid.uuid4().hex[:6]}"
     db.create()
     capture = None
+    mid_land = None
     try:
         db.seed(rng, 300)  # rows that exist before the capture: only dumps can deliver them
         config = write_config(tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db",
@@ -95,6 +118,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
         wait_for(lambda: state.get_value(f"status/{source_id}") is not None, 90, "the capture to start", capture.assert_alive, detail=capture.tail)
 
         dumps = []
+        lake = tmp_path / "lake"
         with Workload(db, seed) as load:
             time.sleep(1)
             dumps.append(dblog(config, "dump", "--all", "--chunk-size", str(rng.randint(17, 60))).stdout.strip())
@@ -113,6 +137,11 @@ def test_convergence_oracle(kind, seed, tmp_path):
                 capture.kill()
                 time.sleep(rng.uniform(0.05, 1.0))
                 capture.start()
+                if mid_land is None and (lake / "changelog").exists():
+                    # land incrementally while the capture runs and gets killed
+                    mid_land_log = tmp_path / "land-mid.log"
+                    mid_land = spark_module_async(mid_land_log, "land_changelog", "--lake", str(lake),
+                                                  "--source", source_id, "--no-register")
         assert load.txns > 50, f"workload too small: {load.txns} transactions, errors {load.errors[:3]}"
 
         def all_done():
@@ -148,9 +177,23 @@ def test_convergence_oracle(kind, seed, tmp_path):
         assert result.returncode == 0, f"verify found mismatches:\n{result.stdout}\n{result.stderr}\n{capture.tail()}"
         for t in db.tables():
             assert f"{t}: " in result.stdout and "0 mismatches" in result.stdout
+
+        # The oracle extended to the lakehouse: the Spark job lands the changelog (once while
+        # the workload ran, once now) and every typed mirror must equal its source table.
+        assert mid_land.wait(300) == 0, mid_land_log.read_text()[-3000:]
+        land = spark_module("land_changelog", "--lake", str(lake), "--source", source_id, "--no-register")
+        assert land.returncode == 0, land.stdout[-3000:] + land.stderr[-3000:]
+        mirrors = spark_module("verify_mirror", "--config", str(config), "--lake", str(lake))
+        print(mirrors.stdout)
+        assert mirrors.returncode == 0, mirrors.stdout + mirrors.stderr[-3000:]
+        for t in db.tables():
+            assert f"{t}: " in mirrors.stdout
+        assert mirrors.stdout.count(" 0 mismatches") == len(db.tables())
         print(f"oracle {kind}: {load.txns} transactions, {capture.kills} SIGKILLs, {origins}")
         assert capture.kills >= 3
     finally:
+        if mid_land is not None and mid_land.poll() is None:
+            mid_land.kill()
         os.environ.pop("DBLOG_TEST_WINDOW_DELAY_MS", None)
         if capture is not None:
             capture.close()
