@@ -15,6 +15,7 @@ from .config import load_config, make_output, make_source, make_state
 from .core.dumps import DumpControl, DumpSpec, parse_key
 from .core.errors import DBLogError, RequestError
 from .core.verify import compare, replay
+from .state.lease import make_lease
 
 log = logging.getLogger("dblog")
 
@@ -33,7 +34,8 @@ def _source_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--plugin", choices=["pgoutput", "wal2json"])
     g.add_argument("--server-id", type=int)
     g.add_argument("--watermark-schema")
-    p.add_argument("--state", help="state store file (default dblog-state/state.db)")
+    p.add_argument("--state", help="state store: a file (default dblog-state/state.db) or "
+                   "zk://host:port[,host:port]/chroot for ZooKeeper")
     p.add_argument("--output", help="changelog: delta://DIR (default), jsonl://DIR, python:mod:fn")
 
 
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seconds", type=float, help="stop after this many seconds")
     p.add_argument("--status-interval", type=float, default=5.0)
     p.add_argument("--reset-position", action="store_true", help="forget the checkpoint (then run a full dump)")
+    p.add_argument("--identity", help="this instance's name in the leader lease (default host:pid)")
 
     p = sub.add_parser("dump", help="request a dump (the running capture performs it)")
     _source_options(p)
@@ -107,8 +110,6 @@ def cmd_capture(args, src, state_cfg, out_cfg) -> int:
     from .core.engine import Engine, EngineConfig
 
     source, state, output = make_source(src), make_state(state_cfg), make_output(out_cfg)
-    if args.reset_position:
-        state.clear_checkpoint(source.source_id)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -119,16 +120,28 @@ def cmd_capture(args, src, state_cfg, out_cfg) -> int:
         print(
             f"[dblog] position={st['position']} checkpoint={st['checkpoint']} "
             f"events/s={st['events_per_s']} buffered={st['buffered']} window={st['window']}"
+            + (f" epoch={st['leader']['epoch']}" if st.get("leader") else "")
             + (f" | {dtext}" if dtext else ""),
             flush=True,
         )
 
+    def standby(leader: Optional[dict]) -> None:
+        who = f"{leader['identity']} (epoch {leader['epoch']})" if leader else "another instance"
+        print(f"[dblog] standby: {who} leads source {source.source_id}; waiting for the lease", flush=True)
+
     config = EngineConfig(
         status_interval=args.status_interval,
         window_delay=float(os.environ.get("DBLOG_TEST_WINDOW_DELAY_MS", "0")) / 1000.0,
+        reset_position=args.reset_position,  # applied once this instance holds the lease
     )
-    engine = Engine(source, output, state, config, progress)
-    engine.run(stop, args.max_seconds)
+    # Every capture takes the source's leader lease (a file lock for the local store, a
+    # ZooKeeper lease otherwise): one writer per source, fenced by the epoch (invariant 7).
+    lease = make_lease(state, source.source_id, args.identity)
+    engine = Engine(source, output, state, config, progress, lease=lease, on_standby=standby)
+    try:
+        engine.run(stop, args.max_seconds)
+    finally:
+        state.close()
     return 0
 
 
@@ -159,9 +172,11 @@ def cmd_status(args, src, state_cfg, out_cfg) -> int:
     if capture:
         capture["age_s"] = round(time.time() - capture["updated_at"], 1)
     checkpoint = state.get_checkpoint(source_id) if source_id else None
+    leader = make_lease(state, source_id).leader() if source_id else None
     result = {
         "source_id": source_id,
         "checkpoint": checkpoint.encode() if checkpoint else None,
+        "leader": leader,
         "capture": capture,
         "dumps": [d.to_dict((capture or {}).get("estimates")) for d in state.list_dumps(source_id)],
     }
@@ -169,6 +184,9 @@ def cmd_status(args, src, state_cfg, out_cfg) -> int:
         print(json.dumps(result, indent=2, default=str))
         return 0
     print(f"source {source_id}: checkpoint {result['checkpoint']}")
+    if leader:
+        print(f"  leader {leader['identity']} epoch {leader['epoch']}"
+              + (f", {leader['standby']} standby" if leader.get("standby") is not None else ""))
     if capture:
         print(
             f"  capture pid {capture['pid']} ({capture['age_s']} s ago): position {capture['position']}, "

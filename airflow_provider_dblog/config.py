@@ -18,7 +18,9 @@ Config file (TOML), every key optional, command-line options override it::
     watermark_schema = "dblog"
 
     [state]
-    path = "dblog-state/state.db"   # the embedded store
+    path = "dblog-state/state.db"   # the embedded store (SQLite), or instead:
+    # url = "zk://zk1:2181,zk2:2181/dblog"   # ZooKeeper (or zookeeper = "hosts" + chroot)
+    # session_timeout = 10                   # seconds; bounds failover time (docs/state.md)
 
     [output]
     url = "delta://dblog-lake"      # delta://DIR, jsonl://DIR or python:module:function
@@ -112,9 +114,31 @@ def make_source(src: dict[str, Any]):
 
 
 def make_state(state: dict[str, Any]):
+    """The local SQLite store (``path``) or the ZooKeeper store (``url = "zk://..."``, or
+    ``zookeeper = "host:port,..."`` with ``chroot``); ``--state`` may be either form."""
+    url = state.get("url") or state.get("path") or os.environ.get("DBLOG_STATE") or "dblog-state/state.db"
+    if state.get("zookeeper") and not state.get("url"):
+        url = f"zk://{state['zookeeper']}{state.get('chroot', '')}"
+    if url.startswith(("zk://", "zookeeper://")):
+        from .state.zookeeper import ZooKeeperStateStore, parse_zk_url
+
+        hosts, chroot, options = parse_zk_url(url)
+        timeout = options.get("session_timeout", state.get("session_timeout"))
+        try:
+            timeout = float(timeout) if timeout is not None else None
+        except ValueError:
+            raise ConfigurationError(
+                f"session_timeout {timeout!r} is not a number of seconds.", "set e.g. session_timeout = 10."
+            ) from None
+        return ZooKeeperStateStore(hosts, chroot, **({"timeout": timeout} if timeout else {}))
+    if "://" in url:
+        raise ConfigurationError(
+            f"unknown state store URL {url!r}.",
+            "pass a file path for the local store or zk://host:port[,host:port]/chroot for ZooKeeper.",
+        )
     from .state.local import LocalStateStore
 
-    return LocalStateStore(state.get("path") or os.environ.get("DBLOG_STATE") or "dblog-state/state.db")
+    return LocalStateStore(url)
 
 
 def make_output(out: dict[str, Any]):

@@ -8,6 +8,10 @@ only talks to the output. Each turn of the loop:
 3. store the checkpoints and dump progress whose markers the writer completed (invariant 5);
 4. if no chunk is in flight and a dump wants one: LW, SELECT, HW (the only pause of log
    processing, invariant 6), then open the window; its rows are emitted when HW comes by.
+
+With a leader lease (invariant 7) the engine first waits as standby until it holds the lease,
+then runs with the lease's epoch; the lease is checked before every output commit and every
+checkpoint, and losing it stops the engine at once with StaleEpochError.
 """
 from __future__ import annotations
 
@@ -21,11 +25,12 @@ import uuid
 from typing import Any, Callable, Optional
 
 from .dumps import Dump, DumpStatus, TableProgress
-from .errors import DBLogError
+from .errors import DBLogError, StaleEpochError
+from .fencing import FencedOutput
 from .events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent, split_key_update
-from .protocols import Output, Source, StateStore
+from .protocols import LeaderLease, Output, Source, StateStore
 from .watermark import ChunkAborted, ChunkDone, WatermarkWindow
-from .writer import Marker, Writer
+from .writer import Marker, Writer, WriterFailed
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,9 @@ class EngineConfig:
     # Fault injection for tests: sleep this long between the chunk SELECT and the HW write,
     # widening the window in which concurrent writes must remove keys from the chunk.
     window_delay: float = 0.0
+    # Forget the checkpoint and start at the end of the log (after a lost position; a full
+    # dump restores the state). Applied only once this instance holds the lease.
+    reset_position: bool = False
 
 
 @dataclasses.dataclass
@@ -69,12 +77,16 @@ class Engine:
         state: StateStore,
         config: Optional[EngineConfig] = None,
         on_progress: Optional[Callable[[dict], None]] = None,
+        lease: Optional[LeaderLease] = None,
+        on_standby: Optional[Callable[[Optional[dict]], None]] = None,
     ):
         self.source = source
         self.output = output
         self.state = state
         self.config = config or EngineConfig()
         self.on_progress = on_progress
+        self.lease = lease
+        self.on_standby = on_standby
         self.source_id = source.source_id
         self.window = WatermarkWindow()
         self.schemas: dict[str, TableSchema] = {}
@@ -95,6 +107,49 @@ class Engine:
     def run(self, stop: Optional[threading.Event] = None, max_seconds: Optional[float] = None) -> None:
         stop = stop or threading.Event()
         deadline = time.monotonic() + max_seconds if max_seconds else None
+        if self.lease is not None:
+            # Standby until we lead: only the lease holder connects to the log (invariant 7).
+            log.info("capture of %s: contending for the leader lease as %s", self.source_id, self.lease.identity)
+            epoch = self.lease.acquire(stop, self.on_standby)
+            if epoch is None:
+                return  # stopped while standby
+            self.config = dataclasses.replace(self.config, epoch=epoch)
+            self.output = FencedOutput(self.output, self.lease)
+            log.info("capture of %s: leader with epoch %d", self.source_id, epoch)
+        try:
+            self._run(stop, deadline)
+        except StaleEpochError:
+            raise
+        except WriterFailed as exc:
+            # The output's own refusal (a newer epoch) or a lease check in the writer thread.
+            if isinstance(exc.__cause__, DBLogError):
+                raise self._lease_error_or(exc.__cause__) from exc.__cause__
+            raise self._lease_error_or(exc)
+        except Exception as exc:
+            # A deposed leader usually fails elsewhere first (its source connection was taken
+            # over, say): report the real cause, the lost lease, when that is what happened.
+            raise self._lease_error_or(exc)
+        finally:
+            if self.lease is not None:
+                self.lease.release()
+
+    def _lease_error_or(self, exc: BaseException) -> BaseException:
+        if self.lease is not None:
+            try:
+                self.lease.check()
+            except StaleEpochError as lost:
+                lost.__cause__ = exc
+                return lost
+            except Exception:  # the coordinator is unreachable: keep the original error
+                pass
+        return exc
+
+    def _fence(self) -> None:
+        """Raise StaleEpochError unless we still hold the lease (asks the coordinator)."""
+        if self.lease is not None:
+            self.lease.check()
+
+    def _run(self, stop: threading.Event, deadline: Optional[float]) -> None:
         self.source.open()
         self.output.open()
         writer = self._writer = Writer(
@@ -109,6 +164,8 @@ class Engine:
             next_status = time.monotonic() + self.config.status_interval
             t0, n0 = time.monotonic(), 0
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                if self.lease is not None and not self.lease.held():
+                    self.lease.check()  # raises when lost; waits out a short suspension
                 self._log_step(writer)
                 self._apply_durable(writer)
                 self._dump_step(writer)
@@ -130,6 +187,9 @@ class Engine:
             self.output.close()
 
     def _start(self, writer: Writer) -> None:
+        if self.config.reset_position:
+            self.state.clear_checkpoint(self.source_id)
+            log.warning("capture of %s: checkpoint reset, starting at the end of the log", self.source_id)
         checkpoint = self.state.get_checkpoint(self.source_id)
         self.durable = checkpoint
         out_last = self.output.last_position(self.source_id)
@@ -326,6 +386,7 @@ class Engine:
         if not done:
             return
         last_log: Optional[Position] = None
+        self._fence()  # a deposed leader must not move checkpoints or dump progress
         for payload in done:
             if isinstance(payload, _ProgressDurable):
                 self.state.save_progress(payload.dump_id, payload.table, payload.progress)
@@ -359,6 +420,7 @@ class Engine:
             "lag_seconds": round(max(0.0, time.time() - self._last_commit_ts / 1e6), 3)
             if self._last_commit_ts and rate > 0 else 0.0,
             "estimates": self._estimates,
+            "leader": {"identity": self.lease.identity, "epoch": self.config.epoch} if self.lease else None,
             "log": src,
         }
 
@@ -367,3 +429,4 @@ class Engine:
         self.state.put_value(f"status/{self.source_id}", json.dumps(st, default=str))
         if self.on_progress:
             self.on_progress(st)
+

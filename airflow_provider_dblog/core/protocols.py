@@ -1,12 +1,13 @@
-"""The three contracts the engine is written against: Source, Output and StateStore.
+"""The contracts the engine is written against: Source, Output, StateStore and LeaderLease.
 
-Sources (sources/), outputs (outputs/) and state stores (state/) implement these; the engine
-(core/engine.py) knows nothing else about them.
+Sources (sources/), outputs (outputs/) and state stores and leases (state/) implement these;
+the engine (core/engine.py) knows nothing else about them.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator, Optional, Protocol, Sequence, runtime_checkable
+import threading
+from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
 from .dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from .events import ChangeEvent, Key, LogItem, Position, Row, TableSchema
@@ -128,3 +129,36 @@ class StateStore(Protocol):
     def get_value(self, key: str) -> Optional[str]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class LeaderLease(Protocol):
+    """One writer per source (DESIGN invariant 7): every capture instance of a source
+    contends for the lease; only the holder reads the log and writes the output.
+
+    Each acquisition gets an **epoch** strictly greater than every earlier one of the same
+    source; the engine writes it with every output commit, and the output refuses a commit
+    whose epoch is lower than one it already holds (the deposed leader that wakes up)."""
+
+    identity: str  # who contends, e.g. "host:pid" (shown by `dblog status`)
+
+    def acquire(
+        self, stop: threading.Event, on_standby: Optional[Callable[[Optional[dict]], None]] = None
+    ) -> Optional[int]:
+        """Block until this instance holds the lease and return the new epoch; ``None`` when
+        ``stop`` was set first. While waiting, ``on_standby(leader())`` is called each time
+        another holder is seen."""
+
+    def held(self) -> bool:
+        """Cheap, local view: False once the lease is known lost or its connection is
+        suspended (then call ``check``). No I/O."""
+
+    def check(self) -> None:
+        """Authoritative: returns only if this instance still holds the lease (asking the
+        coordinator; waits while its connection is suspended); otherwise raises
+        StaleEpochError. Called before every output commit and checkpoint."""
+
+    def leader(self) -> Optional[dict]:
+        """The current holder: {"identity", "epoch", "acquired_at", "standby"}; None if none."""
+
+    def release(self) -> None: ...

@@ -212,11 +212,15 @@ class DeltaChangelogOutput:
         if epoch is not None:
             meta[EPOCH_KEY] = epoch
         dl = _deltalake()
+        # With fencing on, never let delta-rs rebase this commit over one that landed after
+        # our epoch check (a paused, deposed leader would otherwise commit after the new
+        # leader): fail instead; the writer's retry re-reads the log and meets the new epoch.
+        retries = 0 if epoch is not None else None
         dl.write_deltalake(
             self._changelog,
             changelog_batch(fresh, epoch),
             mode="append",
-            commit_properties=dl.CommitProperties(custom_metadata=meta),
+            commit_properties=dl.CommitProperties(custom_metadata=meta, max_commit_retries=retries),
         )
         self._book.adopt(nxt)
         # Our commit is the only new one unless another writer slipped in; then the next

@@ -33,12 +33,11 @@ class Running:
         self.error = None
         self.thread = None
 
-    def start(self):
-        import os
-
+    def start(self, reset_position=False):
         cfg = self.db.source_config(self.source_id)
         self.engine = Engine(make_source(cfg), make_output(self.lake), self.state,
-                             EngineConfig(status_interval=0.5, control_interval=0.1))
+                             EngineConfig(status_interval=0.5, control_interval=0.1,
+                                          reset_position=reset_position))
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -208,8 +207,7 @@ def test_reset_position_starts_at_the_end_of_the_log(db, tmp_path):
     with db.connect() as c:  # e.g. a TRUNCATE the capture could not pass on
         c.cursor().execute(f"INSERT INTO {db.ns}.accounts (id, name) VALUES (2, 'skipped')")
         c.commit()
-    r.state.clear_checkpoint(db.source_id)
-    r.start()
+    r.start(reset_position=True)  # as `dblog capture --reset-position`
     try:
         with db.connect() as c:
             c.cursor().execute(f"INSERT INTO {db.ns}.accounts (id, name) VALUES (3, 'after')")

@@ -1,0 +1,281 @@
+"""Leader leases with fencing epochs (DESIGN invariant 7): ZooKeeper across machines, a file
+lock on one machine. The protocol is ``core.protocols.LeaderLease``.
+
+ZooKeeper (under ``sources/<source>/leader`` of the store's chroot, docs/state.md):
+
+* ``contenders/n_<seq>`` ephemeral sequential znodes, one per capture instance, holding its
+  identity. The lowest sequence holds the lease; each other contender watches the next lower
+  one only (no herd effect). The znode dies with its session, so a killed or partitioned
+  leader is replaced once its session times out.
+* ``epoch`` a persistent znode ``{"epoch", "identity", "acquired_at"}``. The new holder
+  increments it in one transaction that also checks its own contender znode still exists,
+  with a versioned set, so epochs are strictly increasing even under races.
+
+Local: ``fcntl.flock`` on ``<state file>.leader-<source>.lock`` (released by the kernel when
+the process dies, however it dies), the epoch counter in the store's value table.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from ..core.errors import StaleEpochError
+from ..core.protocols import LeaderLease, StateStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LeaderLease", "ZooKeeperLease", "LocalLease", "make_lease", "default_identity"]
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def lease_lost(source_id: str, epoch: Optional[int], why: str) -> StaleEpochError:
+    return StaleEpochError(
+        f"lost the leader lease of source {source_id!r} (epoch {epoch}): {why}. This process "
+        "stops writing; another capture instance may already be the leader.",
+        "nothing to repair: restart this process to rejoin as standby; the leader resumes "
+        "from the output's last position.",
+    )
+
+
+class ZooKeeperLease:
+    """``LeaderLease`` on the session of a ``ZooKeeperStateStore``."""
+
+    def __init__(self, store: Any, source_id: str, identity: Optional[str] = None,
+                 suspend_limit: Optional[float] = None):
+        from ..state.zookeeper import encode_name
+
+        self.client = store.client
+        self.source_id = source_id
+        self.identity = identity or default_identity()
+        self.base = store.path("sources", encode_name(source_id), "leader")
+        self.contenders = self.base + "/contenders"
+        self.epoch_path = self.base + "/epoch"
+        # A connection suspended longer than this is treated as lost: past one session
+        # timeout ZooKeeper has expired the session, so a standby may be leading already.
+        self.suspend_limit = suspend_limit if suspend_limit is not None else store.session_timeout
+        self.epoch: Optional[int] = None
+        self._node: Optional[str] = None
+        self._session: Optional[int] = None
+        self._lost = threading.Event()
+        self._suspended = threading.Event()
+        self.client.add_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        # Called on kazoo's thread: only flip flags here, never block.
+        from kazoo.client import KazooState
+
+        if state == KazooState.LOST:
+            self._lost.set()
+        elif state == KazooState.SUSPENDED:
+            self._suspended.set()
+        else:
+            self._suspended.clear()
+
+    # -- acquiring -----------------------------------------------------------------------
+    def acquire(self, stop: threading.Event,
+                on_standby: Optional[Callable[[Optional[dict]], None]] = None) -> Optional[int]:
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        c = self.client
+        c.retry(c.ensure_path, self.contenders)
+        try:
+            c.retry(c.create, self.epoch_path, json.dumps({"epoch": 0}).encode())
+        except NodeExistsError:
+            pass
+        announced: Any = object()
+        while not stop.is_set():
+            session = (c.client_id or (None,))[0]
+            if session is None:  # not connected right now (kazoo reconnects by itself)
+                stop.wait(0.2)
+                continue
+            if self._node is None or self._session != session:
+                self._lost.clear()
+                self._session = session
+                self._node = c.retry(c.create, self.contenders + "/n_", self.identity.encode(),
+                                     ephemeral=True, sequence=True)
+            mine = self._node.rsplit("/", 1)[1]
+            children = sorted(c.retry(c.get_children, self.contenders))
+            if mine not in children:
+                self._node = None  # our session expired while waiting: queue up again
+                continue
+            i = children.index(mine)
+            if i > 0:
+                leader = self.leader()
+                if on_standby is not None and leader != announced:
+                    on_standby(leader)
+                    announced = leader
+                wake = threading.Event()
+                if c.retry(c.exists, f"{self.contenders}/{children[i - 1]}", watch=lambda _e: wake.set()):
+                    wake.wait(0.5)  # short, so that `stop` is seen promptly
+                continue
+            # Lowest contender: take the next epoch, atomically with "my znode still exists".
+            data, stat = c.retry(c.get, self.epoch_path)
+            epoch = int(json.loads(data or b"{}").get("epoch", 0)) + 1
+            info = {"epoch": epoch, "identity": self.identity, "acquired_at": time.time()}
+            tx = c.transaction()
+            tx.check(self._node, 0)
+            tx.set_data(self.epoch_path, json.dumps(info).encode(), version=stat.version)
+            results = c.retry(tx.commit)
+            if any(isinstance(r, (BadVersionError, NoNodeError)) for r in results):
+                continue  # raced (or our session expired): look again
+            if any(isinstance(r, Exception) for r in results):
+                raise next(r for r in results if isinstance(r, Exception))
+            self.epoch = epoch
+            log.info("leader of %s with epoch %d (%s)", self.source_id, epoch, self.identity)
+            return epoch
+        self.release()
+        return None
+
+    # -- holding -------------------------------------------------------------------------
+    def held(self) -> bool:
+        return (self.epoch is not None and not self._lost.is_set() and not self._suspended.is_set()
+                and self.client.client_id is not None and self.client.client_id[0] == self._session)
+
+    def check(self) -> None:
+        from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+        if self.epoch is None:
+            raise lease_lost(self.source_id, None, "this process does not hold the lease")
+        timeout_exc = self.client.handler.timeout_exception
+        deadline = time.monotonic() + self.suspend_limit
+        while True:
+            if self._lost.is_set():
+                raise lease_lost(self.source_id, self.epoch, "the ZooKeeper session expired")
+            try:
+                # A round trip to the server: a local flag alone could be stale (this process
+                # may just have woken from a pause longer than its session).
+                stat = self.client.exists_async(self._node).get(timeout=0.5)
+            except SessionExpiredError:
+                self._lost.set()
+                continue
+            except (ConnectionLoss, timeout_exc):
+                if time.monotonic() > deadline:
+                    raise lease_lost(self.source_id, self.epoch,
+                                     f"no contact with ZooKeeper for {self.suspend_limit:.0f} s") from None
+                time.sleep(0.1)
+                continue
+            if stat is None or stat.ephemeralOwner != self._session:
+                self._lost.set()
+                raise lease_lost(self.source_id, self.epoch, "its ZooKeeper znode is gone")
+            return
+
+    def leader(self) -> Optional[dict]:
+        from kazoo.exceptions import NoNodeError
+
+        c = self.client
+        try:
+            children = sorted(c.retry(c.get_children, self.contenders))
+            info = json.loads(c.retry(c.get, self.epoch_path)[0] or b"{}")
+        except NoNodeError:
+            return None
+        if not children:
+            return None
+        try:
+            first = c.retry(c.get, f"{self.contenders}/{children[0]}")[0].decode()
+        except NoNodeError:
+            return None
+        # `epoch` is the newest acquisition; a holder that has not taken its epoch yet shows
+        # its predecessor's until it does (a moment).
+        return {"identity": first, "epoch": info.get("epoch"), "acquired_at": info.get("acquired_at"),
+                "standby": len(children) - 1}
+
+    def release(self) -> None:
+        from kazoo.exceptions import KazooException
+
+        node, self._node, self.epoch = self._node, None, None
+        if node is not None and not self._lost.is_set():
+            try:
+                self.client.delete(node)
+            except KazooException:
+                pass  # the session ends soon anyway, and its ephemeral znode with it
+
+
+class LocalLease:
+    """``LeaderLease`` for the local store: one holder per source on this machine."""
+
+    def __init__(self, store: StateStore, lock_path: str, source_id: str, identity: Optional[str] = None):
+        self.store = store
+        self.lock_path = lock_path
+        self.source_id = source_id
+        self.identity = identity or default_identity()
+        self.epoch: Optional[int] = None
+        self._fd: Optional[int] = None
+        self._key = f"leader/{source_id}"
+
+    def acquire(self, stop: threading.Event,
+                on_standby: Optional[Callable[[Optional[dict]], None]] = None) -> Optional[int]:
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        announced = False
+        while not stop.is_set():
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_standby is not None and not announced:
+                    on_standby(self.leader())
+                    announced = True
+                stop.wait(0.2)
+                continue
+            self._fd = fd
+            # Under the lock nobody else writes the counter: read, increment, store.
+            old = json.loads(self.store.get_value(self._key) or "{}")
+            self.epoch = int(old.get("epoch", 0)) + 1
+            self.store.put_value(self._key, json.dumps(
+                {"epoch": self.epoch, "identity": self.identity, "acquired_at": time.time()}))
+            return self.epoch
+        os.close(fd)
+        return None
+
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def check(self) -> None:
+        if self._fd is None:
+            raise lease_lost(self.source_id, self.epoch, "this process does not hold the lease")
+        # The kernel keeps the lock while we live; but if the lock file was removed, another
+        # process could lock a new file and take a newer epoch: the counter tells.
+        now = json.loads(self.store.get_value(self._key) or "{}").get("epoch")
+        if now != self.epoch:
+            raise lease_lost(self.source_id, self.epoch, f"epoch {now} was taken by {self.lock_path}'s new holder")
+
+    def leader(self) -> Optional[dict]:
+        info = json.loads(self.store.get_value(self._key) or "null")
+        if not info:
+            return None
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644) if self._fd is None else None
+        try:
+            if fd is not None:  # is anybody holding the lock right now?
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return None
+                except BlockingIOError:
+                    pass
+        finally:
+            if fd is not None:
+                os.close(fd)  # also releases the probe lock
+        return {**info, "standby": None}
+
+    def release(self) -> None:
+        fd, self._fd, self.epoch = self._fd, None, None
+        if fd is not None:
+            os.close(fd)  # releases the flock
+
+
+def make_lease(state: StateStore, source_id: str, identity: Optional[str] = None) -> LeaderLease:
+    """The lease that matches the state store: ZooKeeper's, or a file lock next to SQLite."""
+    from .local import LocalStateStore
+    from .zookeeper import ZooKeeperStateStore, encode_name
+
+    if isinstance(state, ZooKeeperStateStore):
+        return ZooKeeperLease(state, source_id, identity)
+    if isinstance(state, LocalStateStore):
+        return LocalLease(state, f"{state.path}.leader-{encode_name(source_id)}.lock", source_id, identity)
+    raise TypeError(f"no leader lease for a {type(state).__name__}")

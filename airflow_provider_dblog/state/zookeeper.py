@@ -1,0 +1,286 @@
+"""The ZooKeeper state store (kazoo): the same contract as the local store, shared by every
+capture instance of a source and by the CLI, on any machine.
+
+Znode layout under the chroot (default ``/dblog``; docs/state.md has the full picture).
+Names taken from user input (source ids, table names, value keys) are percent-encoded,
+because a znode name may not contain ``/`` and may not be ``.`` or ``..``::
+
+    sources/<source>/checkpoint                   log position (Position.encode())
+    sources/<source>/dumps/<dump_id>              DumpSpec JSON (written once)
+    sources/<source>/dumps/<dump_id>/control      DumpControl JSON (users write it)
+    sources/<source>/dumps/<dump_id>/status       {"status", "error", "updated_at"} (engine)
+    sources/<source>/dumps/<dump_id>/progress/<table>   TableProgress JSON (engine)
+    sources/<source>/leader/...                   leader lease (state/lease.py)
+    dump_ids/<dump_id>                            the dump's source id (lookup by id)
+    values/<key>                                  small named values (status reports)
+
+Spec, control, status and progress are separate znodes because they have separate writers
+(core/dumps.py): a user's pause never overwrites the engine's progress and vice versa.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.parse
+from typing import Any, Callable, Optional
+
+from ..core.dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
+from ..core.errors import ConfigurationError, RequestError
+from ..core.events import Position
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHROOT = "/dblog"
+DEFAULT_SESSION_TIMEOUT = 10.0  # seconds; bounds failover time (docs/state.md)
+CONNECT_TIMEOUT = 10.0
+
+
+def encode_name(name: str) -> str:
+    """A znode name for any string: percent-encoded, so '/' cannot nest and '.' is safe."""
+    quoted = urllib.parse.quote(name, safe="-_~@:,=+")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
+
+
+def decode_name(name: str) -> str:
+    return urllib.parse.unquote(name)
+
+
+def parse_zk_url(url: str) -> tuple[str, str, dict[str, str]]:
+    """``zk://host:port[,host:port...][/chroot][?session_timeout=S]`` -> hosts, chroot, options."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("zk", "zookeeper") or not parsed.netloc:
+        raise ConfigurationError(
+            f"{url!r} is not a ZooKeeper state URL.",
+            "write it as zk://host:port[,host2:port]/chroot, e.g. zk://zk1:2181,zk2:2181/dblog.",
+        )
+    chroot = parsed.path.rstrip("/") or DEFAULT_CHROOT
+    options = dict(urllib.parse.parse_qsl(parsed.query))
+    return parsed.netloc, chroot, options
+
+
+class ZooKeeperStateStore:
+    """StateStore over one ZooKeeper session. Thread-safe (kazoo serialises requests)."""
+
+    def __init__(
+        self,
+        hosts: str,
+        chroot: str = DEFAULT_CHROOT,
+        timeout: float = DEFAULT_SESSION_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ):
+        from kazoo.client import KazooClient
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        self.hosts = hosts
+        self.chroot = "/" + chroot.strip("/") if chroot.strip("/") else ""
+        self.session_timeout = float(timeout)
+        # Operations are retried over connection loss (a ZooKeeper restart, a leader
+        # election in the ensemble) for at most one session timeout: past that the session
+        # is gone anyway, and the caller should see the error instead of hanging.
+        self.client = KazooClient(
+            hosts=hosts,
+            timeout=self.session_timeout,
+            connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 2.0},
+            command_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0, "deadline": self.session_timeout},
+        )
+        try:
+            self.client.start(timeout=connect_timeout)
+        except KazooTimeoutError:
+            self.client.stop()
+            self.client.close()
+            raise ConfigurationError(
+                f"cannot reach ZooKeeper at {hosts} within {connect_timeout:.0f} s.",
+                "check that the ZooKeeper servers are running and reachable from this host "
+                "(e.g. `echo ruok | nc HOST PORT` answers imok), and that the state URL "
+                "lists them as zk://host:port[,host:port]/chroot.",
+            ) from None
+        self.client.ensure_path(self.chroot or "/")
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperStateStore({self.hosts!r}, chroot={self.chroot!r})"
+
+    # -- paths -------------------------------------------------------------------------
+    def path(self, *parts: str) -> str:
+        """Absolute znode path of ``parts`` (already-encoded names) under the chroot."""
+        return self.chroot + "/" + "/".join(parts)
+
+    def _source(self, source_id: str, *parts: str) -> str:
+        return self.path("sources", encode_name(source_id), *parts)
+
+    def _dump(self, source_id: str, dump_id: str, *parts: str) -> str:
+        return self._source(source_id, "dumps", encode_name(dump_id), *parts)
+
+    def _retry(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        return self.client.retry(fn, *args, **kwargs)
+
+    def _get(self, path: str) -> Optional[str]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = self._retry(self.client.get, path)
+        except NoNodeError:
+            return None
+        return data.decode("utf-8")
+
+    def _put(self, path: str, value: str) -> None:
+        """Create or overwrite one znode (creating its parents)."""
+        from kazoo.exceptions import NoNodeError, NodeExistsError
+
+        data = value.encode("utf-8")
+        while True:
+            try:
+                self._retry(self.client.set, path, data)
+                return
+            except NoNodeError:
+                pass
+            try:
+                self._retry(self.client.create, path, data, makepath=True)
+                return
+            except NodeExistsError:
+                continue  # created concurrently (or by our own retried create): set it
+
+    # -- checkpoints -------------------------------------------------------------------
+    def get_checkpoint(self, source_id: str) -> Optional[Position]:
+        text = self._get(self._source(source_id, "checkpoint"))
+        return Position.parse(text) if text is not None else None
+
+    def set_checkpoint(self, source_id: str, position: Position) -> None:
+        self._put(self._source(source_id, "checkpoint"), position.encode())
+
+    def clear_checkpoint(self, source_id: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            self._retry(self.client.delete, self._source(source_id, "checkpoint"))
+        except NoNodeError:
+            pass
+
+    # -- dumps -------------------------------------------------------------------------
+    def add_dump(self, spec: DumpSpec, control: Optional[DumpControl] = None) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        control = control or DumpControl()
+        self._retry(self.client.ensure_path, self._source(spec.source_id, "dumps"))
+        self._retry(self.client.ensure_path, self.path("dump_ids"))
+        base = self._dump(spec.source_id, spec.dump_id)
+        status = json.dumps({"status": DumpStatus.PENDING.value, "error": None, "updated_at": time.time()})
+        # One transaction: a reader sees the whole dump or nothing of it.
+        tx = self.client.transaction()
+        tx.create(base, spec.to_json().encode())
+        tx.create(base + "/control", _control_json(control).encode())
+        tx.create(base + "/status", status.encode())
+        tx.create(base + "/progress", b"")
+        tx.create(self.path("dump_ids", encode_name(spec.dump_id)), spec.source_id.encode())
+        results = self._retry(tx.commit)
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            if isinstance(failed[0], NodeExistsError) and self._get(base) == spec.to_json():
+                return  # our own transaction, retried after a lost answer
+            raise failed[0]
+
+    def _source_of(self, dump_id: str) -> Optional[str]:
+        return self._get(self.path("dump_ids", encode_name(dump_id)))
+
+    def get_dump(self, dump_id: str) -> Dump:
+        source_id = self._source_of(dump_id)
+        dump = self._load(source_id, dump_id) if source_id is not None else None
+        if dump is None:
+            raise RequestError(f"no dump with id {dump_id!r}.", "list dumps with `dblog status`.")
+        return dump
+
+    def list_dumps(self, source_id: Optional[str] = None) -> list[Dump]:
+        from kazoo.exceptions import NoNodeError
+
+        if source_id is None:
+            try:
+                sources = [decode_name(s) for s in self._retry(self.client.get_children, self.path("sources"))]
+            except NoNodeError:
+                return []
+        else:
+            sources = [source_id]
+        dumps = []
+        for sid in sources:
+            try:
+                ids = self._retry(self.client.get_children, self._source(sid, "dumps"))
+            except NoNodeError:
+                continue
+            for name in ids:
+                d = self._load(sid, decode_name(name))
+                if d is not None:
+                    dumps.append(d)
+        dumps.sort(key=lambda d: (d.spec.created_at, d.dump_id))
+        return dumps
+
+    def _load(self, source_id: str, dump_id: str) -> Optional[Dump]:
+        """One dump: its four parts are requested together (pipelined), then read."""
+        from kazoo.exceptions import NoNodeError
+
+        base = self._dump(source_id, dump_id)
+
+        def fetch() -> Optional[Dump]:
+            c = self.client
+            spec_a, control_a, status_a = c.get_async(base), c.get_async(base + "/control"), c.get_async(base + "/status")
+            tables_a = c.get_children_async(base + "/progress")
+            try:
+                spec = DumpSpec.from_json(spec_a.get()[0].decode())
+                control = DumpControl(**json.loads(control_a.get()[0].decode()))
+                status = json.loads(status_a.get()[0].decode())
+                tables = tables_a.get()
+            except NoNodeError:
+                return None
+            parts = [(t, c.get_async(f"{base}/progress/{t}")) for t in tables]
+            progress = {decode_name(t): TableProgress.from_json(a.get()[0].decode()) for t, a in parts}
+            return Dump(spec, control, DumpStatus(status["status"]), progress, status["error"], status["updated_at"])
+
+        return self._retry(fetch)
+
+    def set_control(self, dump_id: str, control: DumpControl) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        source_id = self._source_of(dump_id)
+        try:
+            if source_id is None:
+                raise NoNodeError()
+            self._retry(self.client.set, self._dump(source_id, dump_id, "control"), _control_json(control).encode())
+        except NoNodeError:
+            raise RequestError(f"no dump with id {dump_id!r}.", "list dumps with `dblog status`.") from None
+
+    def set_status(self, dump_id: str, status: DumpStatus, error: Optional[str] = None) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        source_id = self._source_of(dump_id)
+        if source_id is None:
+            return  # like the local store: a status for an unknown dump changes nothing
+        data = json.dumps({"status": status.value, "error": error, "updated_at": time.time()}).encode()
+        try:
+            self._retry(self.client.set, self._dump(source_id, dump_id, "status"), data)
+        except NoNodeError:
+            pass
+
+    def save_progress(self, dump_id: str, table: str, progress: TableProgress) -> None:
+        source_id = self._source_of(dump_id)
+        if source_id is None:
+            return
+        self._put(self._dump(source_id, dump_id, "progress", encode_name(table)), progress.to_json())
+
+    # -- small values ------------------------------------------------------------------
+    def put_value(self, key: str, value: str) -> None:
+        self._put(self.path("values", encode_name(key)), value)
+
+    def get_value(self, key: str) -> Optional[str]:
+        return self._get(self.path("values", encode_name(key)))
+
+    def close(self) -> None:
+        # stop() ends the session at once: its ephemeral znodes (a held lease) go with it,
+        # so a standby takes over without waiting for the session timeout.
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()
+
+
+def _control_json(c: DumpControl) -> str:
+    return json.dumps(
+        {"paused": c.paused, "cancelled": c.cancelled, "chunk_size": c.chunk_size, "delay_ms": c.delay_ms}
+    )
