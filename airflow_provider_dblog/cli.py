@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from .config import load_config, make_output, make_source, make_state
 from .core.dumps import DumpControl, DumpSpec, parse_key

@@ -74,7 +74,9 @@ def read_password(src: dict[str, Any]) -> Optional[str]:
     return os.environ.get(src.get("password_env") or DEFAULT_PASSWORD_ENV)
 
 
-def make_source(src: dict[str, Any]):
+def make_source(src: dict[str, Any], password: Optional[str] = None):
+    """The source described by ``src``; ``password`` (from an Airflow connection, in memory)
+    takes the place of ``password_env`` / ``password_file``."""
     kind = (src.get("type") or "").lower()
     if not src.get("id"):
         raise ConfigurationError("the source has no id.", "set [source] id or pass --source-id.")
@@ -82,7 +84,7 @@ def make_source(src: dict[str, Any]):
         source_id=src["id"],
         host=src.get("host", "127.0.0.1"),
         user=src.get("user"),
-        password=read_password(src),
+        password=password if password is not None else read_password(src),
         tables=src.get("tables") or None,
         key_columns=src.get("key_columns") or None,
     )

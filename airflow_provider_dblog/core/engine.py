@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 from .dumps import Dump, DumpStatus, TableProgress
 from .errors import DBLogError, StaleEpochError
 from .fencing import FencedOutput
-from .events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent, split_key_update
+from .events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, split_key_update
 from .protocols import LeaderLease, Output, Source, StateStore
 from .watermark import ChunkAborted, ChunkDone, WatermarkWindow
 from .writer import Marker, Writer, WriterFailed

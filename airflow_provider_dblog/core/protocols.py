@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
 from .dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from .events import ChangeEvent, Key, LogItem, Position, Row, TableSchema

@@ -6,7 +6,7 @@ wins; a delete removes the key. Dump rows and log rows are treated alike.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 from .events import ChangeEvent, Key, Op, Position, Row
 

@@ -18,12 +18,11 @@ source object in memory, and the capture child gets it through its environment (
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import time
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from airflow.sdk import BaseHook
 
@@ -72,23 +71,6 @@ def _as_dict(value: Any, name: str) -> Optional[dict]:
 def default_source_id(conn_id: str) -> str:
     """Slot and publication names derive from the source id: keep it to [a-z0-9_]."""
     return re.sub(r"[^a-z0-9_]", "_", conn_id.lower())[:48] or "dblog"
-
-
-@contextlib.contextmanager
-def password_pipe(password: Optional[str]) -> Iterator[str]:
-    """A ``/dev/fd/N`` path whose content is the password: ``config.read_password`` reads it
-    like a password file, but the secret stays in a kernel pipe buffer — no file on disk, no
-    variable in this process's environment (which threads spawning children would inherit)."""
-    data = (password or "").encode()
-    if len(data) >= 4096:  # a pipe buffer holds at least 4 KiB; writing more would block
-        raise ConfigurationError("the connection password is longer than 4 KiB.", "use a shorter password.")
-    r, w = os.pipe()
-    try:
-        os.write(w, data)
-        os.close(w)
-        yield f"/dev/fd/{r}"
-    finally:
-        os.close(r)
 
 
 class DBLogHook(BaseHook):
@@ -237,9 +219,7 @@ class DBLogHook(BaseHook):
     def get_source(self):
         src = dict(self.source_config())
         src.pop("password_env", None)
-        with password_pipe(self.source_password()) as path:
-            src["password_file"] = path
-            return dblog_config.make_source(src)  # reads the pipe at once
+        return dblog_config.make_source(src, password=self.source_password())
 
     def get_state(self):
         return dblog_config.make_state(self.state_config())

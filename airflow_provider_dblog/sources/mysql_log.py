@@ -37,7 +37,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError
 from ..core.events import ChangeEvent, Op, Position, SchemaEvent, TableSchema, WatermarkEvent
 from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
-from .mysql_values import binlog_converters, from_binlog
+from .mysql_values import binlog_converters
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ Expected mirrors come from core/verify.replay: the changelog's public replay rul
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
