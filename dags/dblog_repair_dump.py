@@ -11,18 +11,21 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_SOURCE_CONN_ID   the source's Postgres/MySQL connection (default ``dblog_source``)
   DBLOG_STATE_CONN_ID    the ``dblog_state`` connection (default ``dblog_state_default``)
   DBLOG_REPAIR_TABLES    comma-separated tables offered in the form's select (else free text)
+  DBLOG_DUMP_POLL_INTERVAL  seconds between progress checks (default 2)
+  DBLOG_CHANGELOG_ASSET  the asset emitted when the dump is done (default ``dblog_changelog``)
 """
 from __future__ import annotations
 
 import datetime as dt
 import os
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Asset, Param
 
 from airflow_provider_dblog.operators.dump import DumpOperator
 
 SOURCE_CONN_ID = os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source")
 STATE_CONN_ID = os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default")
+CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
 TABLES = [t.strip() for t in os.environ.get("DBLOG_REPAIR_TABLES", "").split(",") if t.strip()]
 
 if TABLES:
@@ -58,5 +61,6 @@ with DAG(
         tables="{{ params.table }}",
         keys="{{ params['keys'] or None }}",
         chunk_size="{{ params.chunk_size }}",
-        poll_interval=2.0,
+        poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "2")),
+        outlets=[CHANGELOG_ASSET],  # dblog_land lands the repaired rows
     )

@@ -1,0 +1,48 @@
+"""dblog_backfill: a scheduled full-state dump of every captured table into the changelog.
+
+A DBLog dump takes no locks and runs inside the live capture (chunks between watermarks), so
+a periodic full state is cheap for the source: it lets consumers rebuild from a recent
+snapshot instead of replaying a long log, and repairs anything a consumer lost. The task
+records the request and waits (deferred) until the running ``dblog_capture`` finished it; on
+success it emits the changelog asset, which triggers ``dblog_land``.
+
+Deployment settings (environment of the scheduler / dag-processor / workers):
+  DBLOG_SOURCE_CONN_ID, DBLOG_STATE_CONN_ID, DBLOG_CHANGELOG_ASSET   as in dblog_capture
+  DBLOG_BACKFILL_SCHEDULE     cron or preset (default ``@weekly``)
+  DBLOG_BACKFILL_TABLES       comma-separated tables (default: every captured table)
+  DBLOG_BACKFILL_CHUNK_SIZE   rows per chunk (default 10000)
+  DBLOG_BACKFILL_DELAY_MS     pause between chunks, to throttle the source (default 0)
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+from airflow.sdk import DAG, Asset
+
+from airflow_provider_dblog.operators.dump import DumpOperator
+
+SOURCE_CONN_ID = os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source")
+STATE_CONN_ID = os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default")
+TABLES = [t.strip() for t in os.environ.get("DBLOG_BACKFILL_TABLES", "").split(",") if t.strip()] or None
+CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
+
+with DAG(
+    dag_id="dblog_backfill",
+    description="Scheduled full-state DBLog dump of all captured tables",
+    schedule=os.environ.get("DBLOG_BACKFILL_SCHEDULE", "@weekly"),
+    start_date=dt.datetime(2024, 1, 1),
+    catchup=False,
+    max_active_runs=1,  # a second full dump while one runs only doubles the work
+    tags=["dblog"],
+) as dag:
+    DumpOperator(
+        task_id="dump_all",
+        source_conn_id=SOURCE_CONN_ID,
+        state_conn_id=STATE_CONN_ID,
+        tables=TABLES,
+        chunk_size=int(os.environ.get("DBLOG_BACKFILL_CHUNK_SIZE", "10000")),
+        delay_ms=int(os.environ.get("DBLOG_BACKFILL_DELAY_MS", "0")),
+        poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "10")),
+        outlets=[CHANGELOG_ASSET],
+    )
