@@ -1,6 +1,7 @@
 """A real Airflow, end to end: api-server, scheduler, dag-processor and triggerer as child
 processes (LocalExecutor, a fresh metadata database in the services' PostgreSQL), the repo's
-dags/ folder, connections from AIRFLOW_CONN_* variables, MariaDB as the source.
+dags/ folder, connections from AIRFLOW_CONN_* variables, MariaDB as the source; the stack is
+scripts/airflow_stack.py, its settings docker/airflow.env (shared with docker/compose.yaml).
 
 1. ``dblog_capture`` is unpaused: its one task defers and the triggerer runs the capture child.
 2. ``dblog_repair_dump`` is triggered through ``POST /api/v2/dags/{id}/dagRuns`` with a conf
@@ -11,245 +12,35 @@ dags/ folder, connections from AIRFLOW_CONN_* variables, MariaDB as the source.
 """
 from __future__ import annotations
 
-import json
-import os
 import random
-import re
-import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
 pytest.importorskip("airflow")
 
-from airflow_provider_dblog.outputs import make_output  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))  # scripts/airflow_stack.py: shared with `make demo`
+
+from airflow_stack import Airflow, changelog_keys, dag_env, metadata_database, pid_alive  # noqa: E402
 from tests.integration.capture_proc import wait_for  # noqa: E402
 from tests.integration.databases import MySQLAdapter, env  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 REPAIR_KEYS = 100
-USER, ROLE = "dblog_e2e", "admin"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Proc:
-    """One Airflow component in its own process group (so its children stop with it)."""
-
-    def __init__(self, name: str, args: list[str], environ: dict, log_dir: Path):
-        self.name, self.args, self.environ = name, args, environ
-        self.log_path = log_dir / f"{name}.log"
-        self.proc: Optional[subprocess.Popen] = None
-
-    def start(self) -> None:
-        log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "airflow", *self.args], env=self.environ,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, grace: float = 30) -> None:
-        """SIGTERM to the group (the component shuts down cleanly), SIGKILL after a grace."""
-        if self.proc is None:
-            return
-        pgid = self.proc.pid  # start_new_session: the group id is our child's pid
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(pgid, signal.SIGKILL)  # leftovers of the group (task runners)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        self.proc = None
-
-    def tail(self, n: int = 40) -> str:
-        try:
-            return f"--- {self.name} ---\n" + "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except FileNotFoundError:
-            return f"--- {self.name}: no log ---"
-
-
-class Airflow:
-    """An Airflow deployment in ``home``; the REST client authenticates like a user would."""
-
-    def __init__(self, home: Path, sql_conn: str, extra_env: dict):
-        self.home, self.port = home, free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.password = secrets.token_urlsafe(12)
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "passwords.json").write_text(json.dumps({USER: self.password}))
-        self.environ = {
-            **os.environ,
-            **extra_env,
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "8",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": sql_conn,
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__BASE_URL": self.base,
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:{ROLE}",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-            # fast turn-around for a test: parse often, schedule often, pick up triggers at once
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
-            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
-            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-        }
-        logs = home / "proc-logs"
-        logs.mkdir()
-        self.procs = {
-            "api-server": Proc("api-server", ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
-                               self.environ, logs),
-            "scheduler": Proc("scheduler", ["scheduler"], self.environ, logs),
-            "dag-processor": Proc("dag-processor", ["dag-processor"], self.environ, logs),
-            "triggerer": Proc("triggerer", ["triggerer"], self.environ, logs),
-        }
-        self._token: Optional[str] = None
-
-    def migrate(self) -> None:
-        out = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self.environ,
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-
-    def start(self) -> None:
-        for p in self.procs.values():
-            p.start()
-
-    def stop(self) -> None:
-        for name in ("scheduler", "triggerer", "dag-processor", "api-server"):
-            self.procs[name].stop()
-
-    def tails(self) -> str:
-        return "\n".join(p.tail() for p in self.procs.values())
-
-    def assert_alive(self) -> None:
-        dead = [n for n, p in self.procs.items() if p.proc is not None and not p.alive()]
-        if dead:
-            raise AssertionError(f"{dead} exited\n{self.tails()}")
-
-    # -- REST ------------------------------------------------------------------------------
-    def request(self, method: str, path: str, body: Optional[dict] = None, auth: bool = True) -> dict:
-        headers = {"Content-Type": "application/json"}
-        if auth:
-            headers["Authorization"] = f"Bearer {self.token()}"
-        req = urllib.request.Request(self.base + path, method=method, headers=headers,
-                                     data=json.dumps(body).encode() if body is not None else None)
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                return json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            raise AssertionError(f"{method} {path}: HTTP {e.code}: {e.read()[:2000]!r}") from None
-
-    def token(self) -> str:
-        """The simple auth manager's ``POST /auth/token`` with a configured user's password."""
-        if self._token is None:
-            self._token = self.request("POST", "/auth/token", {"username": USER, "password": self.password},
-                                       auth=False)["access_token"]
-        return self._token
-
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.base + "/api/v2/monitor/health", timeout=5) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, ConnectionError, OSError):
-            return False
-
-    def dag_known(self, dag_id: str) -> bool:
-        try:
-            self.request("GET", f"/api/v2/dags/{dag_id}")
-            return True
-        except AssertionError:
-            return False
-
-    def unpause(self, dag_id: str) -> None:
-        assert self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})["is_paused"] is False
-
-    def trigger(self, dag_id: str, conf: dict) -> str:
-        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
-
-    def run_state(self, dag_id: str, run_id: str) -> str:
-        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
-
-    def task_state(self, dag_id: str, task_id: str) -> Optional[str]:
-        runs = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=1&order_by=-run_after")["dag_runs"]
-        if not runs:
-            return None
-        ti = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{runs[0]['dag_run_id']}/taskInstances/{task_id}")
-        return ti["state"]
-
-
-def pg_super():
-    import psycopg2
-
-    c = psycopg2.connect(host=env("DBLOG_PG_HOST"), port=int(env("DBLOG_PG_PORT")), user=env("DBLOG_PG_SUPERUSER"),
-                         password=env("DBLOG_PG_SUPERUSER_PASSWORD"), dbname="postgres")
-    c.autocommit = True
-    return c
 
 
 @pytest.fixture(scope="module")
 def metadata_db():
     """A fresh Airflow metadata database in the services' PostgreSQL, dropped afterwards."""
-    name = f"airflow_e2e_{uuid.uuid4().hex[:8]}"
-    c = pg_super()
-    c.cursor().execute(f"CREATE DATABASE {name}")
-    c.close()
-    user, password = env("DBLOG_PG_SUPERUSER"), env("DBLOG_PG_SUPERUSER_PASSWORD")
-    from urllib.parse import quote
-
-    yield f"postgresql+psycopg2://{quote(user)}:{quote(password, safe='')}@{env('DBLOG_PG_HOST')}:{env('DBLOG_PG_PORT')}/{name}"
-    c = pg_super()
-    c.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    c.close()
-
-
-def changelog_keys(lake: str, source_id: str, table: str, op: Optional[str] = None) -> set:
-    out = make_output(lake)
-    out.open()
-    try:
-        return {e.key for e in out.scan(source_id, table) if op is None or e.op.value == op}
-    except Exception:  # the changelog table does not exist before the first flush
-        return set()
-    finally:
-        out.close()
+    with metadata_database(env("DBLOG_PG_HOST"), int(env("DBLOG_PG_PORT")), env("DBLOG_PG_SUPERUSER"),
+                           env("DBLOG_PG_SUPERUSER_PASSWORD"), prefix="airflow_e2e") as url:
+        yield url
 
 
 def insert_accounts(db: MySQLAdapter, ids) -> None:
@@ -260,22 +51,6 @@ def insert_accounts(db: MySQLAdapter, ids) -> None:
         c.commit()
     finally:
         c.close()
-
-
-def capture_pids(home: Path) -> list[int]:
-    """The capture children the CaptureTrigger started, from its task log lines."""
-    pids = []
-    for log in (home / "logs" / "dag_id=dblog_capture").rglob("*trigger*"):
-        pids += [int(m) for m in re.findall(r"capture session \d+ of source \S+: pid (\d+)", log.read_text(errors="replace"))]
-    return pids
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 class Stack:
@@ -296,26 +71,16 @@ def stack(tmp_path_factory, metadata_db):
     db.seed(random.Random(5), REPAIR_KEYS + 20)
     source_id = f"e2e_{uuid.uuid4().hex[:8]}"
     lake = f"delta://{tmp_path / 'lake'}"
-    dag_env = {
-        "DBLOG_SOURCE_CONN_ID": "dblog_source",
-        "DBLOG_STATE_CONN_ID": "dblog_state_e2e",
-        "AIRFLOW_CONN_DBLOG_SOURCE": json.dumps({
-            "conn_type": "mysql", "host": db.host, "port": db.port, "login": db.user, "password": db.password,
-            "extra": {"source_id": source_id, "tables": db.tables()}}),
-        "AIRFLOW_CONN_DBLOG_STATE_E2E": json.dumps({"conn_type": "dblog_state", "host": str(tmp_path / "state.db")}),
-        "DBLOG_CHANGELOG": lake,
-        "DBLOG_REPAIR_TABLES": ",".join(db.tables()),
-        "DBLOG_CAPTURE_SESSION_SECONDS": "600",
-        "DBLOG_CAPTURE_STATUS_INTERVAL": "2",
-        "DBLOG_DUMP_POLL_INTERVAL": "0.5",
-    }
-    af = Airflow(tmp_path / "airflow", metadata_db, dag_env)
+    dag_settings = dag_env(
+        source_conn={"conn_type": "mysql", "host": db.host, "port": db.port, "login": db.user,
+                     "password": db.password, "extra": {"source_id": source_id, "tables": db.tables()}},
+        state_conn={"conn_type": "dblog_state", "host": str(tmp_path / "state.db")},
+        changelog=lake, repair_tables=db.tables())
+    af = Airflow(tmp_path / "airflow", metadata_db, dag_settings)
     try:
         af.migrate()
         af.start()
-        wait_for(af.ready, 90, "the api-server", alive=af.assert_alive, detail=af.tails)
-        wait_for(lambda: af.dag_known("dblog_repair_dump") and af.dag_known("dblog_capture"), 90,
-                 "the dag-processor to parse dags/", alive=af.assert_alive, detail=af.tails, interval=1)
+        af.wait_ready(("dblog_repair_dump", "dblog_capture"))
         af.unpause("dblog_capture")
         af.unpause("dblog_repair_dump")
         st = Stack(af, db, source_id, lake)
@@ -358,13 +123,13 @@ def test_airflow_end_to_end(stack, capsys):
     assert dumped == wanted  # exactly the requested keys, no other rows of the table
 
     # 3. the triggerer stops during the capture and starts again: the capture resumes
-    first = capture_pids(af.home)
+    first = af.capture_pids()
     assert len(first) == 1, first
     af.procs["triggerer"].stop()
     assert not any(pid_alive(p) for p in first), "the capture child outlived the triggerer"
     insert_accounts(db, range(910001, 910011))  # written while no capture runs
     af.procs["triggerer"].start()
-    wait_for(lambda: len(capture_pids(af.home)) == 2, 60, "the trigger to start a new capture child",
+    wait_for(lambda: len(af.capture_pids()) == 2, 60, "the trigger to start a new capture child",
              alive=af.assert_alive, detail=af.tails, interval=0.5)
     insert_accounts(db, range(920001, 920011))  # written after the restart
     expected = {(i,) for i in [*range(910001, 910011), *range(920001, 920011)]}
@@ -407,7 +172,10 @@ def test_trigger_form_in_chromium(stack, browser):
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    af, wait = stack.af, WebDriverWait(browser, 30)
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    # the React UI re-renders while it loads: an element found a moment ago may be gone
+    af, wait = stack.af, WebDriverWait(browser, 30, ignored_exceptions=(StaleElementReferenceException,))
     before = {r["dag_run_id"] for r in af.request("GET", "/api/v2/dags/dblog_repair_dump/dagRuns")["dag_runs"]}
     browser.get(af.base + "/api/v2/version")  # same origin first, so the login cookie can be set
     browser.add_cookie({"name": "_token", "value": af.token(), "path": "/"})  # what the login page sets
