@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status-interval", type=float, default=5.0)
     p.add_argument("--reset-position", action="store_true", help="forget the checkpoint (then run a full dump)")
     p.add_argument("--identity", help="this instance's name in the leader lease (default host:pid)")
+    p.add_argument("--heartbeat-interval", type=float, default=10.0,
+                   help="seconds without log activity before a heartbeat watermark (0: off)")
 
     p = sub.add_parser("dump", help="request a dump (the running capture performs it)")
     _source_options(p)
@@ -120,10 +122,13 @@ def cmd_capture(args, src, state_cfg, out_cfg) -> int:
         print(
             f"[dblog] position={st['position']} checkpoint={st['checkpoint']} "
             f"events/s={st['events_per_s']} buffered={st['buffered']} window={st['window']}"
+            + f" lag_bytes={st.get('lag_bytes')}"
             + (f" epoch={st['leader']['epoch']}" if st.get("leader") else "")
             + (f" | {dtext}" if dtext else ""),
             flush=True,
         )
+        for warning in st.get("warnings") or ():
+            print(f"[dblog] WARNING: {warning}", flush=True)
 
     def standby(leader: Optional[dict]) -> None:
         who = f"{leader['identity']} (epoch {leader['epoch']})" if leader else "another instance"
@@ -133,7 +138,11 @@ def cmd_capture(args, src, state_cfg, out_cfg) -> int:
         status_interval=args.status_interval,
         window_delay=float(os.environ.get("DBLOG_TEST_WINDOW_DELAY_MS", "0")) / 1000.0,
         reset_position=args.reset_position,  # applied once this instance holds the lease
+        heartbeat_interval=args.heartbeat_interval or None,
     )
+    delay_ms = float(os.environ.get("DBLOG_TEST_WRITE_DELAY_MS", "0"))
+    if delay_ms:  # fault injection for tests: widen every output commit
+        output = _SlowOutput(output, delay_ms / 1000.0, os.environ.get("DBLOG_TEST_WRITE_MARKER"))
     # Every capture takes the source's leader lease (a file lock for the local store, a
     # ZooKeeper lease otherwise): one writer per source, fenced by the epoch (invariant 7).
     lease = make_lease(state, source.source_id, args.identity)
@@ -143,6 +152,26 @@ def cmd_capture(args, src, state_cfg, out_cfg) -> int:
     finally:
         state.close()
     return 0
+
+
+class _SlowOutput:
+    """Test hook (DBLOG_TEST_WRITE_DELAY_MS): each commit takes longer, half before and half
+    after the real write, so a test can kill the process in the middle of a writer flush;
+    DBLOG_TEST_WRITE_MARKER names a file touched when a flush begins."""
+
+    def __init__(self, inner, delay: float, marker: Optional[str]):
+        self._inner, self._delay, self._marker = inner, delay, marker
+
+    def write(self, events, epoch=None):
+        if self._marker and events:
+            with open(self._marker, "a") as f:
+                f.write(f"{time.time():.3f} {len(events)}\n")
+        time.sleep(self._delay / 2)
+        self._inner.write(events, epoch)
+        time.sleep(self._delay / 2)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
 
 
 def cmd_dump(args, src, state_cfg, out_cfg) -> int:
@@ -173,12 +202,19 @@ def cmd_status(args, src, state_cfg, out_cfg) -> int:
         capture["age_s"] = round(time.time() - capture["updated_at"], 1)
     checkpoint = state.get_checkpoint(source_id) if source_id else None
     leader = make_lease(state, source_id).leader() if source_id else None
+    live = (capture or {}).get("dumps") or {}  # rates and ETAs of the dumps the capture runs
+    dumps = [dict(d.to_dict((capture or {}).get("estimates")), **live.get(d.dump_id, {}))
+             for d in state.list_dumps(source_id)]
     result = {
         "source_id": source_id,
         "checkpoint": checkpoint.encode() if checkpoint else None,
         "leader": leader,
+        "lag_bytes": (capture or {}).get("lag_bytes"),
+        "lag_seconds": (capture or {}).get("lag_seconds"),
+        "events_per_s": (capture or {}).get("events_per_s"),
+        "warnings": (capture or {}).get("warnings") or [],
         "capture": capture,
-        "dumps": [d.to_dict((capture or {}).get("estimates")) for d in state.list_dumps(source_id)],
+        "dumps": dumps,
     }
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -190,10 +226,14 @@ def cmd_status(args, src, state_cfg, out_cfg) -> int:
     if capture:
         print(
             f"  capture pid {capture['pid']} ({capture['age_s']} s ago): position {capture['position']}, "
-            f"{capture['events_per_s']} events/s, lag {capture.get('log', {})}"
+            f"{capture['events_per_s']} events/s, lag {capture.get('lag_bytes')} bytes / "
+            f"{capture.get('lag_seconds')} s"
         )
+    for warning in result["warnings"]:
+        print(f"  WARNING: {warning}")
     for d in result["dumps"]:
         print(f"  dump {d['dump_id']} {d['status']}: tables={d['tables']} rows={d['rows']} chunks={d['chunks']}"
+              + (f" eta={d['eta_seconds']}s" if d.get("eta_seconds") is not None else "")
               + (f" error={d['error']}" if d["error"] else ""))
     return 0
 

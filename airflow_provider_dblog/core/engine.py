@@ -9,6 +9,12 @@ only talks to the output. Each turn of the loop:
 4. if no chunk is in flight and a dump wants one: LW, SELECT, HW (the only pause of log
    processing, invariant 6), then open the window; its rows are emitted when HW comes by.
 
+While the captured tables are idle, a *heartbeat* (a watermark no window waits for) goes
+through the log every ``heartbeat_interval`` so the checkpoint, and PostgreSQL's slot with
+it, keeps moving. A lost source connection (server restart, killed session) does not stop
+the capture: the engine closes the source, waits with backoff, reopens it and reads the log
+again from where it was (``_reconnect``); only after ``reconnect_timeout`` does it fail.
+
 With a leader lease (invariant 7) the engine first waits as standby until it holds the lease,
 then runs with the lease's epoch; the lease is checked before every output commit and every
 checkpoint, and losing it stops the engine at once with StaleEpochError.
@@ -25,7 +31,7 @@ import uuid
 from typing import Any, Callable, Optional
 
 from .dumps import Dump, DumpStatus, TableProgress
-from .errors import DBLogError, StaleEpochError
+from .errors import DBLogError, PositionLostError, StaleEpochError
 from .fencing import FencedOutput
 from .events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, split_key_update
 from .protocols import LeaderLease, Output, Source, StateStore
@@ -51,6 +57,11 @@ class EngineConfig:
     # Forget the checkpoint and start at the end of the log (after a lost position; a full
     # dump restores the state). Applied only once this instance holds the lease.
     reset_position: bool = False
+    # Write a heartbeat watermark after this many seconds without a log item (None: never).
+    heartbeat_interval: Optional[float] = 10.0
+    # Keep trying to reconnect to a source that dropped the connection for this long.
+    reconnect_timeout: float = 300.0
+    reconnect_max_backoff: float = 10.0  # seconds between attempts at most (doubling from 0.5)
 
 
 @dataclasses.dataclass
@@ -98,10 +109,16 @@ class Engine:
         self._dumps: list[Dump] = []
         self._next_control = 0.0
         self._next_chunk_at = 0.0
+        self._abort_backoff = 0.0
         self._events_in = 0
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
         self._estimates: dict[str, int] = {}  # table -> estimated rows, for dump percentages
         self._writer: Optional[Writer] = None
+        self._last_item_at = time.monotonic()  # when the log last gave us anything
+        self._heartbeats = 0
+        self._reconnects = 0
+        self._dump_rate: dict[str, tuple[float, int]] = {}  # dump id -> (first seen, rows then)
+        self._warned: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------
     def run(self, stop: Optional[threading.Event] = None, max_seconds: Optional[float] = None) -> None:
@@ -166,9 +183,16 @@ class Engine:
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 if self.lease is not None and not self.lease.held():
                     self.lease.check()  # raises when lost; waits out a short suspension
-                self._log_step(writer)
-                self._apply_durable(writer)
-                self._dump_step(writer)
+                try:
+                    self._log_step(writer)
+                    self._apply_durable(writer)
+                    self._dump_step(writer)
+                    self._heartbeat_step()
+                except Exception as exc:
+                    if not self._is_connection_error(exc):
+                        raise
+                    self._reconnect(exc, stop)
+                    continue
                 now = time.monotonic()
                 if now >= next_status:
                     rate = (self._events_in - n0) / max(now - t0, 1e-9)
@@ -202,13 +226,79 @@ class Engine:
             writer.put(schema)
         writer.start()
         self.source.start_log(checkpoint)
+        self._last_item_at = time.monotonic()
         log.info("capture of %s started at %s", self.source_id, checkpoint or "the end of the log")
+
+    # -- heartbeats and reconnects ------------------------------------------------------------
+    def _heartbeat_step(self) -> None:
+        """An idle log still moves the checkpoint: a watermark no window waits for comes back
+        through the log, and _log_step checkpoints its position like any item's (the window
+        drops it). Not while a chunk is in flight: its own LW/HW are on the way anyway."""
+        interval = self.config.heartbeat_interval
+        if not interval or self.window.busy or time.monotonic() - self._last_item_at < interval:
+            return
+        self.source.write_watermark(uuid.uuid4().hex)
+        self._heartbeats += 1
+        self._last_item_at = time.monotonic()
+
+    def _is_connection_error(self, exc: BaseException) -> bool:
+        if isinstance(exc, (PositionLostError, StaleEpochError, WriterFailed)):
+            return False
+        classify = getattr(self.source, "is_connection_error", None)
+        return bool(classify is not None and classify(exc))
+
+    def _reconnect(self, exc: BaseException, stop: threading.Event) -> None:
+        """Close the source, wait with backoff, reopen it and read the log again from the last
+        position handed to the writer. The writer keeps what it has (it does not depend on
+        the source); an open chunk window is abandoned and its chunk selected again, its
+        watermarks arriving later are stale and dropped. Events up to ``last_seen`` are
+        dropped when delivered again."""
+        self._reconnects += 1
+        self.window.abandon()
+        resume = max((p for p in (self.durable, self.last_seen) if p is not None), default=None)
+        if resume is not None:
+            self._skip_until = max(self._skip_until, resume) if self._skip_until else resume
+        log.warning("capture of %s: lost the source connection (%s); reconnecting", self.source_id, exc)
+        deadline = time.monotonic() + self.config.reconnect_timeout
+        delay, last = 0.5, exc
+        while True:
+            try:
+                self.source.close()
+            except Exception:  # already broken
+                pass
+            if stop.wait(delay):
+                raise last  # stopping: nothing more to read
+            self._fence()  # the lease may have moved on while we were cut off
+            try:
+                self.source.open()
+                # Without any position yet, the log is read from its end again, exactly as a
+                # restart without checkpoint would.
+                self.source.start_log(resume)
+            except Exception as err:
+                if not self._is_connection_error(err):
+                    raise
+                last = err
+                if time.monotonic() + delay > deadline:
+                    raise DBLogError(
+                        f"lost the connection to source {self.source_id} and could not reconnect "
+                        f"within {self.config.reconnect_timeout:.0f} s (last error: {err}).",
+                        "check that the database is up and reachable; a restarted capture resumes "
+                        "from its checkpoint without loss.",
+                    ) from err
+                delay = min(delay * 2, self.config.reconnect_max_backoff)
+                continue
+            self._last_item_at = time.monotonic()
+            self._next_control = 0.0
+            log.warning("capture of %s: reconnected, reading the log after %s", self.source_id,
+                        resume or "its end")
+            return
 
     # -- log ------------------------------------------------------------------------------
     def _log_step(self, writer: Writer) -> None:
         items = self.source.poll(self.config.poll_batch, self.config.poll_timeout)
         if not items:
             return
+        self._last_item_at = time.monotonic()
         out: list[Any] = []
         last: Optional[Position] = None
         skip = self._skip_until
@@ -340,6 +430,8 @@ class Engine:
             try:
                 self._select_chunk(dump)
             except DBLogError as exc:
+                if self._is_connection_error(exc):
+                    raise  # the source is gone for a moment, the request is fine
                 # A bad request (unknown table, malformed key) fails that dump, not the capture.
                 log.error("dump %s failed: %s", dump.dump_id, exc)
                 self.state.set_status(dump.dump_id, DumpStatus.FAILED, str(exc))
@@ -376,9 +468,15 @@ class Engine:
         rows = [(schema.key_of(r), r) for r in result.rows] if result else []
         invisible = result.invisible_txids if result else frozenset()
         ctx = _Chunk(dump.dump_id, table, new, started)
-        for em in self.window.open(lw, hw, table, rows, invisible, ctx):
-            if isinstance(em, ChunkAborted):
-                log.info("chunk of %s will be selected again: %s", table, em.reason)
+        aborted = [em for em in self.window.open(lw, hw, table, rows, invisible, ctx) if isinstance(em, ChunkAborted)]
+        if aborted:
+            # The transaction is about to become visible; back off (20 ms doubling to 1 s) so
+            # that re-selecting does not spin on LW/HW writes while it does.
+            self._abort_backoff = min(1.0, max(0.02, self._abort_backoff * 2))
+            self._next_chunk_at = time.monotonic() + self._abort_backoff
+            log.info("chunk of %s will be selected again in %.2f s: %s", table, self._abort_backoff, aborted[0].reason)
+        else:
+            self._abort_backoff = 0.0
 
     # -- durability ------------------------------------------------------------------------
     def _apply_durable(self, writer: Writer) -> None:
@@ -397,14 +495,16 @@ class Engine:
                 last_log = payload[1]
         if last_log is not None:
             self.state.set_checkpoint(self.source_id, last_log)
-            self.source.acknowledge(last_log)
             self.durable = last_log
+            self.source.acknowledge(last_log)
 
     # -- reporting ---------------------------------------------------------------------------
     def status(self, rate: float) -> dict:
         try:
             src = self.source.log_status()
-        except Exception as exc:  # status must never stop the capture
+        except PositionLostError:
+            raise  # the slot was dropped or invalidated under us: stop with the fix
+        except Exception as exc:  # status must never stop the capture otherwise
             src = {"error": str(exc)}
         return {
             "source_id": self.source_id,
@@ -419,14 +519,41 @@ class Engine:
             # seconds between the newest processed commit and now (0 when the log is idle)
             "lag_seconds": round(max(0.0, time.time() - self._last_commit_ts / 1e6), 3)
             if self._last_commit_ts and rate > 0 else 0.0,
+            "lag_bytes": src.get("lag_bytes"),  # log bytes written but not yet read
+            "warnings": list(src.get("warnings") or []),
+            "heartbeats": self._heartbeats,
+            "reconnects": self._reconnects,
+            "dumps": self._dump_health(),
             "estimates": self._estimates,
             "leader": {"identity": self.lease.identity, "epoch": self.config.epoch} if self.lease else None,
             "log": src,
         }
 
+    def _dump_health(self) -> dict:
+        """Per running dump: rows so far, estimated total, rows/s since this engine saw it
+        first, and the ETA that gives (None while unknown)."""
+        out = {}
+        now = time.monotonic()
+        for d in self._dumps:
+            if d.dump_id in self._emitted_done:
+                continue
+            progress = self._progress.get(d.dump_id, {})
+            rows = sum(p.rows for p in progress.values())
+            total = len(d.spec.keys) if d.spec.keys is not None else \
+                sum(self._estimates.get(t, 0) for t in self._tables_of(d))
+            t0, rows0 = self._dump_rate.setdefault(d.dump_id, (now, rows))
+            rate = (rows - rows0) / (now - t0) if now > t0 else 0.0
+            eta = round(max(0, total - rows) / rate, 1) if rate > 0 and total else None
+            out[d.dump_id] = {"rows": rows, "estimated_total": total, "rows_per_s": round(rate, 1),
+                              "eta_seconds": eta, "paused": d.control.paused}
+        return out
+
     def _report(self, rate: float) -> None:
         st = self.status(rate)
+        for w in st["warnings"]:
+            if w not in self._warned:  # once per distinct warning, not every report
+                log.warning("capture of %s: %s", self.source_id, w)
+        self._warned = set(st["warnings"])
         self.state.put_value(f"status/{self.source_id}", json.dumps(st, default=str))
         if self.on_progress:
             self.on_progress(st)
-

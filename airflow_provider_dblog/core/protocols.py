@@ -69,6 +69,11 @@ class Source(Protocol):
     def log_status(self) -> dict:
         """The source's current log head and how far behind the reader is."""
 
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """True when ``exc`` means the connection to the server was lost (the engine then
+        reconnects with backoff and resumes from its last position); False for anything a
+        retry cannot fix (authentication, configuration, lost log position)."""
+
     def close(self) -> None: ...
 
 

@@ -5,6 +5,13 @@ SELECTs, watermark writes and catalog reads go through a plain PyMySQL connectio
 autocommit, READ COMMITTED and UTC (sources/mysql_catalog.py). Values of both paths are
 made canonical by sources/mysql_values.py.
 
+Connection loss: mysql-replication itself reconnects the binlog stream after a lost
+connection (error 2013) at the event where it was; anything else (server down, restart)
+reaches the engine, which asks ``is_connection_error`` and reopens the source.
+
+Log retention: the binlog holding the checkpoint must outlive the capture's lag;
+``log_status`` warns (``binlog_expiry_warning``) when its expiry comes near.
+
 No ``invisible_txids`` for MySQL: InnoDB commits in binlog order (binlog_order_commits on
 MySQL, group commit ordering on MariaDB), so a transaction the chunk SELECT did not see
 commits after every transaction it saw, and therefore appears in the binlog after them.
@@ -16,6 +23,9 @@ import hashlib
 import random
 import logging
 import queue
+import time
+
+import pymysql
 from typing import Any, Optional, Sequence
 
 from ..core.chunks import MYSQL, chunk_query, keys_query
@@ -29,6 +39,33 @@ from .mysql_log import BinlogReader, Failure, decode_coord, file_number
 from .mysql_values import from_select, select_expression, to_param
 
 log = logging.getLogger(__name__)
+
+
+# Lost connection, server gone/shutting down, connection killed, can't connect (yet).
+_CONNECTION_LOST = {2003, 2006, 2013, 2055, 1053, 1927}
+
+
+def _expire_seconds(variables: dict) -> float:
+    """Binlog retention in seconds (MySQL 8 / MariaDB 10.6: binlog_expire_logs_seconds, older:
+    expire_logs_days); 0 when binlogs never expire."""
+    secs = float(variables.get("binlog_expire_logs_seconds") or 0)
+    return secs if secs > 0 else float(variables.get("expire_logs_days") or 0) * 86400
+
+
+def binlog_expiry_warning(checkpoint_file: int, current_file: int, checkpoint_ts: float, now: float,
+                          expire_seconds: float, margin: float = 0.2) -> Optional[str]:
+    """A warning when the binlog file holding the checkpoint may expire within ``margin`` of
+    the retention. The server purges a file once its last write is older than the retention;
+    that last write is at or after the checkpoint's commit time, so counting from the commit
+    time warns early, never late. The file being written is never purged."""
+    if expire_seconds <= 0 or checkpoint_file >= current_file:
+        return None
+    left = checkpoint_ts + expire_seconds - now
+    if left >= margin * expire_seconds:
+        return None
+    return (f"log retention at risk: the checkpoint is in binlog file number {checkpoint_file}, "
+            f"which may be purged in {max(0, int(left))} s (binlog_expire_logs_seconds "
+            f"{int(expire_seconds)}); the capture must catch up, or raise the retention.")
 
 
 def default_server_id(source_id: str) -> int:
@@ -83,6 +120,9 @@ class MySQLSource:
         self._pending: collections.deque = collections.deque()
         self._failure: Optional[BaseException] = None
         self._acknowledged: Optional[Position] = None
+        self._acknowledged_ts: Optional[float] = None  # commit time of the acknowledged event
+        # (last position, commit time) of each handed-out batch, for _acknowledged_ts
+        self._handed: collections.deque = collections.deque(maxlen=100_000)
 
     # -- open and validate -------------------------------------------------------------------
     def open(self) -> None:
@@ -209,6 +249,8 @@ class MySQLSource:
                 self._failure = item.error
             else:
                 self._pending.extend(item)
+                if item and getattr(item, "ts", None) is not None:
+                    self._handed.append((item[-1].position, item.ts))
         if not out and self._failure is not None:
             raise self._failure
         return out
@@ -216,6 +258,18 @@ class MySQLSource:
     def acknowledge(self, position: Position) -> None:
         # Nothing to tell a MySQL server: the checkpoint lives in DBLog's state store.
         self._acknowledged = position
+        while self._handed and self._handed[0][0] <= position:
+            self._acknowledged_ts = self._handed.popleft()[1]
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """True for a lost or refused connection (server restart, KILL): the engine reconnects."""
+        if isinstance(exc, PositionLostError):
+            return False
+        if getattr(exc, "connection_lost", False) or isinstance(exc, (ConnectionError, pymysql.err.InterfaceError)):
+            return True
+        if isinstance(exc, pymysql.err.OperationalError):
+            return bool(exc.args) and exc.args[0] in _CONNECTION_LOST
+        return False
 
     def log_status(self) -> dict:
         session = self._require_session()
@@ -224,18 +278,29 @@ class MySQLSource:
         status: dict[str, Any] = {
             "server_file": file, "server_pos": pos,
             "reader_file": r.file if r else None, "reader_pos": r.pos if r else None,
-            "lag_bytes": None,
+            "lag_bytes": None,  # binlog bytes written but not yet read
             "acknowledged": str(self._acknowledged) if self._acknowledged else None,
+            "warnings": [],
         }
+        logs = catalog.binary_logs(session)
         if r is not None and r.file:
             lag = 0
-            for name, size in catalog.binary_logs(session):
+            for name, size in logs:
                 n = file_number(name)
                 if n == file_number(r.file):
                     lag += (pos if name == file else size) - r.pos
                 elif file_number(r.file) < n <= file_number(file):
                     lag += pos if name == file else size
             status["lag_bytes"] = max(0, lag)
+        expire = _expire_seconds(catalog.global_variables(
+            session, ["binlog_expire_logs_seconds", "expire_logs_days"]))
+        status["binlog_expire_seconds"] = expire
+        if self._acknowledged is not None and self._acknowledged_ts is not None:
+            warning = binlog_expiry_warning(
+                decode_coord(self._acknowledged.coord)[0], file_number(file), self._acknowledged_ts,
+                time.time(), expire)
+            if warning:
+                status["warnings"].append(warning)
         return status
 
     # -- dumps -----------------------------------------------------------------------------

@@ -67,11 +67,13 @@ def connect(settings: ConnectionSettings) -> pymysql.connections.Connection:
                 f"MySQL refused the login of {settings.where()} (access denied).",
                 "check the user name and password of the connection.",
             ) from None
-        raise ConfigurationError(
+        err = ConfigurationError(
             f"cannot connect to MySQL at {settings.host}:{settings.port} "
             f"(error {code}: {exc.args[1] if len(exc.args) > 1 else exc}).",
             "check that the server is running and the host and port are right.",
-        ) from None
+        )
+        err.connection_lost = True  # the engine retries: the server may be restarting
+        raise err from None
     with conn.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")
         # Works on MySQL and MariaDB alike (their variable names differ:

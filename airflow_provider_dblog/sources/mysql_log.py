@@ -93,6 +93,14 @@ class _Stopped(Exception):
     """Raised into the library's reconnect path once close() was asked for."""
 
 
+class Items(list):
+    """One event's log items, with the event's commit time (seconds; binlog resolution)."""
+
+    def __init__(self, items: list, ts: Optional[float]):
+        super().__init__(items)
+        self.ts = ts
+
+
 class Failure:
     """The reader thread's error, queued after the items it delivered before failing."""
 
@@ -142,6 +150,7 @@ class BinlogReader(threading.Thread):
         self.file, self.pos = log_file, log_pos
         self._start = (log_file, log_pos)
         self._txn_start, self._gtid, self._group_open = log_pos, None, False
+        self.event_ts: Optional[float] = None  # commit time of the last event read
         self._signatures: dict[str, tuple] = {}
         self._table_schemas: dict[str, TableSchema] = {}
         self._emitted: dict[str, str] = {}
@@ -204,11 +213,14 @@ class BinlogReader(threading.Thread):
                 if event is None:
                     if self._stop_flag.is_set():
                         break
-                    raise RuntimeError("the server ended the binlog stream unexpectedly")
+                    # A server shutting down ends the stream: a connection loss to reconnect.
+                    raise ConnectionResetError("the server ended the binlog stream unexpectedly")
                 self._received = True
                 items = self._handle(event)
+                if event.packet.timestamp:
+                    self.event_ts = float(event.packet.timestamp)
                 if items:
-                    self._put(items)
+                    self._put(Items(items, self.event_ts))
             return None
         except _Stopped:
             return None

@@ -20,8 +20,13 @@ sends such mid-transaction keepalives only when the client has not replied for h
 wal_sender_timeout; a crash right after would then end in PositionLostError at the next
 start (loud, never a silent gap).
 
-WAL retention: the slot is confirmed only by acknowledged changes of captured tables; while
-those tables are idle, the server keeps the WAL written since (``log_status`` shows it).
+WAL retention: the slot is confirmed only up to acknowledged positions. While the captured
+tables are idle, the engine's heartbeat watermarks give it positions to acknowledge, so the
+server can recycle the WAL. ``log_status`` warns (``retention_warning``) when the slot's WAL
+is at risk, and raises PositionLostError once the slot is gone or its WAL lost.
+
+Connection loss: ``is_connection_error`` tells the engine which errors a reconnect can cure
+(server restart, terminated backend or walsender); the engine then reopens the source.
 """
 from __future__ import annotations
 
@@ -48,6 +53,12 @@ from .postgres_catalog import (
 from .postgres_errors import first_line, translate
 from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, parse_lsn
 from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
+
+# Connection failures a later attempt may not see (SQLSTATE classes 08 connection exception,
+# 57P admin shutdown / crash shutdown / cannot connect now, e.g. "the database system is
+# starting up"); authentication failures are not among them.
+_NOT_TRANSIENT = ("password authentication failed", "no pg_hba.conf entry", "does not exist",
+                  "permission denied")
 from .postgres_values import RAW_TEXT_OIDS, from_pg_text
 
 log = logging.getLogger(__name__)
@@ -129,18 +140,34 @@ class PostgresSource:
             conn = psycopg2.connect(**kwargs)
         except psycopg2.OperationalError as exc:
             d = self._dsn
-            raise ConfigurationError(
+            err = ConfigurationError(
                 f"cannot connect to PostgreSQL {d['host']}:{d['port']} database {d['dbname']} as "
                 f"{d['user']}{' for replication' if replication else ''}: {first_line(exc)}",
                 "check host, port, user, password and pg_hba.conf (a logical replication "
                 "connection matches the database's ordinary pg_hba.conf entries).",
-            ) from None
+            )
+            err.connection_lost = not any(t in first_line(exc).lower() for t in _NOT_TRANSIENT)
+            raise err from None
         if not replication:
             conn.autocommit = True
         return conn
 
     def _cur(self):
         return self._conn.cursor()
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """True for a lost or refused connection (server restart, pg_terminate_backend): the
+        engine reconnects; False for everything a reconnect cannot cure."""
+        if isinstance(exc, PositionLostError):
+            return False
+        if getattr(exc, "connection_lost", False):
+            return True
+        if isinstance(exc, psycopg2.InterfaceError):  # "connection already closed"
+            return True
+        if isinstance(exc, psycopg2.OperationalError):
+            code = getattr(exc, "pgcode", None) or ""
+            return not code or code.startswith("08") or code.startswith("57P")
+        return isinstance(exc, ConnectionError)
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         with self._cur() as cur:
@@ -276,6 +303,7 @@ class PostgresSource:
                                    self._info, self._type_name, self._format_type, self._encoding)
         self._deferred_error: Optional[BaseException] = None
         self._acked = 0
+        self._read_lsn = 0  # WAL position of the last message read
 
     def start_log(self, after: Optional[Position]) -> None:
         self._close_stream()
@@ -348,6 +376,7 @@ class PostgresSource:
                     select.select([self._cursor], [], [], remaining)
                     continue
                 decode(msg.payload)
+                self._read_lsn = max(self._read_lsn, msg.data_start)
             except (psycopg2.Error, DBLogError) as exc:
                 err = translate(exc, self) if isinstance(exc, psycopg2.Error) else exc
                 if not pending:
@@ -429,16 +458,36 @@ class PostgresSource:
         return max(0, int(n or 0))
 
     def log_status(self) -> dict:
+        """Lag (WAL bytes not yet read), retained WAL, and a warning when the slot's WAL is at
+        risk; PositionLostError when the slot is gone or lost its WAL (checked every status
+        report, so a capture notices even while it has nothing to read)."""
         with self._cur() as cur:
             cur.execute(
-                "SELECT pg_current_wal_lsn()::text, s.confirmed_flush_lsn::text, "
-                "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, s.wal_status "
+                "SELECT pg_current_wal_lsn()::text, s.slot_name IS NOT NULL, s.confirmed_flush_lsn::text, "
+                "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, s.wal_status, "
+                "s.safe_wal_size, (SELECT setting::bigint * CASE unit WHEN 'MB' THEN 1048576 "
+                "WHEN 'kB' THEN 1024 ELSE 1 END FROM pg_settings WHERE name = 'max_slot_wal_keep_size') "
                 "FROM (SELECT 1) x LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
                 (self.slot_name,),
             )
-            server, confirmed, lag, wal_status = cur.fetchone()
-        return {"server_lsn": server, "slot": self.slot_name, "slot_confirmed_flush": confirmed,
-                "lag_bytes": lag, "wal_status": wal_status, "acknowledged": format_lsn(self._acked)}
+            server, exists, confirmed, retained, wal_status, safe, keep = cur.fetchone()
+        if not exists:
+            raise PositionLostError(
+                f"replication slot {self.slot_name} was dropped while the capture ran: the log "
+                "from the checkpoint on is gone.")
+        if wal_status == "lost":
+            raise PositionLostError(
+                f"replication slot {self.slot_name} was invalidated (wal_status 'lost'): the server "
+                "removed WAL it still needed (max_slot_wal_keep_size exceeded).")
+        # Before anything was read, reading starts where the slot is confirmed.
+        read = max(self._read_lsn, getattr(self._cursor, "wal_end", 0) or 0, self._acked,
+                   parse_lsn(confirmed) if confirmed else 0)
+        warning = retention_warning(self.slot_name, wal_status, safe, keep)
+        return {"server_lsn": server, "read_lsn": format_lsn(read),
+                "lag_bytes": max(0, parse_lsn(server) - read) if read else None,
+                "slot": self.slot_name, "slot_confirmed_flush": confirmed, "retained_bytes": retained,
+                "wal_status": wal_status, "safe_wal_size": safe, "max_slot_wal_keep_size": keep,
+                "acknowledged": format_lsn(self._acked), "warnings": [warning] if warning else []}
 
     def _close_stream(self) -> None:
         if self._repl_conn is not None:
@@ -456,6 +505,21 @@ class PostgresSource:
             except psycopg2.Error:
                 pass
             self._conn = None
+
+
+def retention_warning(slot: str, wal_status: Optional[str], safe_wal_size: Optional[int],
+                      max_keep: Optional[int]) -> Optional[str]:
+    """A warning while the slot's WAL is at risk of removal, before it is lost: wal_status
+    'extended' (beyond max_wal_size) or 'unreserved' (next checkpoint may remove it), or less
+    than 20% of max_slot_wal_keep_size left (safe_wal_size)."""
+    if wal_status in ("extended", "unreserved"):
+        return (f"log retention at risk: replication slot {slot} has wal_status '{wal_status}' "
+                f"(safe_wal_size {safe_wal_size} bytes); the capture must catch up or the slot is "
+                "invalidated (raise max_slot_wal_keep_size, or speed up the output).")
+    if max_keep is not None and max_keep > 0 and safe_wal_size is not None and safe_wal_size < 0.2 * max_keep:
+        return (f"log retention at risk: replication slot {slot} has {safe_wal_size} bytes of WAL left "
+                f"before max_slot_wal_keep_size ({max_keep} bytes) invalidates it.")
+    return None
 
 
 def invisible_xids(snapshot: str, own_xid: int) -> frozenset[str]:
