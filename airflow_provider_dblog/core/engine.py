@@ -225,7 +225,7 @@ class Engine:
             self.schemas[table] = schema
             writer.put(schema)
         writer.start()
-        self.source.start_log(checkpoint)
+        self.source.start_log(checkpoint, from_end=self.config.reset_position and checkpoint is None)
         self._last_item_at = time.monotonic()
         log.info("capture of %s started at %s", self.source_id, checkpoint or "the end of the log")
 
@@ -271,8 +271,8 @@ class Engine:
             self._fence()  # the lease may have moved on while we were cut off
             try:
                 self.source.open()
-                # Without any position yet, the log is read from its end again, exactly as a
-                # restart without checkpoint would.
+                # Without any position yet, the source resumes from its own bookmark (the
+                # PostgreSQL slot; MySQL's first start position): nothing is skipped.
                 self.source.start_log(resume)
             except Exception as err:
                 if not self._is_connection_error(err):
@@ -290,7 +290,7 @@ class Engine:
             self._last_item_at = time.monotonic()
             self._next_control = 0.0
             log.warning("capture of %s: reconnected, reading the log after %s", self.source_id,
-                        resume or "its end")
+                        resume or "the source's bookmark")
             return
 
     # -- log ------------------------------------------------------------------------------

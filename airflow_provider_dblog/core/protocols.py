@@ -42,10 +42,12 @@ class Source(Protocol):
     def table_schema(self, table: str) -> TableSchema:
         """Current schema; RequestError for an unknown table, ConfigurationError without a key."""
 
-    def start_log(self, after: Optional[Position]) -> None:
+    def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         """Start reading the log so that every event with a position > ``after`` is delivered
         (some events <= ``after`` may be delivered again; the engine drops them). ``None``:
-        from the current end of the log. PositionLostError when the log is gone."""
+        from the source's own bookmark (PostgreSQL: the slot; MySQL: where this source object
+        first started, else the current end); ``from_end``: from the current end of the log
+        (a reset). PositionLostError when the log is gone."""
 
     def poll(self, max_items: int, timeout: float) -> list[LogItem]:
         """Up to ``max_items`` log items in log order; waits at most ``timeout`` seconds

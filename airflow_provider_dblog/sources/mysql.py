@@ -106,6 +106,7 @@ class MySQLSource:
         self._databases = list(databases) if databases is not None else None
         self._configured_tables = list(tables) if tables is not None else None
         self.server_id = server_id if server_id is not None else default_server_id(source_id)
+        self._bookmark: Optional[tuple[str, int]] = None  # where the log was first read from
         self._wm_db = watermark_database
         self._wm_table = f"{watermark_database}.watermarks"
         self._key_columns = dict(key_columns or {})
@@ -183,11 +184,17 @@ class MySQLSource:
         return int(rows[0][0] or 0) if rows else 0
 
     # -- log -------------------------------------------------------------------------------
-    def start_log(self, after: Optional[Position]) -> None:
+    def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         session = self._require_session()
         self._stop_reader()
         if after is None:
-            file, pos, _, _ = catalog.master_status(session)
+            if self._bookmark is not None and not from_end:
+                # Started before but no event reached a checkpoint (e.g. the connection dropped
+                # at once): read again from where we first started, not from the end.
+                file, pos = self._bookmark
+            else:
+                file, pos, _, _ = catalog.master_status(session)
+                self._bookmark = (file, pos)
         else:
             file, pos = self._resume_point(after)
         self._queue = queue.Queue(maxsize=self._queue_size)

@@ -305,7 +305,7 @@ class PostgresSource:
         self._acked = 0
         self._read_lsn = 0  # WAL position of the last message read
 
-    def start_log(self, after: Optional[Position]) -> None:
+    def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         self._close_stream()
         self._reset_stream()
         start = commit_lsn_of(after) if after is not None else 0
@@ -329,9 +329,10 @@ class PostgresSource:
                     "sends the transactions in between.")
         if slot is None:
             raise PositionLostError(f"replication slot {self.slot_name} was dropped after the source opened.")
-        if after is None and not self._slot_created:
-            # No checkpoint (first run with an old slot, or --reset-position): start from the
-            # end of the log, as the protocol says, not from wherever the slot stopped.
+        if after is None and from_end and not self._slot_created:
+            # --reset-position: start from the end of the log, not from wherever the slot
+            # stopped. Without it the slot's own position is the safe start (a reconnect
+            # before the first checkpoint must not skip what the slot still holds).
             with self._cur() as cur:
                 cur.execute(
                     "SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (self.slot_name,)
