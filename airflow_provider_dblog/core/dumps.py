@@ -138,10 +138,14 @@ class Dump:
     def dump_id(self) -> str:
         return self.spec.dump_id
 
-    def next_table(self, all_tables: Sequence[str]) -> Optional[str]:
-        """The first requested table whose dump is not finished, in request order."""
+    def next_table(
+        self, all_tables: Sequence[str], progress: Optional[dict[str, "TableProgress"]] = None
+    ) -> Optional[str]:
+        """The first requested table whose dump is not finished, in request order, judged by
+        ``progress`` (the engine's emitted progress) or else the stored one."""
+        progress = self.progress if progress is None else progress
         for t in self.spec.tables or all_tables:
-            if not self.progress.get(t, TableProgress()).done:
+            if not progress.get(t, TableProgress()).done:
                 return t
         return None
 

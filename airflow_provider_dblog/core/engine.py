@@ -69,7 +69,6 @@ class _Chunk:
     dump_id: str
     table: str
     progress: TableProgress  # the table's progress once this chunk is emitted (rows added at HW)
-    started: float
 
 
 @dataclasses.dataclass
@@ -227,7 +226,7 @@ class Engine:
         writer.start()
         self.source.start_log(checkpoint, from_end=self.config.reset_position and checkpoint is None)
         self._last_item_at = time.monotonic()
-        log.info("capture of %s started at %s", self.source_id, checkpoint or "the end of the log")
+        log.info("capture of %s started at %s", self.source_id, checkpoint or "the source's bookmark (no checkpoint)")
 
     # -- heartbeats and reconnects ------------------------------------------------------------
     def _heartbeat_step(self) -> None:
@@ -400,11 +399,7 @@ class Engine:
         return list(dump.spec.tables) if dump.spec.tables else self.source.tables()
 
     def _next_table(self, dump: Dump) -> Optional[str]:
-        progress = self._progress.get(dump.dump_id, {})
-        for t in self._tables_of(dump):
-            if not progress.get(t, TableProgress()).done:
-                return t
-        return None
+        return dump.next_table(self.source.tables(), self._progress.get(dump.dump_id, {}))
 
     def _dump_step(self, writer: Writer) -> None:
         if self.window.busy:
@@ -450,7 +445,6 @@ class Engine:
         p = self._progress.setdefault(dump.dump_id, {}).get(table, TableProgress())
         size = dump.control.chunk_size
         lw, hw = uuid.uuid4().hex, uuid.uuid4().hex
-        started = time.monotonic()
         # Log processing is paused from here to the HW write (invariant 6).
         self.source.write_watermark(lw)
         if dump.spec.keys is not None:
@@ -467,7 +461,7 @@ class Engine:
         self.source.write_watermark(hw)
         rows = [(schema.key_of(r), r) for r in result.rows] if result else []
         invisible = result.invisible_txids if result else frozenset()
-        ctx = _Chunk(dump.dump_id, table, new, started)
+        ctx = _Chunk(dump.dump_id, table, new)
         aborted = [em for em in self.window.open(lw, hw, table, rows, invisible, ctx) if isinstance(em, ChunkAborted)]
         if aborted:
             # The transaction is about to become visible; back off (20 ms doubling to 1 s) so

@@ -145,9 +145,6 @@ class ChangeEvent:
     dump_id: Optional[str] = None
     schema_id: Optional[str] = None
 
-    def key_json(self) -> str:
-        return json.dumps(list(self.key), separators=(",", ":"), ensure_ascii=False)
-
 
 @dataclasses.dataclass(frozen=True)
 class WatermarkEvent:
