@@ -30,10 +30,11 @@ import time
 import uuid
 from typing import Any, Callable, Optional
 
+from .batch import DumpRows
 from .dumps import Dump, DumpStatus, TableProgress
 from .errors import DBLogError, PositionLostError, StaleEpochError
 from .fencing import FencedOutput
-from .events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, split_key_update
+from .events import ChangeEvent, Op, Position, SchemaEvent, TableSchema, split_key_update
 from .protocols import LeaderLease, Output, Source, StateStore
 from .watermark import ChunkAborted, ChunkDone, WatermarkWindow
 from .writer import Marker, Writer, WriterFailed
@@ -301,6 +302,7 @@ class Engine:
         out: list[Any] = []
         last: Optional[Position] = None
         skip = self._skip_until
+        process = self.window.process
         for item in items:
             if isinstance(item, SchemaEvent):
                 self.schemas[item.schema.table] = item.schema
@@ -314,8 +316,12 @@ class Engine:
                 self._events_in += 1
                 if item.commit_ts is not None:
                     self._last_commit_ts = item.commit_ts
-                for ev in self._split(item):
-                    out.extend(self._emit(self.window.process(ev)))
+                for ev in self._split(item) if item.op is Op.UPDATE else (item,):
+                    emitted = process(ev)
+                    if len(emitted) == 1 and emitted[0] is ev:  # the usual case: passed on as is
+                        out.append(ev)
+                    else:
+                        out.extend(self._emit(emitted))
             else:
                 out.extend(self._emit(self.window.process(item)))
         if last is not None:
@@ -347,22 +353,8 @@ class Engine:
     def _chunk_done(self, done: ChunkDone) -> list[Any]:
         ctx: _Chunk = done.context
         schema = self.schemas[ctx.table]
-        sid = schema.schema_id()
-        rows = [
-            ChangeEvent(
-                source_id=self.source_id,
-                table=ctx.table,
-                op=Op.READ,
-                key=schema.key_of(row),
-                before=None,
-                after=row,
-                position=done.hw.with_sub(i + 1),
-                origin=Origin.DUMP,
-                dump_id=ctx.dump_id,
-                schema_id=sid,
-            )
-            for i, row in enumerate(done.rows)
-        ]
+        # One block for the chunk's rows (subs 1..n at HW), not an event per row.
+        rows = DumpRows(self.source_id, ctx.table, ctx.dump_id, schema.schema_id(), done.hw, 1, done.keys, done.rows)
         p = dataclasses.replace(ctx.progress, rows=ctx.progress.rows + len(rows))
         tables = self._progress.setdefault(ctx.dump_id, {})
         tables[ctx.table] = p
@@ -372,7 +364,7 @@ class Engine:
             self._emitted_done.add(ctx.dump_id)
         delay = dump.control.delay_ms if dump else 0
         self._next_chunk_at = time.monotonic() + delay / 1000.0
-        return rows + [Marker(_ProgressDurable(ctx.dump_id, ctx.table, p, dump_done))]
+        return [rows, Marker(_ProgressDurable(ctx.dump_id, ctx.table, p, dump_done))]
 
     def _refresh_dumps(self) -> None:
         now = time.monotonic()
@@ -459,7 +451,7 @@ class Engine:
         if self.config.window_delay:
             time.sleep(self.config.window_delay)
         self.source.write_watermark(hw)
-        rows = [(schema.key_of(r), r) for r in result.rows] if result else []
+        rows = zip(schema.keys_of(result.rows), result.rows) if result else ()
         invisible = result.invisible_txids if result else frozenset()
         ctx = _Chunk(dump.dump_id, table, new)
         aborted = [em for em in self.window.open(lw, hw, table, rows, invisible, ctx) if isinstance(em, ChunkAborted)]

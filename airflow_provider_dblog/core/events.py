@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import itertools
 import json
-from typing import Any, Mapping, Optional
+import operator
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 # Rows and keys are plain dicts of canonical values, keyed by column name.
 Row = dict[str, Any]
@@ -38,43 +40,64 @@ class Origin(str, enum.Enum):
 
 # Width of the sub-position counter. Sub 0 is the log event itself; sub 1 is the second
 # half of a split primary-key update; dump rows of a chunk take subs 1..n at their HW.
-_SUB_WIDTH = 9
+SUB_WIDTH = 9
 
 
-@dataclasses.dataclass(frozen=True, order=True)
-class Position:
+class Position(tuple):
     """A totally ordered place in one source's log.
 
     ``coord`` is a fixed-width string built by the source so that string order is log order
     (PostgreSQL: commit LSN + index in the transaction; MySQL: binlog file number +
     transaction start + event offset + row index). ``sub`` orders events that share one
-    coordinate (see ``_SUB_WIDTH``). Serialised as ``coord.sub`` with ``sub`` zero-padded,
+    coordinate (see ``SUB_WIDTH``). Serialised as ``coord.sub`` with ``sub`` zero-padded,
     so any engine sorting strings (Spark, DuckDB, ``sort``) orders positions correctly.
+
+    A ``(coord, sub)`` tuple underneath: immutable, and created, compared and hashed in C,
+    which matters because every event (every dump row too) carries one.
     """
 
-    coord: str
-    sub: int = 0
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if "." in self.coord:
-            raise ValueError(f"position coordinate must not contain '.': {self.coord!r}")
-        if not 0 <= self.sub < 10**_SUB_WIDTH:
-            raise ValueError(f"position sub out of range: {self.sub}")
+    def __new__(cls, coord: str, sub: int = 0) -> "Position":
+        if "." in coord:
+            raise ValueError(f"position coordinate must not contain '.': {coord!r}")
+        if not 0 <= sub < 10**SUB_WIDTH:
+            raise ValueError(f"position sub out of range: {sub}")
+        return tuple.__new__(cls, (coord, sub))
+
+    coord = property(operator.itemgetter(0))
+    sub = property(operator.itemgetter(1))
+
+    def __getnewargs__(self) -> tuple:  # pickle and copy call __new__(cls, coord, sub)
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return f"Position(coord={self[0]!r}, sub={self[1]!r})"
 
     def encode(self) -> str:
-        return f"{self.coord}.{self.sub:0{_SUB_WIDTH}d}"
+        return f"{self[0]}.{self[1]:0{SUB_WIDTH}d}"
 
     __str__ = encode
 
     @classmethod
     def parse(cls, text: str) -> "Position":
         coord, _, sub = text.rpartition(".")
-        if not coord or len(sub) != _SUB_WIDTH or not sub.isdigit():
+        if not coord or len(sub) != SUB_WIDTH or not sub.isdigit():
             raise ValueError(f"not an encoded position: {text!r}")
         return cls(coord, int(sub))
 
+    def with_subs(self, first: int, count: int) -> list["Position"]:
+        """``with_sub(first) .. with_sub(first + count - 1)``, built without a Python call
+        per position (a chunk's rows take consecutive subs at its HW)."""
+        if first < 0 or first + count > 10**SUB_WIDTH:
+            raise ValueError(f"position subs out of range: {first}..{first + count - 1}")
+        return list(map(tuple.__new__, itertools.repeat(Position, count),
+                        zip(itertools.repeat(self[0], count), range(first, first + count))))
+
     def with_sub(self, sub: int) -> "Position":
-        return Position(self.coord, sub)
+        if not 0 <= sub < 10**SUB_WIDTH:
+            raise ValueError(f"position sub out of range: {sub}")
+        return tuple.__new__(Position, (self[0], sub))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +142,25 @@ class TableSchema:
         return cls(d["table"], tuple(Column(**c) for c in d["columns"]), tuple(d["key"]))
 
     def key_of(self, row: Mapping[str, Any]) -> Key:
-        return tuple(row[c] for c in self.key)
+        return self.key_getter()(row)
+
+    def key_getter(self) -> Callable[[Mapping[str, Any]], Key]:
+        """``key_of`` as one C-level call per row (cached)."""
+        getter = self.__dict__.get("_key_getter")
+        if getter is None:
+            if len(self.key) == 1:
+                one = operator.itemgetter(self.key[0])
+                getter = lambda row: (one(row),)  # noqa: E731 - itemgetter of one name is no tuple
+            else:
+                getter = operator.itemgetter(*self.key)
+            object.__setattr__(self, "_key_getter", getter)
+        return getter
+
+    def keys_of(self, rows: Sequence[Mapping[str, Any]]) -> list[Key]:
+        """``[key_of(r) for r in rows]`` without a Python call per row (dumps key every row)."""
+        if len(self.key) == 1:
+            return list(zip(map(operator.itemgetter(self.key[0]), rows)))  # zip of one: 1-tuples
+        return list(map(operator.itemgetter(*self.key), rows))
 
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]

@@ -42,6 +42,7 @@ class ChunkDone:
     rows: list[Row]
     selected: int  # rows the SELECT returned (before removals)
     context: Any
+    keys: list[Key] = dataclasses.field(default_factory=list)  # the key of each row, same order
 
 
 @dataclasses.dataclass
@@ -117,7 +118,8 @@ class WatermarkWindow:
             self.state = WindowState.OPEN
             return []
         if self.state is WindowState.OPEN and wm.uuid == self._hw:
-            done = ChunkDone(wm.position, list(self._rows.values()), self._selected, self._context)
+            done = ChunkDone(wm.position, list(self._rows.values()), self._selected, self._context,
+                             list(self._rows))
             self._reset()
             return [done]
         if self.state is WindowState.AWAITING_LW and wm.uuid == self._hw:

@@ -4,6 +4,8 @@ The engine thread hands over items in stream order; the writer groups them into 
 makes each durable with one ``Output.write`` call. Items:
 
 * ``ChangeEvent``  written in order;
+* ``DumpRows``     a chunk's rows, written in order as one block (split across batches
+                   when bigger than ``max_batch``);
 * ``TableSchema``  registered with the output before any later event (schema store);
 * ``Marker``       completed once everything handed over before it is durable. The engine
                    stores checkpoints and dump progress only from completed markers
@@ -22,6 +24,7 @@ import time
 from typing import Any, Iterable, Optional
 
 from .errors import StaleEpochError
+from .batch import DumpRows, EventBatch
 from .events import ChangeEvent, TableSchema
 from .protocols import Output
 
@@ -55,6 +58,9 @@ class Writer:
         self.epoch = epoch
         self.retries = retries
         self._items: collections.deque = collections.deque()
+        # When the buffer last went from empty to non-empty: its oldest item has waited at
+        # least since then, so a flush is due flush_interval after it.
+        self._waiting_since = 0.0
         self._buffered_events = 0
         self._cond = threading.Condition()
         self._completed: collections.deque = collections.deque()
@@ -72,11 +78,13 @@ class Writer:
         items = list(items)
         if not items:
             return
-        n = sum(1 for i in items if isinstance(i, ChangeEvent))
+        n = sum(1 if isinstance(i, ChangeEvent) else len(i) if isinstance(i, DumpRows) else 0 for i in items)
         with self._cond:
             while self._buffered_events >= self.max_buffer and self._error is None:
                 self._cond.wait(0.5)
             self._raise_if_failed()
+            if not self._items:
+                self._waiting_since = time.monotonic()
             self._items.extend(items)
             self._buffered_events += n
             self._cond.notify_all()
@@ -127,17 +135,35 @@ class Writer:
 
     def _take_batch(self):
         """Wait for items, then gather until the batch is full or the flush interval ends."""
-        batch: list[ChangeEvent] = []
+        segments: list = []  # lists of ChangeEvents and DumpRows blocks, in order
+        events: list[ChangeEvent] = []  # the open list segment
+        size = 0
         schemas: list[TableSchema] = []
         markers: list[Marker] = []
         deadline: Optional[float] = None
+
+        def batch() -> EventBatch:
+            return EventBatch(segments + [events])
+
         with self._cond:
             while True:
-                while self._items and len(batch) < self.max_batch:
+                while self._items and size < self.max_batch:
                     item = self._items.popleft()
                     if isinstance(item, ChangeEvent):
-                        batch.append(item)
+                        events.append(item)
+                        size += 1
                         self._buffered_events -= 1
+                    elif isinstance(item, DumpRows):
+                        room = self.max_batch - size
+                        if len(item) > room:
+                            item, rest = item.split(room)
+                            self._items.appendleft(rest)
+                        if events:
+                            segments.append(events)
+                            events = []
+                        segments.append(item)
+                        size += len(item)
+                        self._buffered_events -= len(item)
                     elif isinstance(item, Marker):
                         markers.append(item)
                     elif isinstance(item, TableSchema):
@@ -145,23 +171,25 @@ class Writer:
                     else:
                         raise TypeError(f"writer got an unknown item {type(item).__name__}")
                 self._cond.notify_all()  # room in the buffer again
-                if len(batch) >= self.max_batch:
-                    return batch, schemas, markers, False
+                if size >= self.max_batch:
+                    return batch(), schemas, markers, False
                 if self._stopping and not self._items:
-                    return batch, schemas, markers, True
-                if markers and not batch and not schemas:
-                    return batch, schemas, markers, False  # everything before is durable
+                    return batch(), schemas, markers, True
+                if markers and not size and not schemas:
+                    return batch(), schemas, markers, False  # everything before is durable
                 now = time.monotonic()
-                if batch or markers or schemas:
+                if size or markers or schemas:
                     if deadline is None:
-                        deadline = now + self.flush_interval
+                        # From the items' arrival, not from now: what queued while the last
+                        # commit ran has already waited (else latency = commit + interval).
+                        deadline = min(now, self._waiting_since) + self.flush_interval
                     if now >= deadline:
-                        return batch, schemas, markers, False
+                        return batch(), schemas, markers, False
                     self._cond.wait(deadline - now)
                 else:
                     self._cond.wait(0.5)
 
-    def _flush(self, batch: list[ChangeEvent], schemas: list[TableSchema]) -> None:
+    def _flush(self, batch: EventBatch, schemas: list[TableSchema]) -> None:
         delay = 0.2
         for attempt in range(self.retries + 1):
             try:

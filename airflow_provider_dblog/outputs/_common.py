@@ -12,6 +12,7 @@ import orjson
 from typing import Any, Iterable, Optional, Sequence
 
 from ..core.errors import StaleEpochError
+from ..core.batch import spans_of
 from ..core.events import ChangeEvent, Op, Origin, Position
 
 # Column order of the changelog (Delta columns, JSON lines field names).
@@ -152,12 +153,16 @@ class Bookkeeping:
                     "(it resumes from the output's last position).",
                 )
 
-    def fresh(self, events: Sequence[ChangeEvent]) -> list[ChangeEvent]:
-        """Events above their source's last durable position (batch order kept)."""
+    def fresh(self, events: Sequence[ChangeEvent]) -> Sequence[ChangeEvent]:
+        """Events above their source's last durable position (batch order kept); the batch
+        itself when all are (the usual case; an EventBatch keeps its dump blocks)."""
         if not self.positions:
-            return list(events)
+            return events
+        spans = spans_of(events)
+        if all(sid not in self.positions or lo > self.positions[sid] for sid, (lo, _) in spans.items()):
+            return events
         out = []
-        for e in events:
+        for e in events:  # a retry of a partly durable batch: rare, so per event
             last = self.positions.get(e.source_id)
             if last is None or e.position > last:
                 out.append(e)
@@ -169,10 +174,10 @@ class Bookkeeping:
         nxt = Bookkeeping()
         nxt.positions = dict(self.positions)
         nxt.epochs = dict(self.epochs)
-        for e in events:
-            nxt.merge_position(e.source_id, e.position)
+        for sid, (_, hi) in spans_of(events).items():
+            nxt.merge_position(sid, hi)
             if epoch is not None:
-                nxt.merge_epoch(e.source_id, epoch)
+                nxt.merge_epoch(sid, epoch)
         return nxt
 
     def adopt(self, other: "Bookkeeping") -> None:
@@ -187,4 +192,4 @@ class Bookkeeping:
         return meta
 
     def source_ids(self, events: Sequence[ChangeEvent]) -> list[str]:
-        return list(dict.fromkeys(e.source_id for e in events))
+        return list(spans_of(events))

@@ -71,7 +71,7 @@ class CallableOutput:
         if not fresh:
             return
         nxt = self._book.advanced(fresh, epoch)
-        self.fn(fresh)
+        self.fn(list(fresh))  # a plain list of ChangeEvents, whatever the writer batched
         self._book.adopt(nxt)
 
     def last_position(self, source_id: str) -> Optional[Position]:

@@ -18,11 +18,14 @@ import json
 import os
 from typing import Any, Iterator, Optional, Sequence
 
+import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from ..core.errors import ConfigurationError
-from ..core.events import ChangeEvent, TableSchema
+from ..core.batch import DumpRows, EventBatch
+from ..core.events import SUB_WIDTH, ChangeEvent, Op, Origin, TableSchema
 from ._common import (
     CHANGELOG_FIELDS,
     EPOCH_KEY,
@@ -259,23 +262,72 @@ class DeltaChangelogOutput:
 
 
 def changelog_batch(events: Sequence[ChangeEvent], epoch: Optional[int]) -> pa.Table:
-    """Events as one Arrow table, built column by column (no per-row dicts)."""
+    """Events as one Arrow table, built column by column (no per-row dicts); an EventBatch's
+    dump blocks without making their events (core/batch.py)."""
+    written_at = now_micros()
+    if isinstance(events, EventBatch):
+        parts = [_dump_rows_table(seg, epoch, written_at) if isinstance(seg, DumpRows)
+                 else _events_table(seg, epoch, written_at) for seg in events.segments]
+        if len(parts) == 1:
+            return parts[0]
+        return pa.concat_tables(parts) if parts else _events_table([], epoch, written_at)
+    return _events_table(events, epoch, written_at)
+
+
+def _json_columns(keys: Sequence, befores: Sequence, afters: Sequence) -> tuple[list, list, list]:
+    """Keys and row images as JSON: orjson's UTF-8 bytes (Arrow takes them as strings after
+    its own UTF-8 check), saving a decode and a Python call per value. A value orjson refuses
+    (an integer beyond 64 bits) sends the whole block through ``dumps``' fallback."""
+    try:
+        enc = orjson.dumps
+        return ([enc(k) for k in keys], [None if b is None else enc(b) for b in befores],
+                [None if a is None else enc(a) for a in afters])
+    except (orjson.JSONEncodeError, TypeError):
+        return ([dumps(list(k)) for k in keys], [dumps_row(b) for b in befores], [dumps_row(a) for a in afters])
+
+
+def _events_table(events: Sequence[ChangeEvent], epoch: Optional[int], written_at: int) -> pa.Table:
     n = len(events)
+    keys, befores, afters = _json_columns([e.key for e in events], [e.before for e in events],
+                                          [e.after for e in events])
     arrays = [
         pa.array([e.source_id for e in events], pa.string()),
         pa.array([e.table for e in events], pa.string()),
-        pa.array([e.op.value for e in events], pa.string()),
-        pa.array([dumps(list(e.key)) for e in events], pa.string()),
-        pa.array([dumps_row(e.before) for e in events], pa.string()),
-        pa.array([dumps_row(e.after) for e in events], pa.string()),
+        pa.array([e.op for e in events], pa.string()),  # str enums: Arrow takes their value
+        pa.array(keys, pa.string()),
+        pa.array(befores, pa.string()),
+        pa.array(afters, pa.string()),
         pa.array([e.position.encode() for e in events], pa.string()),
-        pa.array([e.origin.value for e in events], pa.string()),
+        pa.array([e.origin for e in events], pa.string()),
         pa.array([e.dump_id for e in events], pa.string()),
         pa.array([e.schema_id for e in events], pa.string()),
         pa.array([e.commit_ts for e in events], _TS),
         pa.array([e.txid for e in events], pa.string()),
+    ]
+    return _table(arrays, n, epoch, written_at)
+
+
+def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> pa.Table:
+    """One chunk's rows: constant columns repeated, positions ``HW.sub`` built by Arrow."""
+    n = len(block)
+    keys, _, afters = _json_columns(block.keys, (), block.rows)
+    subs = pc.utf8_lpad(pc.cast(pa.array(range(block.first_sub, block.first_sub + n), pa.int64()), pa.string()),
+                        width=SUB_WIDTH, padding="0")
+    positions = pc.binary_join_element_wise(pa.scalar(block.hw.coord + "."), subs, "")
+
+    def same(value, typ=pa.string()):
+        return pa.nulls(n, typ) if value is None else pa.repeat(pa.scalar(value, typ), n)
+
+    arrays = [same(block.source_id), same(block.table), same(Op.READ.value), pa.array(keys, pa.string()),
+              same(None), pa.array(afters, pa.string()), positions, same(Origin.DUMP.value),
+              same(block.dump_id), same(block.schema_id), same(None, _TS), same(None)]
+    return _table(arrays, n, epoch, written_at)
+
+
+def _table(arrays: list, n: int, epoch: Optional[int], written_at: int) -> pa.Table:
+    arrays += [
         pa.nulls(n, pa.int64()) if epoch is None else pa.repeat(pa.scalar(epoch, pa.int64()), n),
-        pa.repeat(pa.scalar(now_micros(), _TS), n),
+        pa.repeat(pa.scalar(written_at, _TS), n),
     ]
     return pa.Table.from_arrays(arrays, schema=CHANGELOG_SCHEMA)
 

@@ -36,7 +36,7 @@ from . import mysql_catalog as catalog
 from .mysql_catalog import ConnectionSettings, Session
 from .mysql_checks import StartupChecks
 from .mysql_log import BinlogReader, Failure, decode_coord, file_number
-from .mysql_values import from_select, select_expression, to_param
+from .mysql_values import select_converters, select_expression, to_param
 
 log = logging.getLogger(__name__)
 
@@ -332,9 +332,17 @@ class MySQLSource:
     def _rows(self, schema: TableSchema, sql: str, params: Sequence[Any]) -> ChunkResult:
         # Its own autocommit READ COMMITTED statement: sees every commit before it (DESIGN
         # "Non-stale read"); no transaction is ever left open on this connection.
-        rows = self._require_session().query(sql, params)
-        cols = schema.columns
-        return ChunkResult([{c.name: from_select(c, v) for c, v in zip(cols, r)} for r in rows])
+        raw = self._require_session().query(sql, params)
+        names = [c.name for c in schema.columns]
+        rows = [dict(zip(names, r)) for r in raw]
+        # Per column, not per value: only the columns PyMySQL does not return canonical.
+        for name, conv in zip(names, select_converters(schema.columns)):
+            if conv is not None:
+                for row in rows:
+                    v = row[name]
+                    if v is not None:
+                        row[name] = conv(v)
+        return ChunkResult(rows)
 
     def _select_list(self, schema: TableSchema) -> list[str]:
         return [select_expression(MYSQL.quote, c) for c in schema.columns]

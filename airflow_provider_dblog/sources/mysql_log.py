@@ -35,7 +35,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError
-from ..core.events import ChangeEvent, Op, Position, SchemaEvent, TableSchema, WatermarkEvent
+from ..core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
 from .mysql_values import binlog_converters
 
@@ -380,27 +380,25 @@ class BinlogReader(threading.Thread):
         txid = self._txid()
         coord = self._coord(start, 0)[: -_ROW_W]  # the event's part, computed once
         out = []
-        for i, row in enumerate(ev.rows):
-            if isinstance(ev, UpdateRowsEvent):
-                op = Op.UPDATE
-                before = self._convert(schema, row["before_values"], row["before_none_sources"])
-                after = self._convert(schema, row["after_values"], row["after_none_sources"])
-                key = schema.key_of(after)  # a key change: the new key, before keeps the old
-            elif isinstance(ev, WriteRowsEvent):
-                op, before = Op.CREATE, None
-                after = self._convert(schema, row["values"], row["none_sources"])
-                key = schema.key_of(after)
-            else:
-                op, after = Op.DELETE, None
-                before = self._convert(schema, row["values"], row["none_sources"])
-                key = schema.key_of(before)
-            out.append(
-                ChangeEvent(
-                    source_id=self._source_id, table=table, op=op, key=key, before=before,
-                    after=after, position=Position(f"{coord}{i:0{_ROW_W}d}"), commit_ts=commit_ts,
-                    txid=txid, schema_id=sid,
-                )
-            )
+        append, convert, key_of, src = out.append, self._convert, schema.key_getter(), self._source_id
+        # The event's kind, once per event; positional ChangeEvent arguments (every row).
+        if isinstance(ev, UpdateRowsEvent):
+            for i, row in enumerate(ev.rows):
+                before = convert(schema, row["before_values"], row["before_none_sources"])
+                after = convert(schema, row["after_values"], row["after_none_sources"])
+                # A key change: the new key, before keeps the old.
+                append(ChangeEvent(src, table, Op.UPDATE, key_of(after), before, after,
+                                   Position(f"{coord}{i:0{_ROW_W}d}"), commit_ts, txid, Origin.LOG, None, sid))
+        elif isinstance(ev, WriteRowsEvent):
+            for i, row in enumerate(ev.rows):
+                after = convert(schema, row["values"], row["none_sources"])
+                append(ChangeEvent(src, table, Op.CREATE, key_of(after), None, after,
+                                   Position(f"{coord}{i:0{_ROW_W}d}"), commit_ts, txid, Origin.LOG, None, sid))
+        else:
+            for i, row in enumerate(ev.rows):
+                before = convert(schema, row["values"], row["none_sources"])
+                append(ChangeEvent(src, table, Op.DELETE, key_of(before), before, None,
+                                   Position(f"{coord}{i:0{_ROW_W}d}"), commit_ts, txid, Origin.LOG, None, sid))
         return out
 
     def _watermarks(self, ev: Any, start: int) -> list:

@@ -28,7 +28,7 @@ import ipaddress
 import json
 import re
 import uuid
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ..core.events import Column
 
@@ -191,6 +191,21 @@ def from_select(column: Column, value: Any) -> Any:
     if kind in ("year", "set", "uuid", "inet6"):
         return int(value) if kind == "year" else str(value)
     return _common(kind, value)
+
+
+# Kinds whose value PyMySQL already returns canonical (int for the integer types, str for
+# character columns with a character set): the chunk SELECT converts nothing for them.
+_SELECT_AS_IS = ("int", "text", "enum")
+
+
+def select_converters(columns: Sequence[Column]) -> list[Optional[Callable[[Any], Any]]]:
+    """Per column: ``from_select`` bound to it, or None when PyMySQL's value is canonical
+    already (chunk SELECTs run for every dumped row, so decide once per column)."""
+    out: list[Optional[Callable[[Any], Any]]] = []
+    for c in columns:
+        as_is = column_kind(c.type)[0] in _SELECT_AS_IS and not c.type.lower().startswith("inet4")  # inet4: bytes
+        out.append(None if as_is else functools.partial(from_select, c))
+    return out
 
 
 def select_expression(quote, column: Column) -> str:

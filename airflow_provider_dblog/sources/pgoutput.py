@@ -137,6 +137,10 @@ class LogicalMessage:
 Message = Union[Begin, Commit, Origin, Relation, Type, Insert, Update, Delete, Truncate, LogicalMessage]
 
 
+_INT16 = struct.Struct("!h")
+_INT32 = struct.Struct("!i")
+
+
 class _Reader:
     """A cursor over one message's bytes with the protocol's primitive types."""
 
@@ -188,19 +192,37 @@ class _Reader:
         return self.int64() + PG_EPOCH_OFFSET_US
 
     def tuple_data(self) -> tuple[TupleValue, ...]:
+        # Every captured row's columns pass through here: one loop with local state and
+        # struct.unpack_from, not a method call per length and kind byte.
+        buf, pos, size = self.buf, self.pos, len(self.buf)
+        if pos + 2 > size:
+            raise DecodeError(f"message truncated: need 2 bytes at offset {pos}, have {size - pos}")
+        (count,) = _INT16.unpack_from(buf, pos)
+        pos += 2
         values: list[TupleValue] = []
-        for _ in range(self.int16()):
-            kind = self.byte()
-            if kind == "n":
-                values.append(None)
-            elif kind == "u":
-                values.append(UNCHANGED_TOAST)
-            elif kind == "t":
-                values.append(self._take(self.int32()).decode(self.encoding))
-            elif kind == "b":
-                values.append(self._take(self.int32()))
+        append = values.append
+        for _ in range(count):
+            if pos >= size:
+                raise DecodeError(f"message truncated: need 1 bytes at offset {pos}, have 0")
+            kind = buf[pos]
+            pos += 1
+            if kind == 0x74 or kind == 0x62:  # 't' text, 'b' binary: Int32 length + bytes
+                if pos + 4 > size:
+                    raise DecodeError(f"message truncated: need 4 bytes at offset {pos}, have {size - pos}")
+                (n,) = _INT32.unpack_from(buf, pos)
+                pos += 4
+                if n < 0 or pos + n > size:
+                    raise DecodeError(f"message truncated: need {n} bytes at offset {pos}, have {size - pos}")
+                raw = buf[pos:pos + n]
+                pos += n
+                append(raw.decode(self.encoding) if kind == 0x74 else bytes(raw))
+            elif kind == 0x6E:  # 'n'
+                append(None)
+            elif kind == 0x75:  # 'u'
+                append(UNCHANGED_TOAST)
             else:
-                raise DecodeError(f"unknown TupleData column kind {kind!r}")
+                raise DecodeError(f"unknown TupleData column kind {chr(kind)!r}")
+        self.pos = pos
         return tuple(values)
 
     def end(self, what: str) -> None:

@@ -59,7 +59,7 @@ from .postgres_setup import check_server, ensure_publication, ensure_watermark_t
 # starting up"); authentication failures are not among them.
 _NOT_TRANSIENT = ("password authentication failed", "no pg_hba.conf entry", "does not exist",
                   "permission denied")
-from .postgres_values import RAW_TEXT_OIDS, from_pg_text
+from .postgres_values import RAW_TEXT_OIDS, converter, keep_text
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,13 @@ SESSION_SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO", "bytea_output": "hex"
                     "IntervalStyle": "postgres", "client_encoding": "UTF8"}
 _OPTIONS = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
 _PLUGINS = ("pgoutput", "wal2json")
+# bool, int8, int2, int4, text, bpchar, varchar: psycopg2's C casters already give the
+# canonical value (what from_pg_text makes of the text), so chunk SELECTs convert nothing
+# in Python for them (not even the raw-text caster's per-value call).
+_C_CANONICAL_OIDS = frozenset((16, 20, 21, 23, 25, 1042, 1043))
 _RAW_TEXT = psycopg2.extensions.new_type(
-    tuple(sorted(set(RAW_TEXT_OIDS) | set(psycopg2.extensions.string_types))), "DBLOG_PG_TEXT", lambda v, _c: v
+    tuple(sorted((set(RAW_TEXT_OIDS) | set(psycopg2.extensions.string_types)) - _C_CANONICAL_OIDS)),
+    "DBLOG_PG_TEXT", lambda v, _c: v,
 )
 
 
@@ -424,10 +429,9 @@ class PostgresSource:
         xid below N, and [xmax, N) covers them."""
         info = self._info(schema.table)
         names = [c.name for c in schema.columns]
-        converters = [info.base_types.get(n, c.type) for n, c in zip(names, schema.columns)]
         with self._cur() as cur:
-            # Keep every value as the server's text: from_pg_text then treats it exactly
-            # like the text the log carries.
+            # Keep every value but bool/ints as the server's text: from_pg_text then treats
+            # it exactly like the text the log carries.
             psycopg2.extensions.register_type(_RAW_TEXT, cur)
             cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             try:
@@ -436,10 +440,22 @@ class PostgresSource:
                 snapshot, own = cur.fetchone()
                 cur.execute(sql, [_to_param(p) for p in params])
                 raw = cur.fetchall()
+                oids = [d.type_code for d in cur.description]
             finally:
                 # Nothing was written: ROLLBACK ends it (and also clears an error).
                 cur.execute("ROLLBACK")
-        rows = [{n: from_pg_text(t, v) for n, t, v in zip(names, converters, r)} for r in raw]
+        # Per column, not per value: which columns still need a text -> canonical step.
+        todo = []
+        for n, c, oid in zip(names, schema.columns, oids):
+            conv = converter(info.base_types.get(n, c.type))
+            if oid not in _C_CANONICAL_OIDS and conv is not keep_text:
+                todo.append((n, conv))
+        rows = [dict(zip(names, r)) for r in raw]
+        for n, conv in todo:
+            for row in rows:
+                v = row[n]
+                if v is not None:
+                    row[n] = conv(v)
         return ChunkResult(rows, invisible_xids(snapshot, int(own)))
 
     # -- progress ----------------------------------------------------------------------

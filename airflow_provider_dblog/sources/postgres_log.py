@@ -23,14 +23,17 @@ from collections import deque
 from typing import Any, Callable, Optional
 
 from ..core.errors import ConfigurationError, DBLogError
-from ..core.events import ChangeEvent, Column, Op, Position, SchemaEvent, TableSchema, WatermarkEvent
+from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from . import pgoutput
 from .postgres_catalog import TableInfo, quote_table, type_label
-from .postgres_values import UNCHANGED_TOAST_VALUE, from_pg_text, parse_wal2json, timestamp_us, wal2json_text
+from .postgres_values import (UNCHANGED_TOAST_VALUE, converter, from_pg_text, keep_text, parse_wal2json,
+                              timestamp_us, wal2json_text)
 
 
 def make_position(commit_lsn: int, index: int) -> Position:
-    return Position(f"{commit_lsn:016X}{index:010d}")
+    # Hex and digits only (never a '.'), sub 0: Position's checks cannot fail, so skip them
+    # (this runs for every captured change).
+    return tuple.__new__(Position, (f"{commit_lsn:016X}{index:010d}", 0))
 
 
 def commit_lsn_of(position: Position) -> int:
@@ -80,6 +83,7 @@ class LogDecoder:
         self.pending: deque = deque()
         self._txn: Optional[_Txn] = None
         self._relations: dict[int, pgoutput.Relation] = {}
+        self._row_converters: dict[int, tuple[pgoutput.Relation, list]] = {}
         self._schemas: dict[str, TableSchema] = {}  # table -> its schema as of the log
         self._announced: dict[str, str] = {}  # table -> schema id announced in this stream
 
@@ -130,16 +134,28 @@ class LogDecoder:
 
     def _pg_row(self, rel: pgoutput.Relation, values, key_only: bool = False) -> dict:
         row: dict[str, Any] = {}
-        for col, v in zip(rel.columns, values):
+        for col, conv, v in zip(rel.columns, self._converters(rel), values):
             if key_only and not col.is_key:
                 continue
-            if v is pgoutput.UNCHANGED_TOAST:
+            if v.__class__ is str:
+                row[col.name] = v if conv is None else conv(v)
+            elif v is None:
+                row[col.name] = None
+            elif v is pgoutput.UNCHANGED_TOAST:
                 row[col.name] = dict(UNCHANGED_TOAST_VALUE)
-            elif isinstance(v, bytes):
-                raise pgoutput.DecodeError("binary tuple data received although text was requested")
             else:
-                row[col.name] = from_pg_text(self._type_name(col.type_oid), v)
+                raise pgoutput.DecodeError("binary tuple data received although text was requested")
         return row
+
+    def _converters(self, rel: pgoutput.Relation) -> list:
+        """Per column of a relation: its text -> canonical function, or None when the text is
+        canonical already. Looked up once per Relation message, not once per value."""
+        cached = self._row_converters.get(rel.relid)
+        if cached is None or cached[0] is not rel:
+            convs = [converter(self._type_name(c.type_oid)) for c in rel.columns]
+            cached = (rel, [None if f is keep_text else f for f in convs])
+            self._row_converters[rel.relid] = cached
+        return cached[1]
 
     # -- wal2json (format-version 2) ----------------------------------------------------------
     def wal2json(self, payload: Any) -> None:
@@ -242,18 +258,18 @@ class LogDecoder:
             self._use_schema(self._schema(table))
         schema = self._schema(table)
         key_row = after if op is not Op.DELETE else before
-        missing = [c for c in schema.key if key_row is None or c not in key_row]
-        if missing:
+        try:
+            key = schema.key_getter()(key_row)
+        except (KeyError, TypeError):
+            missing = [c for c in schema.key if key_row is None or c not in key_row]
             raise ConfigurationError(
                 f"a {op.name.lower()} of table {table} reached the log without its key column(s) "
                 f"{missing}.",
                 f"give the table a replica identity that includes its key (ALTER TABLE "
                 f"{quote_table(table)} REPLICA IDENTITY FULL), then restart the capture.",
-            )
-        self.pending.append(ChangeEvent(
-            source_id=self.source_id, table=table, op=op, key=schema.key_of(key_row), before=before,
-            after=after, position=pos, commit_ts=txn.commit_ts, txid=txn.txid, schema_id=schema.schema_id(),
-        ))
+            ) from None
+        self.pending.append(ChangeEvent(self.source_id, table, op, key, before, after, pos, txn.commit_ts, txn.txid,
+                                        Origin.LOG, None, schema.schema_id()))
 
     def _truncate(self, tables: list[str]) -> None:
         hit = [t for t in tables if t in self.captured or t == self.watermark_table]

@@ -89,8 +89,11 @@ def _bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r}")
 
 
-def _keep(text: str) -> str:
+def keep_text(text: str) -> str:
     return text
+
+
+_keep = keep_text  # the text is already canonical
 
 
 @functools.lru_cache(maxsize=1024)

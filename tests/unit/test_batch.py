@@ -1,0 +1,94 @@
+"""Dump rows as blocks (core/batch.py): they must read exactly like the per-row events they
+replace, in the writer, the bookkeeping of every output, and the Delta changelog's columns."""
+import pyarrow as pa
+import pytest
+
+from airflow_provider_dblog.core.batch import DumpRows, EventBatch, spans_of
+from airflow_provider_dblog.core.events import ChangeEvent, Op, Origin, Position
+from airflow_provider_dblog.core.writer import Marker, Writer
+from airflow_provider_dblog.outputs._common import Bookkeeping
+from airflow_provider_dblog.outputs.delta import changelog_batch
+
+from .test_writer import MemoryOutput, drain
+
+HW = Position("0000000000000A00", 0)
+
+
+def block(n, first_sub=1, start=0):
+    keys = [(start + i,) for i in range(n)]
+    rows = [{"id": start + i, "v": f"r{start + i}", "big": 2**63 - 1 - i} for i in range(n)]
+    return DumpRows("src", "public.t", "d1", "sch1", HW, first_sub, keys, rows)
+
+
+def log_ev(coord, key):
+    return ChangeEvent("src", "public.t", Op.UPDATE, (key,), {"id": key}, {"id": key, "v": "x"},
+                       Position(coord), commit_ts=1_700_000_000_000_000, txid="77")
+
+
+def test_block_reads_as_the_events_it_replaces():
+    b = block(3, first_sub=5)
+    evs = b.events()
+    assert [e.position for e in evs] == [HW.with_sub(5), HW.with_sub(6), HW.with_sub(7)]
+    assert all(e.op is Op.READ and e.origin is Origin.DUMP and e.dump_id == "d1" and e.schema_id == "sch1"
+               and e.before is None for e in evs)
+    assert [(e.key, e.after) for e in evs] == list(zip(b.keys, b.rows))
+    head, tail = b.split(2)
+    assert head.events() + tail.events() == evs
+    assert (tail.first_position, tail.last_position) == (HW.with_sub(7), HW.with_sub(7))
+
+
+def test_event_batch_is_a_sequence_of_its_events_in_order():
+    before, after = [log_ev("0000000000000900", 9)], [log_ev("0000000000000B00", 1)]
+    b = block(4)
+    batch = EventBatch([before, b, [], after])
+    flat = before + b.events() + after
+    assert len(batch) == 6 and list(batch) == flat and batch == flat
+    assert batch[0] == flat[0] and batch[3] == flat[3] and batch[-1] == flat[-1] and batch[1:3] == flat[1:3]
+    with pytest.raises(IndexError):
+        batch[6]
+    assert spans_of(batch) == {"src": (flat[0].position, flat[-1].position)} == spans_of(flat)
+
+
+def test_bookkeeping_keeps_the_block_when_all_is_fresh_and_filters_a_partial_retry():
+    batch = EventBatch([[log_ev("0000000000000900", 9)], block(4)])
+    book = Bookkeeping()
+    assert book.fresh(batch) is batch
+    book.adopt(book.advanced(batch, epoch=3))
+    assert book.positions["src"] == HW.with_sub(4) and book.epochs["src"] == 3
+    assert book.fresh(batch) == []  # a retry of a durable batch writes nothing
+    partial = Bookkeeping()
+    partial.merge_position("src", HW.with_sub(2))
+    assert [e.position.sub for e in partial.fresh(batch)] == [3, 4]
+
+
+def test_delta_columns_of_a_block_equal_those_of_its_events():
+    b = block(5, first_sub=3)
+    segments = [[log_ev("0000000000000900", 9)], b, [log_ev("0000000000000B00", 1)]]
+    fast = changelog_batch(EventBatch(segments), epoch=4)
+    slow = changelog_batch(list(EventBatch(segments)), epoch=4)
+    assert fast.schema == slow.schema
+    drop = [c for c in fast.column_names if c != "written_at"]
+    assert fast.select(drop).to_pylist() == slow.select(drop).to_pylist()
+    assert fast.column("position").to_pylist()[1] == HW.with_sub(3).encode()
+
+
+def test_delta_columns_fall_back_for_integers_beyond_64_bits():
+    b = DumpRows("src", "public.t", "d1", None, HW, 1, [(2**70,)], [{"id": 2**70}])
+    t = changelog_batch(EventBatch([b]), epoch=None)
+    assert t.column("key").to_pylist() == [f"[{2**70}]"] and t.column("after").to_pylist() == [f'{{"id":{2**70}}}']
+    assert t.column("epoch").type == pa.int64() and t.column("epoch").null_count == 1
+
+
+def test_writer_splits_a_block_bigger_than_a_batch_and_keeps_order_and_markers():
+    out = MemoryOutput()
+    w = Writer(out, max_buffer=1000, max_batch=4, flush_interval=0.01)
+    w.start()
+    b = block(10)
+    w.put_many([log_ev("0000000000000900", 9), b, Marker("chunk"), log_ev("0000000000000B00", 1), Marker("end")])
+    assert drain(w, 2) == ["chunk", "end"]
+    w.close()
+    assert sum(len(x) for x in out.batches) == 12
+    assert all(len(x) <= 4 for x in out.batches)
+    written = [e for x in out.batches for e in x]
+    assert written == [log_ev("0000000000000900", 9)] + b.events() + [log_ev("0000000000000B00", 1)]
+    assert w.buffered() == 0 and w.events_written == 12
