@@ -48,6 +48,11 @@ def median_time(cmd: list[str], env: Optional[dict], repeat: int) -> float:
     return times[len(times) // 2]
 
 
+def _lsn_int(text: str) -> int:
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) + int(lo, 16)
+
+
 def find_tool(*names: str) -> str:
     for name in names:
         path = shutil.which(name)
@@ -137,6 +142,7 @@ class PostgresBench(BenchDB):
         # The publication first: pgoutput reads it as of each change's snapshot.
         self._run(f"CREATE PUBLICATION {self.raw_name} FOR TABLE {self.event_table}")
         self._run(f"SELECT pg_create_logical_replication_slot('{self.raw_name}', 'pgoutput')", autocommit=True)
+        self._run(f"SELECT pg_create_logical_replication_slot('{self.raw_name}_py', 'pgoutput')", autocommit=True)
 
     def generate(self, n_events: int) -> dict:
         inserts, updates = split_events(n_events)
@@ -165,6 +171,34 @@ class PostgresBench(BenchDB):
                "-o", "proto_version=1", "-o", f"publication_names={self.raw_name}", "-f", "/dev/null"]
         return timed(cmd, self._env)
 
+    library_baseline_name = "psycopg2 replication loop (pgoutput messages received, not decoded)"
+
+    def run_library_baseline(self) -> float:
+        """The Python ceiling of the transport: psycopg2 receiving the same log range with
+        a do-nothing consumer (our capture adds decoding, the window and the output)."""
+        import psycopg2.extras
+
+        end = _lsn_int(self.end_lsn)
+        c = psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                             dbname=self.db, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        try:
+            cur = c.cursor()
+            t0 = time.perf_counter()
+            cur.start_replication(slot_name=f"{self.raw_name}_py", decode=False,
+                                  options={"proto_version": "1", "publication_names": self.raw_name})
+
+            def consume(msg):
+                if msg.data_start >= end:
+                    raise psycopg2.extras.StopReplication
+
+            try:
+                cur.consume_stream(consume)
+            except psycopg2.extras.StopReplication:
+                pass
+            return time.perf_counter() - t0
+        finally:
+            c.close()
+
     def run_dump_baseline(self, repeat: int = 3) -> float:
         cmd = [find_tool("psql"), "-X", "-q", "-h", self.host, "-p", str(self.port), "-U", self.user,
                "-d", self.db, "-c", f"COPY (SELECT * FROM {self.dump_table} ORDER BY id) TO STDOUT"]
@@ -181,7 +215,7 @@ class PostgresBench(BenchDB):
     def cleanup(self, source_ids: list[str]) -> None:
         from airflow_provider_dblog.sources.postgres import slot_name_for
 
-        slots = [self.raw_name] + [slot_name_for(s) for s in source_ids]
+        slots = [self.raw_name, f"{self.raw_name}_py"] + [slot_name_for(s) for s in source_ids]
         c = self.connect()
         c.autocommit = True
         try:
@@ -195,7 +229,8 @@ class PostgresBench(BenchDB):
             time.sleep(0.5)
             cur.execute(f"DROP SCHEMA IF EXISTS {self.ns} CASCADE")
             for name in slots:
-                cur.execute(f'DROP PUBLICATION IF EXISTS "{name}"')
+                if not name.endswith("_py"):
+                    cur.execute(f'DROP PUBLICATION IF EXISTS "{name}"')
                 cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                             "WHERE slot_name = %s AND NOT active", (name,))
             cur.execute("SELECT to_regclass('dblog.watermarks') IS NOT NULL")
@@ -304,6 +339,30 @@ class MariaDBBench(BenchDB):
                "--read-from-remote-server", f"--start-position={self.start[1]}",
                f"--stop-position={self.end[1]}"] + (["--verbose"] if verbose else []) + self._binlog_files()
         return median_time(cmd, None, repeat)
+
+    library_baseline_name = "mysql-replication loop (rows decoded to Python dicts, nothing else)"
+
+    def run_library_baseline(self) -> float:
+        """The Python ceiling of the decoder our source uses: mysql-replication alone
+        reading the same log range and decoding every row (the capture adds canonical
+        values, the window and the output)."""
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+        settings = {"host": self.host, "port": self.port, "user": self.user, "passwd": self.password}
+        t0 = time.perf_counter()
+        stream = BinLogStreamReader(connection_settings=settings, server_id=4_000_000_000 - os.getpid() % 1000,
+                                    resume_stream=True, log_file=self.start[0], log_pos=self.start[1],
+                                    blocking=False, only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+        try:
+            for ev in stream:
+                for _ in ev.rows:  # .rows decodes every row of the event
+                    pass
+                if (stream.log_file, stream.log_pos) >= self.end:
+                    break
+            return time.perf_counter() - t0
+        finally:
+            stream.close()
 
     def run_dump_baseline(self, repeat: int = 3) -> float:
         cmd = [find_tool("mariadb", "mysql"), f"--defaults-extra-file={self.cnf}", "--quick", "--batch",

@@ -142,9 +142,17 @@ class InProcessCapture(Capture):
         self.thread: Optional[threading.Thread] = None
         self.watch: Optional[SentinelWatch] = None
 
+    def wrap_source(self, source):
+        """Hook for scenarios that observe the source (e.g. when rows were polled)."""
+        return source
+
+    def wrap_output(self, output) -> SentinelWatch:
+        """Hook for scenarios that observe the output (capture_until_sentinel needs a SentinelWatch)."""
+        return SentinelWatch(output, self.db.event_table)
+
     def start(self) -> "InProcessCapture":
-        source = make_source(self.db.source_config(self.source_id))
-        self.watch = SentinelWatch(make_output(self.lake), self.db.event_table)
+        source = self.wrap_source(make_source(self.db.source_config(self.source_id)))
+        self.watch = self.wrap_output(make_output(self.lake))
         self.engine = Engine(source, self.watch, self.state, self.config)
         self.stop_event = threading.Event()
         self.error = None

@@ -1,0 +1,581 @@
+"""Source impact: write TPS on the source during a full dump, against TPS without capture.
+
+    python -m bench.impact [--only pg|mysql] [--seconds 30] [--rows 2000000] [--clients 4]
+
+A closed-loop OLTP load (each client: BEGIN; two point UPDATEs by random key; one INSERT;
+COMMIT) runs against the run's own ``ev`` table in phases of the same length:
+  a  the load alone (no slot, no capture);
+  b  the capture running in this process, capturing the load's events (log only);
+  c  the capture also dumping a large table in 10k-row chunks for the whole phase;
+  a' the load alone again (capture stopped), so that drift of the shared machine shows.
+The baseline is the mean of a and a'. The load runs outside this process in every phase
+(pgbench on PostgreSQL; one spawned pymysql process per client on MariaDB), so the GIL of
+the capture cannot throttle it. A sampler thread looks for lock waits every 50 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Callable, Optional
+
+from .dbs import DATABASES, find_tool
+
+DEFAULTS = {
+    "seconds": 30,             # length of each phase
+    "rows": 2_000_000,         # rows of the dumped table
+    "clients": 4,              # load clients (pgbench -c / pymysql processes)
+    "keys_per_client": 10_000,  # rows each client owns and updates (disjoint ranges: no conflicts)
+    "chunk_size": 10_000,      # dump chunk size
+    "baseline_after": True,    # run phase a' after the capture phases
+    "sample_interval": 0.05,   # lock-wait sampling period, seconds
+}
+TARGET_RATIO = 0.9
+NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
+PHASES = [("baseline", "a: load alone"), ("capture", "b: capture, log only"),
+          ("capture_dump", "c: capture + full dump"), ("baseline_after", "a': load alone again")]
+
+
+# -- load generators ------------------------------------------------------------------------
+class PgLoad:
+    """pgbench with a custom script; inserts take keys from a sequence (no key conflicts)."""
+
+    def __init__(self, db, clients: int, span: int, workdir: str):
+        self.db, self.clients, self.span = db, clients, span
+        self.app = f"bench-impact-{db.tag}"
+        self.script = os.path.join(workdir, f"impact-{db.tag}.sql")
+        t = db.event_table
+        with open(self.script, "w") as f:
+            f.write("\\set uid :client_id * :span + random(1, :span)\n"
+                    "\\set uid2 :client_id * :span + random(1, :span)\n"
+                    f"BEGIN;\nUPDATE {t} SET v = v + 1 WHERE id = :uid;\n"
+                    f"UPDATE {t} SET v = v - 1 WHERE id = :uid2;\n"
+                    f"INSERT INTO {t} VALUES (nextval('{db.ns}.ev_ins'), :client_id, 'ins');\nEND;\n")
+
+    def prepare(self) -> None:
+        self.db._run(f"INSERT INTO {self.db.event_table} SELECT g, 0, 'load' "
+                     f"FROM generate_series(1, {self.clients * self.span}) g",
+                     f"CREATE SEQUENCE {self.db.ns}.ev_ins START 10000000000")
+        self.db._run(f"VACUUM ANALYZE {self.db.event_table}", autocommit=True)
+
+    def start(self, seconds: int, phase_no: int) -> None:
+        db = self.db
+        cmd = [find_tool("pgbench"), "-n", "-M", "prepared", "-c", str(self.clients),
+               "-j", str(min(self.clients, os.cpu_count() or 2)), "-T", str(seconds),
+               "-D", f"span={self.span}", "-f", self.script,
+               "-h", db.host, "-p", str(db.port), "-U", db.user, db.db]
+        env = dict(os.environ, PGPASSWORD=db.password, PGAPPNAME=self.app)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def result(self) -> dict:
+        out, err = self.proc.communicate(timeout=120)
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"pgbench failed ({self.proc.returncode}): {err.strip()[-500:]}")
+        tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
+        n = re.search(r"number of transactions actually processed: (\d+)", out)
+        failed = re.search(r"number of failed transactions: (\d+)", out)
+        return {"tps": float(tps.group(1)), "transactions": int(n.group(1)),
+                "failed": int(failed.group(1)) if failed else 0}
+
+    def stop(self) -> None:
+        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _mysql_client(conn: dict, table: str, client: int, span: int, key_base: int, seconds: float,
+                  ready, go, out) -> None:
+    """One sysbench-like client in its own process; the password comes from the environment."""
+    import random
+
+    import pymysql
+
+    c = pymysql.connect(password=os.environ["DBLOG_MYSQL_PASSWORD"], autocommit=False, **conn)
+    cur = c.cursor()
+    rnd = random.Random(key_base + client)
+    lo, nxt = client * span, key_base + client * 10**8  # own update range, own insert range
+    ready.put(client)
+    go.wait(120)
+    t0 = time.time()
+    done = failed = 0
+    while time.time() < t0 + seconds:
+        try:
+            cur.execute(f"UPDATE {table} SET v = v + 1 WHERE id = {lo + rnd.randint(1, span)}")
+            cur.execute(f"UPDATE {table} SET v = v - 1 WHERE id = {lo + rnd.randint(1, span)}")
+            cur.execute(f"INSERT INTO {table} VALUES ({nxt}, {client}, 'ins')")
+            c.commit()
+            nxt += 1
+            done += 1
+        except pymysql.MySQLError:
+            c.rollback()
+            failed += 1
+    out.put((done, failed, time.time() - t0))
+    c.close()
+
+
+class MariaLoad:
+    def __init__(self, db, clients: int, span: int, workdir: str):
+        self.db, self.clients, self.span = db, clients, span
+        self.app = f"bench-impact-{db.tag}"  # unused: the clients are known by their database
+        self.ctx = multiprocessing.get_context("spawn")  # never fork a process running an engine thread
+        self.procs: list = []
+
+    def prepare(self) -> None:
+        self.db._insert_rows(self.db.event_table, 1, self.clients * self.span)
+        self.db._run(f"ANALYZE TABLE {self.db.event_table}")
+
+    def start(self, seconds: int, phase_no: int) -> None:
+        db = self.db
+        conn = {"host": db.host, "port": db.port, "user": db.user, "database": db.ns}
+        self.ready, self.go, self.out = self.ctx.Queue(), self.ctx.Event(), self.ctx.Queue()
+        base = 10**10 + phase_no * 10**9  # insert keys unique across phases and clients
+        self.procs = [self.ctx.Process(target=_mysql_client, daemon=True, args=(
+            conn, db.event_table, c, self.span, base, seconds, self.ready, self.go, self.out))
+            for c in range(self.clients)]
+        for p in self.procs:
+            p.start()
+        for _ in self.procs:  # all connected before the clock starts
+            self.ready.get(timeout=120)
+        self.go.set()
+        self.results: list = []
+
+    def running(self) -> bool:
+        while not self.out.empty():
+            self.results.append(self.out.get())
+        return len(self.results) < len(self.procs) and any(p.is_alive() for p in self.procs)
+
+    def result(self) -> dict:
+        while len(self.results) < len(self.procs):
+            self.results.append(self.out.get(timeout=120))
+        for p in self.procs:
+            p.join(30)
+        return {"tps": sum(r[0] / r[2] for r in self.results), "transactions": sum(r[0] for r in self.results),
+                "failed": sum(r[1] for r in self.results)}
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+# -- lock waits -------------------------------------------------------------------------------
+PG_WAITS = ("SELECT a.pid, a.application_name, a.wait_event, l.locktype, l.mode, "
+            "l.relation::regclass::text, pg_blocking_pids(a.pid) FROM pg_stat_activity a "
+            "LEFT JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted "
+            "WHERE a.wait_event_type = 'Lock' OR l.pid IS NOT NULL")
+PG_SESSIONS = "SELECT pid, application_name FROM pg_stat_activity WHERE application_name = ANY(%s)"
+MY_WAITS = ("SELECT r.trx_mysql_thread_id, rp.DB, LEFT(r.trx_query, 300), b.trx_mysql_thread_id, bp.DB, "
+            "LEFT(b.trx_query, 300) FROM information_schema.INNODB_LOCK_WAITS w "
+            "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
+            "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
+            "LEFT JOIN information_schema.PROCESSLIST rp ON rp.ID = r.trx_mysql_thread_id "
+            "LEFT JOIN information_schema.PROCESSLIST bp ON bp.ID = b.trx_mysql_thread_id")
+MY_MDL = ("SELECT ID, DB, STATE, LEFT(INFO, 300) FROM information_schema.PROCESSLIST "
+          "WHERE STATE LIKE 'Waiting for%lock%'")
+
+
+class LockSampler(threading.Thread):
+    """Every ~50 ms: the sessions waiting for a lock, each wait classified once (the same wait
+    seen in many samples is one wait):
+      capture  the waiter or a blocker is a capture session (log reader, watermark writes,
+               chunk SELECTs), or the lock is on the dumped or the watermark table;
+      load     between the load's own clients only (PostgreSQL relation-extension waits of
+               concurrent INSERTs, say): present without any capture, reported apart;
+      other    sessions of other jobs on the shared server, not counted."""
+
+    def __init__(self, db, kind: str, load_app: str, capture_app: str, interval: float):
+        super().__init__(name="lock-sampler", daemon=True)
+        self.db, self.kind, self.interval = db, kind, interval
+        self.load_app, self.capture_app = load_app, capture_app
+        self.phase: Optional[str] = None
+        self.stats: dict[str, dict] = {}
+        self.halt = threading.Event()
+        self.error: Optional[str] = None
+
+    def set_phase(self, phase: Optional[str]) -> None:
+        if phase is not None:
+            self.stats[phase] = {"samples": 0, "samples_with_waits": 0, "examples": [],
+                                 "capture": set(), "load": set(), "other": set()}
+        self.phase = phase
+
+    def _sample(self, cur) -> list[tuple[str, tuple]]:
+        if self.kind == "pg":
+            cur.execute(PG_SESSIONS, ([self.load_app, self.capture_app],))
+            apps = dict(cur.fetchall())
+            load = {p for p, a in apps.items() if a == self.load_app}
+            capture = set(apps) - load
+            cur.execute(PG_WAITS)
+            out = []
+            for pid, app, wait, locktype, mode, rel, blockers in cur.fetchall():
+                blockers = set(blockers or [])
+                if pid in capture or blockers & capture or rel in (self.db.dump_table, "dblog.watermarks"):
+                    cls = "capture"
+                elif pid in load and blockers <= load:
+                    cls = "load"
+                else:
+                    cls = "capture" if (rel or "").startswith(self.db.ns + ".") else "other"
+                out.append((cls, (pid, app, wait, locktype, mode, rel)))
+            return out
+        # MariaDB: the load's clients are the sessions whose default database is the run's
+        # schema; the capture's sessions have none, but only they and the load touch its tables.
+        cur.execute(MY_WAITS)
+        out = []
+        for row in cur.fetchall():
+            r_load, b_load = row[1] == self.db.ns, row[4] == self.db.ns
+            mine = r_load or b_load or self.db.tag in " ".join(str(x) for x in row)
+            out.append(("load" if r_load and b_load else "capture" if mine else "other", ("row",) + tuple(row)))
+        cur.execute(MY_MDL)  # DML never waits for DML on a metadata lock: ours means the capture
+        return out + [("capture" if self.db.tag in " ".join(str(x) for x in row) else "other", ("mdl",) + tuple(row))
+                      for row in cur.fetchall()]
+
+    def run(self) -> None:
+        c = self.db.connect()
+        try:
+            if self.kind == "pg":
+                c.autocommit = True
+            else:
+                c.autocommit(True)
+            cur = c.cursor()
+            while not self.halt.is_set():
+                t0 = time.monotonic()
+                phase = self.phase
+                waits = self._sample(cur)
+                st = self.stats.get(phase) if phase else None
+                if st is not None:
+                    st["samples"] += 1
+                    st["samples_with_waits"] += bool(waits)
+                    for cls, what in waits:
+                        st[cls].add(what)
+                        if cls != "other" and len(st["examples"]) < 5:
+                            st["examples"].append(f"{cls}: " + " ".join(str(x) for x in what)[:300])
+                self.halt.wait(max(0.0, self.interval - (time.monotonic() - t0)))
+        except Exception as exc:  # reported with the results: a silent sampler would read as "zero"
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            c.close()
+
+    def summary(self, phase: str) -> dict:
+        st = self.stats.get(phase, {})
+        return {"samples": st.get("samples", 0), "samples_with_waits": st.get("samples_with_waits", 0),
+                "waits_capture": len(st.get("capture", ())), "waits_load_only": len(st.get("load", ())),
+                "waits_other_jobs": len(st.get("other", ())),
+                "examples": st.get("examples", [])}
+
+
+def _row_lock_waits(db, kind: str) -> Optional[int]:
+    if kind != "mysql":
+        return None
+    return int(db._run("SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_waits'")[0][1])
+
+
+# -- the dump of phase c ------------------------------------------------------------------------
+class DumpKeeper:
+    """Keeps a full dump of the big table running; if one finishes while the load still runs,
+    a new one is requested at once (counted as a restart and reported)."""
+
+    def __init__(self, cap, table: str, chunk_size: int):
+        self.cap, self.table, self.chunk_size = cap, table, chunk_size
+        self.ids: list[str] = []
+        self.restarts = 0
+
+    def request(self) -> None:
+        from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec
+
+        spec = DumpSpec.new(self.cap.source_id, [self.table], None)
+        self.cap.state.add_dump(spec, DumpControl(chunk_size=self.chunk_size))
+        self.ids.append(spec.dump_id)
+
+    def rows(self) -> int:
+        """Rows made durable by all dumps so far; requests a new dump if the last one is done."""
+        from airflow_provider_dblog.core.dumps import DumpStatus
+
+        self.cap.check()
+        total = 0
+        for i in self.ids:
+            d = self.cap.state.get_dump(i)
+            total += sum(p.rows for p in d.progress.values())
+        if d.status is DumpStatus.DONE:
+            self.restarts += 1
+            self.request()
+        elif d.status.finished:
+            raise RuntimeError(f"bench: dump {d.dump_id} ended {d.status.value}: {d.error}")
+        return total
+
+    def cancel(self) -> None:
+        from airflow_provider_dblog.core.dumps import DumpControl
+
+        self.cap.state.set_control(self.ids[-1], DumpControl(cancelled=True, chunk_size=self.chunk_size))
+
+
+# -- phases ---------------------------------------------------------------------------------------
+def _phase(name: str, kind: str, db, load, sampler: LockSampler, o: dict, phase_no: int,
+           tick: Callable[[], None] = lambda: None, cap=None) -> dict:
+    import psutil
+
+    # the engine's count of log events read (private; skipped if it is ever renamed)
+    counted = cap is not None and hasattr(cap.engine, "_events_in")
+    ev0 = cap.engine._events_in if counted else 0
+    me = psutil.Process()
+    sampler.set_phase(name)
+    rlw0, cpu0, busy0 = _row_lock_waits(db, kind), me.cpu_times(), psutil.cpu_times()
+    t0 = time.perf_counter()
+    load.start(o["seconds"], phase_no)
+    while load.running():
+        tick()
+        time.sleep(0.05)
+    res = load.result()
+    wall = time.perf_counter() - t0
+    cpu1, busy1 = me.cpu_times(), psutil.cpu_times()
+    sampler.set_phase(None)
+    res["locks"] = sampler.summary(name)
+    if rlw0 is not None:
+        res["locks"]["innodb_row_lock_waits_server_wide"] = _row_lock_waits(db, kind) - rlw0
+    if counted:  # log events the capture read while the load ran, per event written
+        res["log_events_read_share"] = round((cap.engine._events_in - ev0) / max(1, 3 * res["transactions"]), 3)
+    res["bench_process_cores"] = round((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall, 2)
+    idle = (busy1.idle + getattr(busy1, "iowait", 0)) - (busy0.idle + getattr(busy0, "iowait", 0))
+    total = sum(busy1) - sum(busy0)
+    res["machine_cpu_busy_pct"] = round(100 * (1 - idle / total), 1) if total else None
+    return res
+
+
+def run(kind: str, opts: dict, workdir: str, say) -> dict:
+    from .engine_runs import SENTINEL_KEY, InProcessCapture, wait_for
+
+    o = {**DEFAULTS, **(opts or {})}
+    db = DATABASES[kind]()
+    ids = db.source_ids(["impact"])
+    sid = ids["impact"]
+    load = (PgLoad if kind == "pg" else MariaLoad)(db, o["clients"], o["keys_per_client"], workdir)
+    sampler = LockSampler(db, kind, load.app, f"dblog-{sid}"[:63], o["sample_interval"])
+    cap = None
+    out: dict = {"label": db.label, "opts": o, "phases": {}}
+    try:
+        say(f"impact {kind}: creating {db.ns}, {o['clients'] * o['keys_per_client']:,} load rows, "
+            f"{o['rows']:,} rows to dump")
+        db.create()
+        load.prepare()
+        db.fill_dump_table(o["rows"])
+        sampler.start()
+        ph = out["phases"]
+        say(f"impact {kind}: phase a, load alone for {o['seconds']} s")
+        ph["baseline"] = _phase("baseline", kind, db, load, sampler, o, 0)
+        cap = InProcessCapture(db, sid, workdir)
+        cap.start().prime(-1)
+        say(f"impact {kind}: phase b, load with the capture running")
+        ph["capture"] = _phase("capture", kind, db, load, sampler, o, 1, cap.check, cap)
+        # How far behind the load the capture fell: time from the load's end until a row
+        # written then is durable in the changelog.
+        t0 = time.perf_counter()
+        db.insert_primer(SENTINEL_KEY)
+        wait_for(lambda: cap.watch.position is not None, 600, "the catch-up row", cap.check)
+        cap.wait_checkpoint(cap.watch.position, 600)
+        ph["capture"]["catch_up_s"] = round(time.perf_counter() - t0, 2)
+
+        say(f"impact {kind}: phase c, load during a full dump of {o['rows']:,} rows")
+        keeper = DumpKeeper(cap, db.dump_table, o["chunk_size"])
+        keeper.request()
+        wait_for(lambda: keeper.rows() > 0, 300, "the dump's first chunk", cap.check)
+        marks: list[tuple[float, int]] = []
+
+        def tick() -> None:
+            marks.append((time.perf_counter(), keeper.rows()))
+
+        tick()
+        ph["capture_dump"] = _phase("capture_dump", kind, db, load, sampler, o, 2, tick, cap)
+        tick()
+        (t0, r0), (t1, r1) = marks[0], marks[-1]
+        ph["capture_dump"]["dump"] = {"rows_during_load": r1 - r0, "rows_per_s": (r1 - r0) / (t1 - t0),
+                                      "restarts": keeper.restarts, "dumps": len(keeper.ids)}
+        if keeper.restarts:
+            say(f"impact {kind}: WARNING: the dump finished {keeper.restarts}x before the load ended "
+                "(restarted at once); use more --rows")
+        keeper.cancel()
+        cap.stop()
+        cap = None
+        if o["baseline_after"]:
+            say(f"impact {kind}: phase a', load alone again")
+            ph["baseline_after"] = _phase("baseline_after", kind, db, load, sampler, o, 3)
+        base = [ph[p]["tps"] for p in ("baseline", "baseline_after") if p in ph]
+        out["baseline_tps"] = sum(base) / len(base)
+        out["ratio_capture"] = round(ph["capture"]["tps"] / out["baseline_tps"], 3)
+        out["ratio_capture_dump"] = round(ph["capture_dump"]["tps"] / out["baseline_tps"], 3)
+        out["target"] = TARGET_RATIO
+        out["met"] = out["ratio_capture_dump"] >= TARGET_RATIO
+        out["lock_waits_capture"] = sum(p["locks"]["waits_capture"] for p in ph.values())
+        out["lock_waits_load_only"] = sum(p["locks"]["waits_load_only"] for p in ph.values())
+        if sampler.error:
+            out["sampler_error"] = sampler.error
+        say(f"impact {kind}: TPS a {ph['baseline']['tps']:.0f}, b {ph['capture']['tps']:.0f} "
+            f"({out['ratio_capture']}x), c {ph['capture_dump']['tps']:.0f} ({out['ratio_capture_dump']}x), "
+            f"dump {ph['capture_dump']['dump']['rows_per_s']:.0f} rows/s, "
+            f"lock waits involving the capture {out['lock_waits_capture']}")
+        return out
+    finally:
+        load.stop()
+        sampler.halt.set()
+        if sampler.is_alive():
+            sampler.join(5)
+        if cap is not None:
+            try:
+                cap.stop(10)
+            except Exception as exc:
+                say(f"impact {kind}: stopping the capture: {exc}")
+        try:
+            db.cleanup(list(ids.values()))
+        except Exception as exc:
+            say(f"impact {kind}: clean-up of {db.ns} failed: {exc}")
+
+
+# -- report ---------------------------------------------------------------------------------------
+def _n(x) -> str:
+    return f"{x:,.0f}" if isinstance(x, (int, float)) else "–"
+
+
+def markdown(results: dict) -> str:
+    o = next((r["opts"] for r in results.values() if "opts" in r), DEFAULTS)
+    lines = ["### Source impact: write TPS during a full dump", "",
+             f"A closed-loop OLTP load of {o['clients']} clients runs for {o['seconds']} s per phase against "
+             "a table of the run's schema: each transaction updates two random rows by primary key and "
+             "inserts one new row (pgbench with a custom script on PostgreSQL; a sysbench-like pymysql "
+             "client per process on MariaDB). Every client updates only its own key range and inserts keys "
+             "no other client uses, so its clients never wait for each other's row locks. Phases: (a) the "
+             "load alone, no capture; (b) the capture running in the benchmark process, capturing the load's "
+             f"events; (c) the capture also dumping a {o['rows']:,}-row table in {o['chunk_size']:,}-row "
+             "chunks for the whole phase (restarted if it finishes early); (a') the load alone again. The "
+             "baseline is the mean of a and a'. Lock waits are sampled every 50 ms (PostgreSQL `pg_locks` "
+             "not granted and `pg_stat_activity.wait_event_type = 'Lock'`; MariaDB `INNODB_LOCK_WAITS` and "
+             "`Waiting for ... lock` states in the process list) and each wait is counted once: *involving "
+             "the capture* when a capture session (log reader, watermark write, chunk SELECT) waits or "
+             "blocks, or the lock is on the dumped or the watermark table (zero expected); *load-only* "
+             "when only the load's clients take part (on PostgreSQL, concurrent INSERTs waiting to extend "
+             "the table, which happens without any capture too). Waits of other jobs on the shared server "
+             "are not counted; `Innodb_row_lock_waits` is server-wide and shown for reference. The "
+             "database, the load and the capture share the machine's CPUs, so part of a TPS loss is CPU "
+             "the capture takes rather than interference at the source (its CPU use is shown).", "",
+             "| Source | Baseline TPS (a / a') | Capture TPS | Ratio | Capture + dump TPS | Ratio | "
+             "Dump rows/s during the load | Benchmark process CPU (capture + sampler), cores b / c | "
+             "Lock waits involving the capture (load-only) | Target ≥ 0.9 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    notes = []
+    for kind, r in results.items():
+        name = NAMES.get(kind, kind)
+        if "error" in r:
+            lines.append(f"| {name} | failed: {r['error']} | | | | | | | | |")
+            continue
+        ph = r["phases"]
+        a2 = ph.get("baseline_after", {}).get("tps")
+        d = ph["capture_dump"]["dump"]
+        waits = f"{r['lock_waits_capture']} ({r['lock_waits_load_only']})"
+        lines.append(f"| {r['label']} | {_n(ph['baseline']['tps'])} / {_n(a2)} | {_n(ph['capture']['tps'])} | "
+                     f"{r['ratio_capture']:.2f}× | {_n(ph['capture_dump']['tps'])} | {r['ratio_capture_dump']:.2f}× | "
+                     f"{_n(d['rows_per_s'])} | {ph['capture']['bench_process_cores']:.2f} / "
+                     f"{ph['capture_dump']['bench_process_cores']:.2f} | {waits} | "
+                     f"{'met' if r['met'] else 'missed'} |")
+        if d["restarts"]:
+            notes.append(f"{name}: the dump finished {d['restarts']}× during phase c and was restarted at once.")
+        srv = [p["locks"].get("innodb_row_lock_waits_server_wide") for p in ph.values()]
+        if any(x is not None for x in srv):
+            notes.append(f"{name}: `Innodb_row_lock_waits` (server-wide) per phase: "
+                         + ", ".join(_n(x) for x in srv) + ".")
+        if r.get("sampler_error"):
+            notes.append(f"{name}: the lock sampler failed: {r['sampler_error']}.")
+        b, c = ph["capture"], ph["capture_dump"]
+        if "log_events_read_share" in b:
+            notes.append(f"{name}: log events the capture read while the load ran, per event written: "
+                         f"{b['log_events_read_share']:.0%} (b) / {c.get('log_events_read_share', 0):.0%} (c); "
+                         f"after phase b it needed {b.get('catch_up_s', 0):.1f} s to make a new row durable.")
+        ex = [e for p in ph.values() for e in p["locks"]["examples"]]
+        if ex:
+            notes.append(f"{name}: lock waits seen, e.g. `{ex[0]}`.")
+    return "\n".join(lines + [""] + [f"* {n}" for n in notes]) + "\n"
+
+
+def plot(results: dict, path: str) -> Optional[str]:
+    ok = {k: r for k, r in results.items() if "phases" in r}
+    if not ok:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401 - used as matplotlib.ticker
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.2
+    colors = ["#9e9e9e", "#64b5f6", "#1565c0", "#cfcfcf"]
+    for i, kind in enumerate(ok):
+        ph = ok[kind]["phases"]
+        for j, (key, label) in enumerate(PHASES):
+            if key not in ph:
+                continue
+            x = i + (j - 1.5) * width
+            ax.bar(x, ph[key]["tps"], width, color=colors[j], label=label if i == 0 else None)
+            if key.startswith("capture"):
+                ratio = ok[kind]["ratio_capture" if key == "capture" else "ratio_capture_dump"]
+                ax.text(x, ph[key]["tps"], f"{ratio:.2f}×", ha="center", va="bottom", fontsize=8)
+        base = ok[kind]["baseline_tps"]
+        ax.hlines(TARGET_RATIO * base, i - 0.45, i + 0.45, colors="black", linestyles="dashed", lw=0.8,
+                  label=f"target: {TARGET_RATIO}× the baseline (mean of a, a')" if i == 0 else None)
+    ax.set_xticks(range(len(ok)), [ok[k]["label"] for k in ok])
+    ax.set_ylabel("write transactions / s (source)")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.3)  # room for the legend above the bars
+    ax.set_title("Source impact: OLTP TPS alone, with capture, and during a full dump")
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.impact", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", choices=sorted(DATABASES))
+    p.add_argument("--seconds", type=int, default=DEFAULTS["seconds"], help="seconds per phase")
+    p.add_argument("--rows", type=int, default=DEFAULTS["rows"], help="rows of the dumped table")
+    p.add_argument("--clients", type=int, default=DEFAULTS["clients"])
+    p.add_argument("--chunk-size", type=int, default=DEFAULTS["chunk_size"])
+    p.add_argument("--no-baseline-after", action="store_true", help="skip phase a'")
+    p.add_argument("--plot", metavar="PNG", help="also write the plot here")
+    a = p.parse_args(argv)
+    opts = {"seconds": a.seconds, "rows": a.rows, "clients": a.clients, "chunk_size": a.chunk_size,
+            "baseline_after": not a.no_baseline_after}
+
+    def say(msg: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    results: dict = {}
+    workdir = tempfile.mkdtemp(prefix="dblog-impact-")
+    try:
+        for kind in [a.only] if a.only else list(DATABASES):
+            try:
+                results[kind] = run(kind, opts, workdir, say)
+            except Exception as exc:
+                say(f"impact {kind}: FAILED: {type(exc).__name__}: {exc}")
+                results[kind] = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(results, indent=2, default=str))
+    print(markdown(results))
+    if a.plot:
+        plot(results, a.plot)
+    return 1 if any("error" in r for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
