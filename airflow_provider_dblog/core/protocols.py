@@ -90,7 +90,11 @@ class Output(Protocol):
 
     def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
         """Make the batch durable as one commit. Events at or below ``last_position`` of
-        their source are skipped, so retrying a batch after an unknown outcome is safe."""
+        their source are skipped, so retrying a batch after an unknown outcome is safe.
+
+        The engine's writer passes a ``core.batch.EventBatch``: iterate it like any sequence
+        of ChangeEvents (dump rows are made into events on the fly), or read its
+        ``segments`` to handle a chunk's rows as one block."""
 
     def last_position(self, source_id: str) -> Optional[Position]:
         """The highest durable position of this source (None when nothing is written)."""
