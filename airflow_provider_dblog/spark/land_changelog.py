@@ -105,6 +105,7 @@ class Lander:
         self.register, self.log = register, log
         self.events = 0
         self.landed: set[tuple[str, str]] = set()
+        self._mirror_keys: dict[str, Optional[list]] = {}
         # A test hook: sleep after each table so a test can kill the job between two merges.
         self._delay = float(os.environ.get("DBLOG_TEST_LAND_DELAY_S", "0") or 0)
 
@@ -191,8 +192,7 @@ class Lander:
                 .execute())
         dt = DeltaTable.forPath(self.spark, path)
         schema = dt.toDF().schema
-        props = dt.detail().select("properties").first()[0] or {}
-        old_key = json.loads(props[PROP_KEY]) if PROP_KEY in props else None
+        old_key = self._mirror_key(path)
         existing = T.StructType([f for f in schema.fields if f.name not in META_NAMES])
         add = mt.check_evolution(path, table, existing, wanted, key, old_key)
         if add:
@@ -202,6 +202,16 @@ class Lander:
             self.log(f"mirror {path}: added columns {[f.name for f in add]}")
             schema = DeltaTable.forPath(self.spark, path).toDF().schema
         return schema
+
+    def _mirror_key(self, path: str) -> Optional[list]:
+        """The key a mirror was created with (its PROP_KEY property; fixed for its life, so
+        read once per job). SHOW TBLPROPERTIES reads the log's metadata only: DESCRIBE
+        DETAIL (``DeltaTable.detail``) ran a table-state job of seconds per table and batch."""
+        if path not in self._mirror_keys:
+            rows = self.spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+            props = {r[0]: r[1] for r in rows}
+            self._mirror_keys[path] = json.loads(props[PROP_KEY]) if PROP_KEY in props else None
+        return self._mirror_keys[path]
 
     # -- catalog ----------------------------------------------------------------------------
     def register_all(self) -> list[str]:
