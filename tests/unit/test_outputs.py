@@ -202,6 +202,28 @@ def test_delta_retry_after_unknown_outcome_finds_the_commit(tmp_path):
     assert len(scan_sorted(a)) == 2
 
 
+def test_delta_reloads_the_table_and_still_sees_every_commit(tmp_path, monkeypatch):
+    # Every few commits the output loads the changelog afresh (appends to a long-lived,
+    # incrementally updated table object slow down with its commit count). Across reloads it
+    # must still fold in foreign commits (here a newer leader's epoch) and skip retries.
+    monkeypatch.setattr(DeltaChangelogOutput, "reload_every", 3)
+    a = make_delta(tmp_path)
+    a.open()
+    b = make_delta(tmp_path)
+    b.open()
+    for n in range(1, 8):
+        a.write([ev(n)], epoch=1)
+    a.write([ev(6), ev(7)], epoch=1)  # a retry of durable events writes nothing
+    b.write([ev(8)], epoch=2)
+    for n in range(9, 12):
+        b.write([ev(n)], epoch=2)
+    assert a._loaded_version > 0  # it did reload
+    with pytest.raises(StaleEpochError):
+        a.write([ev(20)], epoch=1)
+    assert [e.key[0] for e in scan_sorted(a)] == list(range(1, 12))
+    assert a.last_position("pg1") == pos(11)
+
+
 def test_delta_open_finds_positions_behind_foreign_commits(tmp_path):
     out = make_delta(tmp_path)
     out.open()
