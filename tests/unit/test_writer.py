@@ -72,6 +72,32 @@ def test_marker_waits_for_the_commit():
     w.close()
 
 
+def test_flush_deadline_counts_from_arrival_not_from_pickup():
+    # An event that queued while a slow commit ran has waited already: it is flushed right
+    # after that commit, not a whole flush_interval later (latency = commit + interval).
+    gate = threading.Event()
+
+    class Timed(MemoryOutput):
+        def write(self, events, epoch=None):
+            self.times = getattr(self, "times", [])
+            self.times.append(("start", time.monotonic()))
+            super().write(events, epoch)
+            self.times.append(("end", time.monotonic()))
+
+    out = Timed(gate=gate)
+    w = Writer(out, max_batch=2, flush_interval=1.0)
+    w.start()
+    w.put_many([ev(1), ev(2), Marker("first")])  # a full batch flushes at once: the write blocks
+    time.sleep(0.2)
+    w.put_many([ev(3), Marker("second")])  # arrives during the blocked commit (batch not full)
+    time.sleep(1.5)  # longer than flush_interval: ev(2) is overdue when the commit ends
+    gate.set()
+    assert drain(w, 2) == ["first", "second"]
+    w.close()
+    (_, end1), (_, start2) = out.times[1], out.times[2]
+    assert start2 - end1 < 0.6, f"second flush waited {start2 - end1:.2f} s after the first commit"
+
+
 def test_backpressure_blocks_the_producer():
     gate = threading.Event()
     out = MemoryOutput(gate=gate)
