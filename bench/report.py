@@ -187,9 +187,12 @@ def write_docs(result: dict, path: str) -> None:
             lines += [f.read().rstrip(), ""]
     lines += ["## Latest results", ""]
     m = result["machine"]
-    lines += [f"* Date: {result['date']} (UTC), total run time {result.get('duration_s', 0):.0f} s",
-              f"* Command: `{result['command']}`",
-              f"* Machine: {m['cpus']} CPUs ({m['cpu'] or 'unknown CPU'}), Python {m['python']}, {m['platform']}",
+    if result.get("runs"):
+        lines += [f"* Run {r['date']} (UTC): `{r['command']}` ({', '.join(r['parts'])})" for r in result["runs"]]
+    else:
+        lines += [f"* Date: {result['date']} (UTC), total run time {result.get('duration_s', 0):.0f} s",
+                  f"* Command: `{result['command']}`"]
+    lines += [f"* Machine: {m['cpus']} CPUs ({m['cpu'] or 'unknown CPU'}), Python {m['python']}, {m['platform']}",
               f"* Sizes: {result['sizes']['events']:,} log events, {result['sizes']['rows']:,} dumped rows",
               "* Engine settings (EngineConfig defaults): " + ", ".join(
                   f"{k}={v}" for k, v in result["engine_config"].items() if k != "window_delay"),

@@ -75,8 +75,10 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                    help="override a scenario module's DEFAULTS, e.g. --set dumps.rows=1000000 (JSON values)")
     p.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     p.add_argument("--results", default=os.path.join(HERE, "results"), help="directory for the JSON results")
-    p.add_argument("--from-json", metavar="FILE",
-                   help="measure nothing: print and write docs/benchmarks.md from an earlier results file")
+    p.add_argument("--from-json", metavar="FILE", nargs="+",
+                   help="measure nothing: print and write docs/benchmarks.md from earlier results files "
+                   "(several: later files' databases and scenarios replace earlier ones', e.g. a "
+                   "repeated core run on a quiet machine)")
     args = p.parse_args(argv)
     args.chunk_sizes = [int(x) for x in args.chunk_sizes.split(",") if x.strip()]
     args.scenarios = [x.strip() for x in args.scenarios.split(",") if x.strip()]
@@ -252,6 +254,28 @@ def bench_database(kind: str, args, workdir: str, results_dir: str, stamp: str) 
             say(f"{kind}: clean-up of {db.ns} failed: {exc}")
 
 
+def merge_results(paths: list[str]) -> dict:
+    """One result from several runs: later runs' databases and scenarios win; every run's
+    date and command is kept (``runs``) so the page names all of them."""
+    result: dict = {}
+    runs = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            r = json.load(f)
+        runs += r.get("runs") or [{"date": r["date"], "command": r["command"],
+                                   "parts": (["core"] if r.get("databases") else []) + list(r.get("scenarios") or {})}]
+        if not result:
+            result = r
+            continue
+        result["databases"].update(r.get("databases") or {})
+        result.setdefault("scenarios", {}).update(r.get("scenarios") or {})
+        if r.get("databases"):
+            result["sizes"], result["engine_config"] = r["sizes"], r["engine_config"]
+    if len(runs) > 1:
+        result["runs"] = runs
+    return result
+
+
 def run_scenario(name: str, kinds: list[str], args, workdir: str, result: dict) -> bool:
     """One scenario module on each database (once if source-agnostic); True if one failed."""
     mod = importlib.import_module(SCENARIOS[name])
@@ -287,8 +311,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.from_json:
-        with open(args.from_json, encoding="utf-8") as f:
-            result = json.load(f)
+        result = merge_results(args.from_json)
         print_summary(result)
         if not args.no_docs:
             write_docs(result, os.path.join(REPO, "docs", "benchmarks.md"))
