@@ -58,7 +58,7 @@ is not a test: nothing fails on a slow number. Each run writes `bench/results/<t
 (`latest.json` is committed), rewrites this page from it and draws the plots in `docs/img/bench-*.png`.
 
 What runs is chosen with `--scenarios core,wide,memory,dumps,impact,latency,landing,mirror_latency`
-(default: all; the full default sizes take about an hour on a 2-core machine) and `--only
+(default: all; the full default sizes took 37 minutes on this 2-core machine) and `--only
 pg|mysql`. Sizes: `--events 300000 --rows 500000 --chunk-sizes 10000,1000,50000` for the core
 scenario, and `--set <scenario>.<key>=<value>` for the others (their defaults are the
 `DEFAULTS` of each module and are printed under each section). Each module also runs on its
