@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-import os
-import re
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Callable, Optional
 
-from .dbs import DATABASES, find_tool
+from .dbs import DATABASES
+from .lock_waits import LockSampler, row_lock_waits
+from .oltp import MariaLoad, PgLoad
 
 DEFAULTS = {
     "seconds": 30,             # length of each phase
@@ -43,243 +40,8 @@ PHASES = [("baseline", "a: load alone"), ("capture", "b: capture, log only"),
           ("capture_dump", "c: capture + full dump"), ("baseline_after", "a': load alone again")]
 
 
-# -- load generators ------------------------------------------------------------------------
-class PgLoad:
-    """pgbench with a custom script; inserts take keys from a sequence (no key conflicts)."""
-
-    def __init__(self, db, clients: int, span: int, workdir: str):
-        self.db, self.clients, self.span = db, clients, span
-        self.app = f"bench-impact-{db.tag}"
-        self.script = os.path.join(workdir, f"impact-{db.tag}.sql")
-        t = db.event_table
-        with open(self.script, "w") as f:
-            f.write("\\set uid :client_id * :span + random(1, :span)\n"
-                    "\\set uid2 :client_id * :span + random(1, :span)\n"
-                    f"BEGIN;\nUPDATE {t} SET v = v + 1 WHERE id = :uid;\n"
-                    f"UPDATE {t} SET v = v - 1 WHERE id = :uid2;\n"
-                    f"INSERT INTO {t} VALUES (nextval('{db.ns}.ev_ins'), :client_id, 'ins');\nEND;\n")
-
-    def prepare(self) -> None:
-        self.db._run(f"INSERT INTO {self.db.event_table} SELECT g, 0, 'load' "
-                     f"FROM generate_series(1, {self.clients * self.span}) g",
-                     f"CREATE SEQUENCE {self.db.ns}.ev_ins START 10000000000")
-        self.db._run(f"VACUUM ANALYZE {self.db.event_table}", autocommit=True)
-
-    def start(self, seconds: int, phase_no: int) -> None:
-        db = self.db
-        cmd = [find_tool("pgbench"), "-n", "-M", "prepared", "-c", str(self.clients),
-               "-j", str(min(self.clients, os.cpu_count() or 2)), "-T", str(seconds),
-               "-D", f"span={self.span}", "-f", self.script,
-               "-h", db.host, "-p", str(db.port), "-U", db.user, db.db]
-        env = dict(os.environ, PGPASSWORD=db.password, PGAPPNAME=self.app)
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def result(self) -> dict:
-        out, err = self.proc.communicate(timeout=120)
-        if self.proc.returncode != 0:
-            raise RuntimeError(f"pgbench failed ({self.proc.returncode}): {err.strip()[-500:]}")
-        tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
-        n = re.search(r"number of transactions actually processed: (\d+)", out)
-        failed = re.search(r"number of failed transactions: (\d+)", out)
-        return {"tps": float(tps.group(1)), "transactions": int(n.group(1)),
-                "failed": int(failed.group(1)) if failed else 0}
-
-    def stop(self) -> None:
-        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
-def _mysql_client(conn: dict, table: str, client: int, span: int, key_base: int, seconds: float,
-                  ready, go, out) -> None:
-    """One sysbench-like client in its own process; the password comes from the environment."""
-    import random
-
-    import pymysql
-
-    c = pymysql.connect(password=os.environ["DBLOG_MYSQL_PASSWORD"], autocommit=False, **conn)
-    cur = c.cursor()
-    rnd = random.Random(key_base + client)
-    lo, nxt = client * span, key_base + client * 10**8  # own update range, own insert range
-    ready.put(client)
-    go.wait(120)
-    t0 = time.time()
-    done = failed = 0
-    while time.time() < t0 + seconds:
-        try:
-            cur.execute(f"UPDATE {table} SET v = v + 1 WHERE id = {lo + rnd.randint(1, span)}")
-            cur.execute(f"UPDATE {table} SET v = v - 1 WHERE id = {lo + rnd.randint(1, span)}")
-            cur.execute(f"INSERT INTO {table} VALUES ({nxt}, {client}, 'ins')")
-            c.commit()
-            nxt += 1
-            done += 1
-        except pymysql.MySQLError:
-            c.rollback()
-            failed += 1
-    out.put((done, failed, time.time() - t0))
-    c.close()
-
-
-class MariaLoad:
-    def __init__(self, db, clients: int, span: int, workdir: str):
-        self.db, self.clients, self.span = db, clients, span
-        self.app = f"bench-impact-{db.tag}"  # unused: the clients are known by their database
-        self.ctx = multiprocessing.get_context("spawn")  # never fork a process running an engine thread
-        self.procs: list = []
-
-    def prepare(self) -> None:
-        self.db._insert_rows(self.db.event_table, 1, self.clients * self.span)
-        self.db._run(f"ANALYZE TABLE {self.db.event_table}")
-
-    def start(self, seconds: int, phase_no: int) -> None:
-        db = self.db
-        conn = {"host": db.host, "port": db.port, "user": db.user, "database": db.ns}
-        self.ready, self.go, self.out = self.ctx.Queue(), self.ctx.Event(), self.ctx.Queue()
-        base = 10**10 + phase_no * 10**9  # insert keys unique across phases and clients
-        self.procs = [self.ctx.Process(target=_mysql_client, daemon=True, args=(
-            conn, db.event_table, c, self.span, base, seconds, self.ready, self.go, self.out))
-            for c in range(self.clients)]
-        for p in self.procs:
-            p.start()
-        for _ in self.procs:  # all connected before the clock starts
-            self.ready.get(timeout=120)
-        self.go.set()
-        self.results: list = []
-
-    def running(self) -> bool:
-        while not self.out.empty():
-            self.results.append(self.out.get())
-        return len(self.results) < len(self.procs) and any(p.is_alive() for p in self.procs)
-
-    def result(self) -> dict:
-        while len(self.results) < len(self.procs):
-            self.results.append(self.out.get(timeout=120))
-        for p in self.procs:
-            p.join(30)
-        return {"tps": sum(r[0] / r[2] for r in self.results), "transactions": sum(r[0] for r in self.results),
-                "failed": sum(r[1] for r in self.results)}
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-
-
-# -- lock waits -------------------------------------------------------------------------------
-PG_WAITS = ("SELECT a.pid, a.application_name, a.wait_event, l.locktype, l.mode, "
-            "l.relation::regclass::text, pg_blocking_pids(a.pid) FROM pg_stat_activity a "
-            "LEFT JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted "
-            "WHERE a.wait_event_type = 'Lock' OR l.pid IS NOT NULL")
-PG_SESSIONS = "SELECT pid, application_name FROM pg_stat_activity WHERE application_name = ANY(%s)"
-MY_WAITS = ("SELECT r.trx_mysql_thread_id, rp.DB, LEFT(r.trx_query, 300), b.trx_mysql_thread_id, bp.DB, "
-            "LEFT(b.trx_query, 300) FROM information_schema.INNODB_LOCK_WAITS w "
-            "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
-            "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
-            "LEFT JOIN information_schema.PROCESSLIST rp ON rp.ID = r.trx_mysql_thread_id "
-            "LEFT JOIN information_schema.PROCESSLIST bp ON bp.ID = b.trx_mysql_thread_id")
-MY_MDL = ("SELECT ID, DB, STATE, LEFT(INFO, 300) FROM information_schema.PROCESSLIST "
-          "WHERE STATE LIKE 'Waiting for%lock%'")
-
-
-class LockSampler(threading.Thread):
-    """Every ~50 ms: the sessions waiting for a lock, each wait classified once (the same wait
-    seen in many samples is one wait):
-      capture  the waiter or a blocker is a capture session (log reader, watermark writes,
-               chunk SELECTs), or the lock is on the dumped or the watermark table;
-      load     between the load's own clients only (PostgreSQL relation-extension waits of
-               concurrent INSERTs, say): present without any capture, reported apart;
-      other    sessions of other jobs on the shared server, not counted."""
-
-    def __init__(self, db, kind: str, load_app: str, capture_app: str, interval: float):
-        super().__init__(name="lock-sampler", daemon=True)
-        self.db, self.kind, self.interval = db, kind, interval
-        self.load_app, self.capture_app = load_app, capture_app
-        self.phase: Optional[str] = None
-        self.stats: dict[str, dict] = {}
-        self.halt = threading.Event()
-        self.error: Optional[str] = None
-
-    def set_phase(self, phase: Optional[str]) -> None:
-        if phase is not None:
-            self.stats[phase] = {"samples": 0, "samples_with_waits": 0, "examples": [],
-                                 "capture": set(), "load": set(), "other": set()}
-        self.phase = phase
-
-    def _sample(self, cur) -> list[tuple[str, tuple]]:
-        if self.kind == "pg":
-            cur.execute(PG_SESSIONS, ([self.load_app, self.capture_app],))
-            apps = dict(cur.fetchall())
-            load = {p for p, a in apps.items() if a == self.load_app}
-            capture = set(apps) - load
-            cur.execute(PG_WAITS)
-            out = []
-            for pid, app, wait, locktype, mode, rel, blockers in cur.fetchall():
-                blockers = set(blockers or [])
-                if pid in capture or blockers & capture or rel in (self.db.dump_table, "dblog.watermarks"):
-                    cls = "capture"
-                elif pid in load and blockers <= load:
-                    cls = "load"
-                else:
-                    cls = "capture" if (rel or "").startswith(self.db.ns + ".") else "other"
-                out.append((cls, (pid, app, wait, locktype, mode, rel)))
-            return out
-        # MariaDB: the load's clients are the sessions whose default database is the run's
-        # schema; the capture's sessions have none, but only they and the load touch its tables.
-        cur.execute(MY_WAITS)
-        out = []
-        for row in cur.fetchall():
-            r_load, b_load = row[1] == self.db.ns, row[4] == self.db.ns
-            mine = r_load or b_load or self.db.tag in " ".join(str(x) for x in row)
-            out.append(("load" if r_load and b_load else "capture" if mine else "other", ("row",) + tuple(row)))
-        cur.execute(MY_MDL)  # DML never waits for DML on a metadata lock: ours means the capture
-        return out + [("capture" if self.db.tag in " ".join(str(x) for x in row) else "other", ("mdl",) + tuple(row))
-                      for row in cur.fetchall()]
-
-    def run(self) -> None:
-        c = self.db.connect()
-        try:
-            if self.kind == "pg":
-                c.autocommit = True
-            else:
-                c.autocommit(True)
-            cur = c.cursor()
-            while not self.halt.is_set():
-                t0 = time.monotonic()
-                phase = self.phase
-                waits = self._sample(cur)
-                st = self.stats.get(phase) if phase else None
-                if st is not None:
-                    st["samples"] += 1
-                    st["samples_with_waits"] += bool(waits)
-                    for cls, what in waits:
-                        st[cls].add(what)
-                        if cls != "other" and len(st["examples"]) < 5:
-                            st["examples"].append(f"{cls}: " + " ".join(str(x) for x in what)[:300])
-                self.halt.wait(max(0.0, self.interval - (time.monotonic() - t0)))
-        except Exception as exc:  # reported with the results: a silent sampler would read as "zero"
-            self.error = f"{type(exc).__name__}: {exc}"
-        finally:
-            c.close()
-
-    def summary(self, phase: str) -> dict:
-        st = self.stats.get(phase, {})
-        return {"samples": st.get("samples", 0), "samples_with_waits": st.get("samples_with_waits", 0),
-                "waits_capture": len(st.get("capture", ())), "waits_load_only": len(st.get("load", ())),
-                "waits_other_jobs": len(st.get("other", ())),
-                "examples": st.get("examples", [])}
-
-
-def _row_lock_waits(db, kind: str) -> Optional[int]:
-    if kind != "mysql":
-        return None
-    return int(db._run("SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_waits'")[0][1])
-
-
-# -- the dump of phase c ------------------------------------------------------------------------
 class DumpKeeper:
     """Keeps a full dump of the big table running; if one finishes while the load still runs,
     a new one is requested at once (counted as a restart and reported)."""
@@ -328,7 +90,7 @@ def _phase(name: str, kind: str, db, load, sampler: LockSampler, o: dict, phase_
     ev0 = cap.engine._events_in if counted else 0
     me = psutil.Process()
     sampler.set_phase(name)
-    rlw0, cpu0, busy0 = _row_lock_waits(db, kind), me.cpu_times(), psutil.cpu_times()
+    rlw0, cpu0, busy0 = row_lock_waits(db, kind), me.cpu_times(), psutil.cpu_times()
     t0 = time.perf_counter()
     load.start(o["seconds"], phase_no)
     while load.running():
@@ -340,7 +102,7 @@ def _phase(name: str, kind: str, db, load, sampler: LockSampler, o: dict, phase_
     sampler.set_phase(None)
     res["locks"] = sampler.summary(name)
     if rlw0 is not None:
-        res["locks"]["innodb_row_lock_waits_server_wide"] = _row_lock_waits(db, kind) - rlw0
+        res["locks"]["innodbrow_lock_waits_server_wide"] = row_lock_waits(db, kind) - rlw0
     if counted:  # log events the capture read while the load ran, per event written
         res["log_events_read_share"] = round((cap.engine._events_in - ev0) / max(1, 3 * res["transactions"]), 3)
     res["bench_process_cores"] = round((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall, 2)
@@ -485,7 +247,7 @@ def markdown(results: dict) -> str:
                      f"{'met' if r['met'] else 'missed'} |")
         if d["restarts"]:
             notes.append(f"{name}: the dump finished {d['restarts']}× during phase c and was restarted at once.")
-        srv = [p["locks"].get("innodb_row_lock_waits_server_wide") for p in ph.values()]
+        srv = [p["locks"].get("innodbrow_lock_waits_server_wide") for p in ph.values()]
         if any(x is not None for x in srv):
             notes.append(f"{name}: `Innodb_row_lock_waits` (server-wide) per phase: "
                          + ", ".join(_n(x) for x in srv) + ".")
