@@ -18,17 +18,15 @@ standalone and prints the JSON and the markdown.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import multiprocessing as mp
 import os
-import shutil
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Optional
 
+from .common import NAMES, fmt_n as _n, standalone
 from .dump_load import DATABASES, ChunkRetries, LiveCapture, WriteLoad, bare_loops, changes_between, close_bare
 from .engine_runs import SENTINEL_KEY, wait_for
 
@@ -43,7 +41,6 @@ DEFAULTS = {
     "parts": ["scale", "overhead"],
 }
 TARGETS = {"rows_per_s": 150_000, "ratio": 0.5}  # issue 6: dump >= 150k rows/s and >= 0.5 of COPY
-NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
 
 
 def _median(items: list[dict], key: str) -> dict:
@@ -226,10 +223,6 @@ def run(kind: str, opts: dict, workdir: str, say) -> dict:
 
 
 # -- report ----------------------------------------------------------------------------------
-def _n(x) -> str:
-    return f"{x:,.0f}" if isinstance(x, (int, float)) else "–"
-
-
 def _x(x) -> str:
     return f"{x:.2f}×" if isinstance(x, (int, float)) else "–"
 
@@ -404,26 +397,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "chunk_sizes": [int(x) for x in a.chunk_sizes.split(",") if x.strip()],
             "parts": [x.strip() for x in a.parts.split(",") if x.strip()]}
 
-    def say(msg: str) -> None:
-        print(f"[dumps {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-    workdir = tempfile.mkdtemp(prefix="dblog-bench-dumps-")
-    results: dict = {}
-    try:
-        for kind in [a.only] if a.only else list(DATABASES):
-            try:
-                results[kind] = run(kind, opts, workdir, say)
-            except Exception as exc:  # noqa: BLE001 - report the other database anyway
-                say(f"{kind}: FAILED: {type(exc).__name__}: {exc}")
-                results[kind] = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(results, indent=2, default=str))
-    print()
-    print(markdown(results))
-    if a.plot:
-        say(f"plot: {plot(results, a.plot)}")
-    return 1 if any("error" in r for r in results.values()) else 0
+    return standalone("dumps", sys.modules[__name__], [a.only] if a.only else list(DATABASES), opts, a.plot)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,11 @@ the capture cannot throttle it. A sampler thread looks for lock waits every 50 m
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 import time
 from typing import Callable, Optional
 
+from .common import NAMES, fmt_n as _n, standalone
 from .dbs import DATABASES
 from .lock_waits import LockSampler, row_lock_waits
 from .oltp import MariaLoad, PgLoad
@@ -35,7 +34,6 @@ DEFAULTS = {
     "sample_interval": 0.05,   # lock-wait sampling period, seconds
 }
 TARGET_RATIO = 0.9
-NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
 PHASES = [("baseline", "a: load alone"), ("capture", "b: capture, log only"),
           ("capture_dump", "c: capture + full dump"), ("baseline_after", "a': load alone again")]
 
@@ -102,7 +100,7 @@ def _phase(name: str, kind: str, db, load, sampler: LockSampler, o: dict, phase_
     sampler.set_phase(None)
     res["locks"] = sampler.summary(name)
     if rlw0 is not None:
-        res["locks"]["innodbrow_lock_waits_server_wide"] = row_lock_waits(db, kind) - rlw0
+        res["locks"]["innodb_row_lock_waits_server_wide"] = row_lock_waits(db, kind) - rlw0
     if counted:  # log events the capture read while the load ran, per event written
         res["log_events_read_share"] = round((cap.engine._events_in - ev0) / max(1, 3 * res["transactions"]), 3)
     res["bench_process_cores"] = round((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall, 2)
@@ -201,10 +199,6 @@ def run(kind: str, opts: dict, workdir: str, say) -> dict:
 
 
 # -- report ---------------------------------------------------------------------------------------
-def _n(x) -> str:
-    return f"{x:,.0f}" if isinstance(x, (int, float)) else "–"
-
-
 def markdown(results: dict) -> str:
     o = next((r["opts"] for r in results.values() if "opts" in r), DEFAULTS)
     lines = ["### Source impact: write TPS during a full dump", "",
@@ -247,7 +241,7 @@ def markdown(results: dict) -> str:
                      f"{'met' if r['met'] else 'missed'} |")
         if d["restarts"]:
             notes.append(f"{name}: the dump finished {d['restarts']}× during phase c and was restarted at once.")
-        srv = [p["locks"].get("innodbrow_lock_waits_server_wide") for p in ph.values()]
+        srv = [p["locks"].get("innodb_row_lock_waits_server_wide") for p in ph.values()]
         if any(x is not None for x in srv):
             notes.append(f"{name}: `Innodb_row_lock_waits` (server-wide) per phase: "
                          + ", ".join(_n(x) for x in srv) + ".")
@@ -316,27 +310,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     opts = {"seconds": a.seconds, "rows": a.rows, "clients": a.clients, "chunk_size": a.chunk_size,
             "baseline_after": not a.no_baseline_after}
 
-    def say(msg: str) -> None:
-        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-    results: dict = {}
-    workdir = tempfile.mkdtemp(prefix="dblog-impact-")
-    try:
-        for kind in [a.only] if a.only else list(DATABASES):
-            try:
-                results[kind] = run(kind, opts, workdir, say)
-            except Exception as exc:
-                say(f"impact {kind}: FAILED: {type(exc).__name__}: {exc}")
-                results[kind] = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        import shutil
-
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(results, indent=2, default=str))
-    print(markdown(results))
-    if a.plot:
-        plot(results, a.plot)
-    return 1 if any("error" in r for r in results.values()) else 0
+    return standalone("impact", sys.modules[__name__], [a.only] if a.only else list(DATABASES), opts, a.plot)
 
 
 if __name__ == "__main__":

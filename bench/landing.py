@@ -24,7 +24,6 @@ phases first, so neither side pays JVM start-up, class loading or JIT warm-up.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -35,6 +34,8 @@ import time
 from typing import Callable, Optional
 
 import pyarrow as pa
+
+from .common import fmt_n as _n, standalone
 
 DEFAULTS = {
     "events": 1_000_000,      # events of the first landing (all creates)
@@ -228,10 +229,6 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _n(x) -> str:
-    return f"{x:,.0f}" if isinstance(x, (int, float)) else "–"
-
-
 def _one(results: dict) -> tuple[Optional[dict], list[str]]:
     """The (single) successful result, and the errors to mention."""
     ok = [r for r in results.values() if "error" not in r]
@@ -316,20 +313,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     opts = {"events": args.events, "tables": args.tables, "update_share": args.update_share,
             "warmup_events": args.warmup_events}
 
-    def say(msg: str) -> None:
-        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-    workdir = tempfile.mkdtemp(prefix="dblog-bench-landing-")
-    try:
-        try:
-            results = {"any": run("any", opts, workdir, say)}
-        except Exception as exc:  # noqa: BLE001 - reported like run.py does
-            results = {"any": {"error": f"{type(exc).__name__}: {exc}"}}
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(results, indent=2))
-    print(markdown(results))
-    return 1 if "error" in results["any"] else 0
+    return standalone("landing", sys.modules[__name__], ["any"], opts)
 
 
 if __name__ == "__main__":

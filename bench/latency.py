@@ -25,10 +25,10 @@ import os
 import random
 import signal
 import sys
-import tempfile
 import time
 from typing import Callable, Optional
 
+from .common import NAMES, standalone
 from .dbs import DATABASES
 
 DEFAULTS = {
@@ -40,7 +40,6 @@ DEFAULTS = {
     "engine": {},              # EngineConfig overrides (e.g. flush_interval), default: none
 }
 TARGET_P99_S, TARGET_RATE = 1.0, 10_000
-NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
 
 
 def plan(rate: int, max_txn_rate: int) -> tuple[float, int]:
@@ -489,6 +488,12 @@ def plot(results: dict, path: str) -> Optional[str]:
     return path
 
 
+def _without_percentiles(result: dict) -> dict:
+    """A run's result for printing: the 100 percentiles behind the plot left out."""
+    return {**result, **{who: {rate: {k: v for k, v in st.items() if k != "percentiles_s"}
+                               for rate, st in result[who].items()} for who in ("ours", "raw") if who in result}}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -505,30 +510,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     opts = {"rates": [int(x) for x in a.rates.split(",") if x.strip()], "seconds": a.seconds,
             "warmup": a.warmup, "engine": engine}
 
-    def say(msg: str) -> None:
-        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-    results: dict = {}
-    workdir = tempfile.mkdtemp(prefix="dblog-latency-")
-    try:
-        for kind in [a.only] if a.only else list(DATABASES):
-            try:
-                results[kind] = run(kind, opts, workdir, say)
-            except Exception as exc:
-                say(f"latency {kind}: FAILED: {type(exc).__name__}: {exc}")
-                results[kind] = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        import shutil
-
-        shutil.rmtree(workdir, ignore_errors=True)
-    slim = {k: {**r, **{w: {rate: {x: y for x, y in s.items() if x != "percentiles_s"}
-                            for rate, s in r.get(w, {}).items()} for w in ("ours", "raw") if w in r}}
-            for k, r in results.items()}
-    print(json.dumps(slim, indent=2, default=str))
-    print(markdown(results))
-    if a.plot:
-        plot(results, a.plot)
-    return 1 if any("error" in r for r in results.values()) else 0
+    return standalone("latency", sys.modules[__name__], [a.only] if a.only else list(DATABASES), opts, a.plot,
+                      shown=_without_percentiles)
 
 
 if __name__ == "__main__":

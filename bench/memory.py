@@ -30,18 +30,17 @@ plot(results, path). opts: see DEFAULTS. RSS figures are MiB (keys ``*_mb``, as 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from typing import Optional
 
 from airflow_provider_dblog.core.engine import EngineConfig
 from airflow_provider_dblog.core.events import Position
 
+from .common import NAMES, fmt_n as _n, standalone
 from .dbs import INSERT_TXN, MariaDBBench, PostgresBench
 from .engine_runs import SENTINEL_KEY, ChildCapture
 
@@ -56,7 +55,6 @@ TARGET_MB = 500  # issue 6: capture RSS under 500 MB in every scenario
 TARGET_MIB = TARGET_MB * 10**6 / 2**20  # RSS is read in KiB: compare in the same unit (476.8 MiB)
 GROWTH_MB = 50  # txn peak this far above the control peak counts as growing with the transaction
 WRITER_SETTINGS = ("writer_buffer", "writer_batch", "poll_batch", "flush_interval")
-NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
 
 
 class MemoryPostgresBench(PostgresBench):
@@ -299,10 +297,6 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
 
 
 # -- reporting ---------------------------------------------------------------------------------
-def _n(x) -> str:
-    return f"{x:,.0f}" if isinstance(x, (int, float)) else "–"
-
-
 SCENARIOS = {"txn": "one transaction of {rows} rows", "control": "{rows} rows in 10k-row transactions",
              "dump": "dump, {chunk} -row chunks", "wide_dump": "dump of 30-column rows, {chunk} -row chunks"}
 
@@ -403,25 +397,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     opts = {"txn_rows": args.txn_rows, "dump_rows": args.dump_rows, "chunk_size": args.chunk_size,
             "control": not args.no_control, "wide_dump_rows": args.wide_dump_rows}
 
-    def say(msg: str) -> None:
-        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-    workdir = tempfile.mkdtemp(prefix="dblog-bench-memory-")
-    results: dict = {}
-    try:
-        for kind in [args.only] if args.only else list(MEMORY):
-            try:
-                results[kind] = run(kind, opts, workdir, say)
-            except Exception as exc:  # report the other database anyway
-                say(f"{kind} memory: FAILED: {type(exc).__name__}: {exc}")
-                results[kind] = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps({k: {kk: vv for kk, vv in r.items() if kk != "trace"} for k, r in results.items()}, indent=2))
-    print(markdown(results))
-    if args.plot:
-        say(f"plot: {plot(results, args.plot)}")
-    return 1 if any("error" in r for r in results.values()) else 0
+    return standalone("memory", sys.modules[__name__], [args.only] if args.only else list(MEMORY), opts, args.plot,
+                      shown=lambda r: {k: v for k, v in r.items() if k != "trace"})
 
 
 if __name__ == "__main__":

@@ -38,10 +38,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Callable, Optional
 
+from .common import NAMES, standalone
 from .dbs import DATABASES
 from .engine_runs import SENTINEL_KEY, InProcessCapture
 
@@ -53,7 +53,6 @@ DEFAULTS = {
     "runner": "session",  # "session": in-process Spark session; "process": a child process per run
 }
 UPDATE_EVERY = 10  # every 10th transaction updates the keys of the transaction 5 before it
-NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
 
 
 # -- the paced writer (a separate process: its pacing must not share our GIL) ---------------
@@ -398,23 +397,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     opts = {"period": args.period, "minutes": args.minutes, "rate": args.rate, "txn_rows": args.txn_rows,
             "runner": args.runner}
 
-    def say(msg: str) -> None:
-        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-    results: dict = {}
-    workdir = tempfile.mkdtemp(prefix="dblog-bench-mirror-")
-    try:
-        for kind in [args.only] if args.only else list(DATABASES):
-            try:
-                results[kind] = run(kind, opts, workdir, say)
-            except Exception as exc:  # noqa: BLE001 - report the other database anyway
-                say(f"{kind}: FAILED: {type(exc).__name__}: {exc}")
-                results[kind] = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(results, indent=2))
-    print(markdown(results))
-    return 1 if any("error" in r for r in results.values()) else 0
+    return standalone("mirror_latency", sys.modules[__name__], [args.only] if args.only else list(DATABASES), opts)
 
 
 if __name__ == "__main__":

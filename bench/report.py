@@ -4,11 +4,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
+from .common import NAMES, fmt_n as _n
 
-
-def _n(x: Any) -> str:
-    return f"{x:,.0f}" if isinstance(x, (int, float)) else "–"
 
 
 def _r(x: Any) -> str:

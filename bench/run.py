@@ -35,6 +35,7 @@ from typing import Optional
 
 from airflow_provider_dblog.core.engine import EngineConfig
 
+from .common import run_kinds, say
 from .dbs import DATABASES
 from .engine_runs import SENTINEL_KEY, ChildCapture, InProcessCapture
 from .profiling import ThreadProfiles
@@ -51,10 +52,6 @@ SCENARIOS = {"wide": "bench.wide", "memory": "bench.memory", "dumps": "bench.dum
 # Scenarios run once, on the first database: landing does not read a source at all, and
 # mirror_latency's landing side does not depend on it (its capture + writer run on PostgreSQL).
 SOURCE_AGNOSTIC = {"landing", "mirror_latency"}
-
-
-def say(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -280,20 +277,9 @@ def run_scenario(name: str, kinds: list[str], args, workdir: str, result: dict) 
     """One scenario module on each database (once if source-agnostic); True if one failed."""
     mod = importlib.import_module(SCENARIOS[name])
     opts = dict(mod.DEFAULTS, **args.overrides.get(name, {}))
-    out: dict = {"opts": opts}
-    result["scenarios"][name] = out
-    failed = False
-    for kind in kinds[:1] if name in SOURCE_AGNOSTIC else kinds:
-        say(f"{name} ({kind}): starting")
-        t0 = time.perf_counter()
-        try:
-            out[kind] = mod.run(kind, dict(opts), workdir, lambda m, _k=kind: say(f"{name} ({_k}): {m}"))
-        except Exception as exc:  # the other scenarios still run
-            failed = True
-            say(f"{name} ({kind}): FAILED: {type(exc).__name__}: {exc}")
-            out[kind] = {"error": f"{type(exc).__name__}: {exc}"}
-        say(f"{name} ({kind}): done in {time.perf_counter() - t0:.0f} s")
-    return failed
+    runs = run_kinds(name, mod.run, kinds[:1] if name in SOURCE_AGNOSTIC else kinds, opts, workdir)
+    result["scenarios"][name] = {"opts": opts, **runs}
+    return any("error" in r for r in runs.values())
 
 
 def machine() -> dict:

@@ -21,14 +21,13 @@ plot(results, path). opts: see DEFAULTS.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from typing import Optional
 
+from .common import NAMES, fmt_n as _n, standalone
 from .dbs import INSERT_TXN, MariaDBBench, PostgresBench, split_events
 from .engine_runs import SENTINEL_KEY, InProcessCapture
 
@@ -208,7 +207,6 @@ class WideMariaDBBench(MariaDBBench):
 
 
 WIDE = {"pg": WidePostgresBench, "mysql": WideMariaDBBench}
-NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
 
 
 def _dir_bytes(path: str) -> int:
@@ -279,10 +277,6 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
 
 
 # -- reporting ---------------------------------------------------------------------------------
-def _n(x) -> str:
-    return f"{x:,.0f}" if isinstance(x, (int, float)) else "–"
-
-
 def _r(x) -> str:
     if not isinstance(x, (int, float)) or x != x:
         return "–"
@@ -372,25 +366,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
     args = p.parse_args(argv)
 
-    def say(msg: str) -> None:
-        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-    workdir = tempfile.mkdtemp(prefix="dblog-bench-wide-")
-    results: dict = {}
-    try:
-        for kind in [args.only] if args.only else list(WIDE):
-            try:
-                results[kind] = run(kind, {"events": args.events}, workdir, say)
-            except Exception as exc:  # report the other database anyway
-                say(f"{kind} wide: FAILED: {type(exc).__name__}: {exc}")
-                results[kind] = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(results, indent=2))
-    print(markdown(results))
-    if args.plot:
-        say(f"plot: {plot(results, args.plot)}")
-    return 1 if any("error" in r for r in results.values()) else 0
+    return standalone("wide", sys.modules[__name__], [args.only] if args.only else list(WIDE),
+                      {"events": args.events}, args.plot)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,53 @@
+"""What every benchmark module shares: names, progress lines, number formatting, and running
+a scenario per database (from bench/run.py or standalone as ``python -m bench.<module>``)."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from typing import Any, Callable, Iterable, Optional
+
+NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
+
+
+def say(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def fmt_n(x: Any) -> str:
+    """A count or rate with thousands separators ("–" when missing)."""
+    return f"{x:,.0f}" if isinstance(x, (int, float)) else "–"
+
+
+def run_kinds(name: str, run: Callable, kinds: Iterable[str], opts: dict, workdir: str,
+              log: Callable[[str], None] = say) -> dict:
+    """``run(kind, opts, workdir, say)`` per database; a failure is recorded as
+    ``{"error": ...}`` and the other databases still run."""
+    results: dict = {}
+    for kind in kinds:
+        log(f"{name} ({kind}): starting")
+        t0 = time.perf_counter()
+        try:
+            results[kind] = run(kind, dict(opts), workdir, lambda m, _k=kind: log(f"{name} ({_k}): {m}"))
+        except Exception as exc:  # report the other databases anyway
+            log(f"{name} ({kind}): FAILED: {type(exc).__name__}: {exc}")
+            results[kind] = {"error": f"{type(exc).__name__}: {exc}"}
+        log(f"{name} ({kind}): done in {time.perf_counter() - t0:.0f} s")
+    return results
+
+
+def standalone(name: str, module: Any, kinds: Iterable[str], opts: dict, plot_path: Optional[str] = None,
+               shown: Callable[[dict], dict] = lambda r: r) -> int:
+    """``python -m bench.<name>``: run, print the JSON (``shown`` may slim it) and the
+    markdown section, draw the plot if asked; exit 1 if a database failed."""
+    workdir = tempfile.mkdtemp(prefix=f"dblog-bench-{name}-")
+    try:
+        results = run_kinds(name, module.run, kinds, opts, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps({k: shown(r) for k, r in results.items()}, indent=2, default=str))
+    print(module.markdown(results))
+    if plot_path:
+        say(f"plot: {module.plot(results, plot_path)}")
+    return 1 if any("error" in r for r in results.values()) else 0
