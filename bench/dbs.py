@@ -33,6 +33,14 @@ def split_events(n: int) -> tuple[int, int]:
     return n - updates, updates
 
 
+def in_transactions(conn, lo: int, hi: int, per_txn: int, statement_for) -> None:
+    """Rows lo..hi in transactions of per_txn rows: ``statement_for(start, end)`` each."""
+    cur = conn.cursor()
+    for start in range(lo, hi + 1, per_txn):
+        cur.execute(statement_for(start, min(start + per_txn - 1, hi)))
+        conn.commit()
+
+
 def timed(cmd: list[str], env: Optional[dict] = None, stdout=subprocess.DEVNULL) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE, timeout=900)
@@ -149,16 +157,12 @@ class PostgresBench(BenchDB):
         c = self.connect()
         t0 = time.perf_counter()
         try:
+            in_transactions(c, 1, inserts, INSERT_TXN, lambda lo, hi: (
+                f"INSERT INTO {self.event_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
+                f"FROM generate_series({lo}, {hi}) g"))
+            in_transactions(c, 1, updates, INSERT_TXN, lambda lo, hi: (
+                f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}"))
             cur = c.cursor()
-            for lo in range(1, inserts + 1, INSERT_TXN):
-                hi = min(lo + INSERT_TXN - 1, inserts)
-                cur.execute(f"INSERT INTO {self.event_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
-                            f"FROM generate_series({lo}, {hi}) g")
-                c.commit()
-            for lo in range(1, updates + 1, INSERT_TXN):
-                hi = min(lo + INSERT_TXN - 1, updates)
-                cur.execute(f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}")
-                c.commit()
             cur.execute("SELECT pg_current_wal_lsn()::text")
             self.end_lsn = cur.fetchone()[0]
         finally:
@@ -299,6 +303,17 @@ class MariaDBBench(BenchDB):
         self._insert_rows(self.dump_table, 1, rows)
         self._run(f"ANALYZE TABLE {self.dump_table}")
 
+    def insert_seq(self, table: str, lo: int, hi: int, per_txn: int) -> None:
+        """Narrow rows lo..hi written by the server itself, from the SEQUENCE engine's virtual
+        ``seq_<lo>_to_<hi>`` tables (MariaDB only; any database holds them); the same
+        values as the PostgreSQL fill (``md5`` of the decimal key)."""
+        c = self.connect()
+        try:
+            in_transactions(c, lo, hi, per_txn, lambda a, b: (
+                f"INSERT INTO {table} SELECT seq, seq % 1000, LEFT(MD5(seq), 10) FROM {self.ns}.seq_{a}_to_{b}"))
+        finally:
+            c.close()
+
     def source_config(self, source_id: str) -> dict:
         return {"type": "mysql", "id": source_id, "host": self.host, "port": self.port, "user": self.user,
                 "tables": [self.event_table, self.dump_table], "password_env": "DBLOG_MYSQL_PASSWORD"}
@@ -319,11 +334,8 @@ class MariaDBBench(BenchDB):
         self._insert_rows(self.event_table, 1, inserts)
         c = self.connect()
         try:
-            cur = c.cursor()
-            for lo in range(1, updates + 1, INSERT_TXN):
-                hi = min(lo + INSERT_TXN - 1, updates)
-                cur.execute(f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}")
-                c.commit()
+            in_transactions(c, 1, updates, INSERT_TXN, lambda lo, hi: (
+                f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}"))
         finally:
             c.close()
         self.end = self._master_status()

@@ -38,10 +38,7 @@ class FastMariaDBBench(MariaDBBench):
 
     def fill_dump_table(self, rows: int) -> None:
         try:
-            for lo in range(1, rows + 1, FILL_BATCH):
-                hi = min(lo + FILL_BATCH - 1, rows)
-                self._run(f"INSERT INTO {self.dump_table} SELECT seq, seq % 1000, LEFT(MD5(seq), 10) "
-                          f"FROM {self.ns}.seq_{lo}_to_{hi}")
+            self.insert_seq(self.dump_table, 1, rows, FILL_BATCH)
         except Exception as exc:  # noqa: BLE001 - MySQL proper has no SEQUENCE engine
             if "seq_" not in str(exc):
                 raise

@@ -41,7 +41,7 @@ from airflow_provider_dblog.core.engine import EngineConfig
 from airflow_provider_dblog.core.events import Position
 
 from .common import NAMES, fmt_n as _n, standalone
-from .dbs import INSERT_TXN, MariaDBBench, PostgresBench
+from .dbs import INSERT_TXN, MariaDBBench, PostgresBench, in_transactions
 from .engine_runs import SENTINEL_KEY, ChildCapture
 
 DEFAULTS = {
@@ -64,12 +64,10 @@ class MemoryPostgresBench(PostgresBench):
 
         c = self.connect()
         try:
+            in_transactions(c, lo, hi, per_txn, lambda a, b: (
+                f"INSERT INTO {self.event_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
+                f"FROM generate_series({a}::bigint, {b}::bigint) g"))
             cur = c.cursor()
-            for start in range(lo, hi + 1, per_txn):
-                end = min(start + per_txn - 1, hi)
-                cur.execute(f"INSERT INTO {self.event_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
-                            f"FROM generate_series({start}::bigint, {end}::bigint) g")
-                c.commit()
             # The insert LSN is past the last commit record even with asynchronous commit;
             # index 0 sorts before the first change of any later transaction.
             cur.execute("SELECT pg_current_wal_insert_lsn()::text")
@@ -79,28 +77,15 @@ class MemoryPostgresBench(PostgresBench):
 
 
 class MemoryMariaDBBench(MariaDBBench):
-    def _insert_select(self, table: str, lo: int, hi: int, per_txn: int) -> None:
-        # The Sequence engine's virtual table seq_<lo>_to_<hi> (any database holds it).
-        c = self.connect()
-        try:
-            cur = c.cursor()
-            for start in range(lo, hi + 1, per_txn):
-                end = min(start + per_txn - 1, hi)
-                cur.execute(f"INSERT INTO {table} SELECT seq, seq % 1000, LEFT(MD5(seq), 10) "
-                            f"FROM {self.ns}.seq_{start}_to_{end}")
-                c.commit()
-        finally:
-            c.close()
-
     def fill_dump_table(self, rows: int) -> None:
-        self._insert_select(self.dump_table, 1, rows, 100_000)  # faster than multi-row INSERTs
+        self.insert_seq(self.dump_table, 1, rows, 100_000)  # faster than multi-row INSERTs
         self._run(f"ANALYZE TABLE {self.dump_table}")
 
     def load(self, lo: int, hi: int, per_txn: int) -> Position:
         """Rows lo..hi in transactions of per_txn rows; returns the log position after them."""
         from airflow_provider_dblog.sources.mysql_log import encode_coord, file_number
 
-        self._insert_select(self.event_table, lo, hi, per_txn)
+        self.insert_seq(self.event_table, lo, hi, per_txn)
         name, offset = self._master_status()  # where the next transaction starts
         return Position(encode_coord(file_number(name), offset, 0, 0))
 

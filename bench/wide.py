@@ -28,7 +28,7 @@ import time
 from typing import Optional
 
 from .common import NAMES, fmt_n as _n, standalone
-from .dbs import INSERT_TXN, MariaDBBench, PostgresBench, split_events
+from .dbs import INSERT_TXN, MariaDBBench, PostgresBench, in_transactions, split_events
 from .engine_runs import SENTINEL_KEY, InProcessCapture
 
 DEFAULTS = {
@@ -138,16 +138,12 @@ class WidePostgresBench(PostgresBench):
         c = self.connect()
         t0 = time.perf_counter()
         try:
+            in_transactions(c, 1, inserts, INSERT_TXN,
+                            lambda lo, hi: self._insert(f"generate_series({lo}::bigint, {hi}::bigint) AS s(g)"))
+            in_transactions(c, 1, updates, INSERT_TXN, lambda lo, hi: (
+                f"UPDATE {self.event_table} SET quantity = quantity + 1, version = version + 1, "
+                f"updated_at = updated_at + interval '1 second' WHERE id BETWEEN {lo} AND {hi}"))
             cur = c.cursor()
-            for lo in range(1, inserts + 1, INSERT_TXN):
-                hi = min(lo + INSERT_TXN - 1, inserts)
-                cur.execute(self._insert(f"generate_series({lo}::bigint, {hi}::bigint) AS s(g)"))
-                c.commit()
-            for lo in range(1, updates + 1, INSERT_TXN):
-                hi = min(lo + INSERT_TXN - 1, updates)
-                cur.execute(f"UPDATE {self.event_table} SET quantity = quantity + 1, version = version + 1, "
-                            f"updated_at = updated_at + interval '1 second' WHERE id BETWEEN {lo} AND {hi}")
-                c.commit()
             cur.execute("SELECT pg_current_wal_lsn()::text")
             self.end_lsn = cur.fetchone()[0]
         finally:
@@ -184,17 +180,12 @@ class WideMariaDBBench(MariaDBBench):
         t0 = time.perf_counter()
         c = self.connect()
         try:
-            cur = c.cursor()
             # The Sequence engine's virtual table seq_<lo>_to_<hi> (any database holds it).
-            for lo in range(1, inserts + 1, INSERT_TXN):
-                hi = min(lo + INSERT_TXN - 1, inserts)
-                cur.execute(self._insert(f"(SELECT CAST(seq AS SIGNED) AS g FROM {self.ns}.seq_{lo}_to_{hi}) s"))
-                c.commit()
-            for lo in range(1, updates + 1, INSERT_TXN):
-                hi = min(lo + INSERT_TXN - 1, updates)
-                cur.execute(f"UPDATE {self.event_table} SET quantity = quantity + 1, version = version + 1, "
-                            f"updated_at = updated_at + INTERVAL 1 SECOND WHERE id BETWEEN {lo} AND {hi}")
-                c.commit()
+            in_transactions(c, 1, inserts, INSERT_TXN, lambda lo, hi: self._insert(
+                f"(SELECT CAST(seq AS SIGNED) AS g FROM {self.ns}.seq_{lo}_to_{hi}) s"))
+            in_transactions(c, 1, updates, INSERT_TXN, lambda lo, hi: (
+                f"UPDATE {self.event_table} SET quantity = quantity + 1, version = version + 1, "
+                f"updated_at = updated_at + INTERVAL 1 SECOND WHERE id BETWEEN {lo} AND {hi}"))
         finally:
             c.close()
         self.end = self._master_status()
