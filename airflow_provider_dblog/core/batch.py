@@ -69,11 +69,12 @@ Segment = Union[list, DumpRows]  # a list of ChangeEvents, or one chunk's rows
 class EventBatch(Sequence):
     """One writer batch, in stream order: a ``Sequence[ChangeEvent]`` made of segments."""
 
-    __slots__ = ("segments", "_len")
+    __slots__ = ("segments", "_len", "_spans")
 
     def __init__(self, segments: Sequence[Segment] = ()):
         self.segments = [s for s in segments if len(s)]
         self._len = sum(len(s) for s in self.segments)
+        self._spans: Optional[dict] = None
 
     def __len__(self) -> int:
         return self._len
@@ -106,7 +107,10 @@ class EventBatch(Sequence):
         return f"EventBatch({len(self)} events in {len(self.segments)} segments)"
 
     def spans(self) -> dict[str, tuple[Position, Position]]:
-        """Lowest and highest position per source, without making the dump rows' events."""
+        """Lowest and highest position per source, without making the dump rows' events
+        (computed once: an output's epoch check, retry filter and bookkeeping all ask)."""
+        if self._spans is not None:
+            return self._spans
         out: dict[str, tuple[Position, Position]] = {}
         for seg in self.segments:
             if isinstance(seg, DumpRows):
@@ -116,6 +120,7 @@ class EventBatch(Sequence):
             for sid, (lo, hi) in items.items():
                 cur = out.get(sid)
                 out[sid] = (lo, hi) if cur is None else (min(cur[0], lo), max(cur[1], hi))
+        self._spans = out
         return out
 
 

@@ -86,6 +86,12 @@ class Position(tuple):
             raise ValueError(f"not an encoded position: {text!r}")
         return cls(coord, int(sub))
 
+    @classmethod
+    def unchecked(cls, coord: str, sub: int = 0) -> "Position":
+        """For hot paths whose coordinate and sub are valid by construction (a source's
+        fixed-width hex/digit coordinates): no checks."""
+        return tuple.__new__(cls, (coord, sub))
+
     def with_subs(self, first: int, count: int) -> list["Position"]:
         """``with_sub(first) .. with_sub(first + count - 1)``, built without a Python call
         per position (a chunk's rows take consecutive subs at its HW)."""
@@ -97,7 +103,7 @@ class Position(tuple):
     def with_sub(self, sub: int) -> "Position":
         if not 0 <= sub < 10**SUB_WIDTH:
             raise ValueError(f"position sub out of range: {sub}")
-        return tuple.__new__(Position, (self[0], sub))
+        return Position.unchecked(self[0], sub)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,7 +33,7 @@ from .postgres_values import (UNCHANGED_TOAST_VALUE, converter, from_pg_text, ke
 def make_position(commit_lsn: int, index: int) -> Position:
     # Hex and digits only (never a '.'), sub 0: Position's checks cannot fail, so skip them
     # (this runs for every captured change).
-    return tuple.__new__(Position, (f"{commit_lsn:016X}{index:010d}", 0))
+    return Position.unchecked(f"{commit_lsn:016X}{index:010d}")
 
 
 def commit_lsn_of(position: Position) -> int:
