@@ -50,14 +50,7 @@ class DumpSpec:
         tables: Optional[Sequence[str]] = None,
         keys: Optional[Sequence[Key]] = None,
     ) -> "DumpSpec":
-        if keys is not None:
-            if not tables or len(tables) != 1:
-                raise RequestError(
-                    "a key-list dump needs exactly one table.",
-                    "pass one --table together with the --key values.",
-                )
-            if not keys:
-                raise RequestError("the key list is empty.", "pass at least one --key.")
+        check_key_request(tables, keys)
         return cls(
             dump_id=uuid.uuid4().hex[:12],
             source_id=source_id,
@@ -82,9 +75,23 @@ class DumpSpec:
         )
 
 
+def check_key_request(tables: Optional[Sequence[str]], keys: Optional[Sequence[Any]]) -> None:
+    """A key-list dump names exactly one table and at least one key (no keys: no check)."""
+    if keys is None:
+        return
+    if not tables or len(tables) != 1:
+        raise RequestError(
+            "a key-list dump needs exactly one table.",
+            "pass one table together with the keys (dblog dump: one --table with the --key values).",
+        )
+    if not keys:
+        raise RequestError("the key list is empty.", "pass at least one key.")
+
+
 @dataclasses.dataclass(frozen=True)
 class DumpControl:
-    """User-side knobs, changeable while the dump runs."""
+    """User-side knobs, changeable while the dump runs. Frozen: the ``as_*`` and
+    ``throttled`` methods return the changed copy that ``StateStore.set_control`` stores."""
 
     paused: bool = False
     cancelled: bool = False
@@ -99,6 +106,23 @@ class DumpControl:
             )
         if self.delay_ms < 0:
             raise RequestError(f"delay {self.delay_ms} ms is negative.", "use a delay >= 0.")
+
+    def as_paused(self) -> "DumpControl":
+        return dataclasses.replace(self, paused=True)
+
+    def as_resumed(self) -> "DumpControl":
+        return dataclasses.replace(self, paused=False)
+
+    def as_cancelled(self) -> "DumpControl":
+        return dataclasses.replace(self, cancelled=True)
+
+    def throttled(self, chunk_size: Optional[int] = None, delay_ms: Optional[int] = None) -> "DumpControl":
+        """A new chunk size and/or delay (None keeps the current one); range-checked again."""
+        return dataclasses.replace(
+            self,
+            chunk_size=self.chunk_size if chunk_size is None else chunk_size,
+            delay_ms=self.delay_ms if delay_ms is None else delay_ms,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,8 @@ Three things to locate, each from a connection or an argument:
 
 The dicts built here are exactly what ``airflow_provider_dblog.config`` takes (and what the
 ``dblog`` command reads from its TOML file), so the Airflow layer adds no second way to
-configure the engine. The password never enters those dicts: in this process it reaches the
+configure the engine. That is all the hook does: requesting, controlling and reading dumps
+is ``core/requests.py``, shared with the ``dblog`` command. The password never enters those dicts: in this process it reaches the
 source object in memory, and the capture child gets it through its environment (invariant 8).
 """
 from __future__ import annotations
@@ -21,14 +22,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional
 
 from airflow.sdk import BaseHook
 
 from .. import config as dblog_config
-from ..core.dumps import DumpControl, DumpSpec, key_from_value, parse_key
-from ..core.errors import ConfigurationError, RequestError
+from ..core.errors import ConfigurationError
 from ..get_provider_info import STATE_CONN_FIELDS, STATE_UI_FIELD_BEHAVIOUR
 
 # The variable that carries the source password into the capture child (see triggers/capture.py).
@@ -229,68 +228,6 @@ class DBLogHook(BaseHook):
 
     def get_conn(self):
         return self.get_state()
-
-    # -- dumps ---------------------------------------------------------------------------
-    def request_dump(
-        self,
-        tables: Union[None, str, Sequence[str]] = None,
-        keys: Optional[Sequence[Any]] = None,
-        chunk_size: int = 10_000,
-        delay_ms: int = 0,
-    ) -> str:
-        """Validate a dump request against the source's schemas and record it; return its id.
-
-        ``tables``: None or "all" for every captured table, else a table or a list of them.
-        ``keys``: key values (scalars, lists in key order, objects naming the key columns, or
-        their JSON text) of exactly one table. Nothing is recorded if anything is invalid.
-        """
-        if isinstance(tables, str):
-            tables = None if tables.strip().lower() in ("", "all", "*") else [tables.strip()]
-        control = DumpControl(chunk_size=int(chunk_size), delay_ms=int(delay_ms))  # range checks
-        source = self.get_source()
-        source.open()
-        try:
-            names = list(tables) if tables else source.tables()
-            schemas = {t: source.table_schema(t) for t in names}  # RequestError for unknown tables
-            parsed = None
-            if keys is not None:
-                if not tables or len(names) != 1:
-                    raise RequestError("a key-list dump needs exactly one table.", "pass one table with the keys.")
-                schema = schemas[names[0]]
-                parsed = [parse_key(k, schema) if isinstance(k, str) else key_from_value(k, schema) for k in keys]
-        finally:
-            source.close()
-        spec = DumpSpec.new(self.source_id, list(tables) if tables else None, parsed)
-        state = self.get_state()
-        try:
-            state.add_dump(spec, control)
-        finally:
-            state.close()
-        return spec.dump_id
-
-    def dump_status(self, dump_id: str, state=None) -> dict[str, Any]:
-        """The dump as ``dblog status --json`` shows it (percentages from the capture's estimates)."""
-        own = state is None
-        state = state or self.get_state()
-        try:
-            dump = state.get_dump(dump_id)
-            raw = state.get_value(f"status/{dump.spec.source_id}")
-            estimates = (json.loads(raw) or {}).get("estimates") if raw else None
-            result = dump.to_dict(estimates)
-            result["updated_at"] = dump.updated_at
-            result["checked_at"] = time.time()
-            return result
-        finally:
-            if own:
-                state.close()
-
-    def cancel_dump(self, dump_id: str) -> None:
-        state = self.get_state()
-        try:
-            c = state.get_dump(dump_id).control
-            state.set_control(dump_id, DumpControl(c.paused, True, c.chunk_size, c.delay_ms))
-        finally:
-            state.close()
 
     # -- connection form (the dblog_state type) ---------------------------------------
     @classmethod

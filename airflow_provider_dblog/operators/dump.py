@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence, Union
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from ..core.requests import control_dump, request_dump
 from ..hooks.dblog import DBLogHook
 from ..triggers.dump import DumpTrigger, progress_line
 
@@ -22,23 +23,22 @@ class DBLogDumpError(AirflowException):
     """The dump failed or was cancelled."""
 
 
+def _key_value(text: str) -> Any:
+    """A key's JSON (``42``, ``"abc"``, ``["eu", 7]``, ``{"id": 42}``), or a bare string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # an unquoted string key; the schema check still applies
+
+
 def parse_keys(keys: Union[None, str, Sequence[Any]]) -> Optional[list[Any]]:
-    """Keys as a list of values, or as text with one key per line (the UI form's textarea):
-    each line is JSON (``42``, ``["eu", 7]``, ``{"id": 42}``) or a bare string."""
+    """Key values from a list, or from text with one key per line (the UI form's textarea).
+    A text line, or a string in the list, is JSON or else a bare string."""
     if keys is None:
         return None
     if isinstance(keys, str):
-        out: list[Any] = []
-        for line in keys.splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                out.append(line)  # an unquoted string key; the schema check still applies
-        return out or None
-    return list(keys) or None
+        return [_key_value(line.strip()) for line in keys.splitlines() if line.strip()] or None
+    return [_key_value(k) if isinstance(k, str) else k for k in keys] or None
 
 
 class DumpOperator(BaseOperator):
@@ -92,9 +92,16 @@ class DumpOperator(BaseOperator):
     def execute(self, context: Any) -> Optional[dict[str, Any]]:
         hook = self.hook()
         started = time.time()
-        self._dump_id = hook.request_dump(self.tables, parse_keys(self.keys), int(self.chunk_size), int(self.delay_ms))
+        keys = parse_keys(self.keys)
+        source, state = hook.get_source(), hook.get_state()
+        try:
+            spec = request_dump(source, state, self.tables, keys,
+                                chunk_size=int(self.chunk_size), delay_ms=int(self.delay_ms))
+        finally:
+            state.close()
+        self._dump_id = spec.dump_id
         self.log.info("dump %s recorded for source %s (tables=%s, keys=%s, chunk size %s)", self._dump_id,
-                      hook.source_id, self.tables or "all", len(parse_keys(self.keys) or []) or None, self.chunk_size)
+                      spec.source_id, self.tables or "all", len(keys or []) or None, self.chunk_size)
         context["ti"].xcom_push(key="dump_id", value=self._dump_id)
         if not self.wait:
             return {"dump_id": self._dump_id, "status": "pending"}
@@ -125,4 +132,8 @@ class DumpOperator(BaseOperator):
         """Killed while recording (the deferred phase is the trigger's ``on_kill``): cancel it."""
         if self._dump_id:
             self.log.info("cancelling dump %s", self._dump_id)
-            self.hook().cancel_dump(self._dump_id)
+            state = self.hook().get_state()
+            try:
+                control_dump(state, self._dump_id, "cancel")
+            finally:
+                state.close()

@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ..core.requests import control_dump, dump_status
 from ..hooks.dblog import DBLogHook
 
 FINISHED = ("done", "failed", "cancelled")
@@ -63,7 +64,7 @@ class DumpTrigger(BaseTrigger):
         try:
             last = None
             while True:
-                d = await asyncio.to_thread(hook.dump_status, self.dump_id, store)
+                d = await asyncio.to_thread(dump_status, store, self.dump_id)
                 line = progress_line(d)
                 if line != last:
                     self.log.info("%s", line)
@@ -80,4 +81,11 @@ class DumpTrigger(BaseTrigger):
         self.log.info("task killed: cancelling dump %s", self.dump_id)
         hook = self.hook()
         await hook.aprefetch_connections()
-        await asyncio.to_thread(hook.cancel_dump, self.dump_id)
+        await asyncio.to_thread(self._cancel, hook)
+
+    def _cancel(self, hook: DBLogHook) -> None:
+        state = hook.get_state()
+        try:
+            control_dump(state, self.dump_id, "cancel")
+        finally:
+            state.close()

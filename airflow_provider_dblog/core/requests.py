@@ -1,0 +1,163 @@
+"""The user side of dumps: record a request, change its control, read the status report.
+
+One implementation for every front end: the ``dblog`` command (cli.py), the Airflow
+operators and triggers (which build the source and the state store from connections with
+``DBLogHook`` and call these functions). The running capture (core/engine.py) is the other
+side: it performs the recorded requests, obeys their control and writes the report that
+``read_status`` reads back under ``status_key(source_id)``.
+
+A request is checked in full before anything is recorded: chunk size and delay, the
+one-table rule of a key list, every table against the source's catalog (RequestError for an
+unknown table) and every key against its table's key columns (core/dumps.py).
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional, Sequence, Union
+
+from .dumps import (
+    DEFAULT_CHUNK_SIZE,
+    DumpControl,
+    DumpSpec,
+    check_key_request,
+    key_from_value,
+    parse_key,
+)
+from .protocols import Source, StateStore
+
+# What ``control_dump`` does, by the names of the ``dblog`` subcommands.
+CONTROL_ACTIONS = ("pause", "resume", "cancel", "throttle")
+
+# Table arguments that mean "every captured table" (Airflow forms and templates send text).
+_ALL_TABLES = ("", "all", "*")
+
+Tables = Union[None, str, Sequence[str]]
+
+
+def status_key(source_id: str) -> str:
+    """The state-store key under which a source's capture writes its status report."""
+    return f"status/{source_id}"
+
+
+def parse_tables(tables: Tables) -> Optional[list[str]]:
+    """None for every captured table, else the table names.
+
+    ``tables``: None, ``"all"`` / ``"*"`` / ``""``, one table name, or a list of names."""
+    if tables is None:
+        return None
+    if isinstance(tables, str):
+        name = tables.strip()
+        return None if name.lower() in _ALL_TABLES else [name]
+    return list(tables) or None
+
+
+def request_dump(
+    source: Source,
+    state: StateStore,
+    tables: Tables = None,
+    keys: Optional[Sequence[Any]] = None,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    delay_ms: int = 0,
+    keys_as_json: bool = False,
+) -> DumpSpec:
+    """Validate a dump request against the source's schemas and record it in ``state``.
+
+    ``tables``: see ``parse_tables`` (None: every captured table). ``keys``: key values of
+    exactly one table, each a scalar, a list in key order or an object naming the key
+    columns; with ``keys_as_json`` each is that value's JSON text (``dblog dump --key``).
+    Opens and closes ``source`` (it needs the catalog only). Nothing is recorded if any
+    part is invalid; the RequestError names the cause and the fix."""
+    control = DumpControl(chunk_size=int(chunk_size), delay_ms=int(delay_ms))  # range checks
+    names = parse_tables(tables)
+    check_key_request(names, keys)  # before connecting: the request's shape
+    parsed: Optional[list[tuple[Any, ...]]] = None  # keys (core.events.Key)
+    source.open()
+    try:
+        listed = names if names is not None else source.tables()
+        schemas = {t: source.table_schema(t) for t in listed}  # RequestError for unknown tables
+        if keys is not None and names is not None:  # check_key_request: exactly one table
+            schema = schemas[names[0]]
+            parsed = [parse_key(k, schema) if keys_as_json else key_from_value(k, schema) for k in keys]
+    finally:
+        source.close()
+    spec = DumpSpec.new(source.source_id, names, parsed)
+    state.add_dump(spec, control)
+    return spec
+
+
+def control_dump(
+    state: StateStore,
+    dump_id: str,
+    action: str,
+    chunk_size: Optional[int] = None,
+    delay_ms: Optional[int] = None,
+) -> DumpControl:
+    """Pause, resume, cancel or throttle a dump; returns the control now stored.
+
+    ``chunk_size`` / ``delay_ms`` apply to ``throttle`` (None keeps the current value).
+    RequestError for an unknown dump or an out-of-range value."""
+    current = state.get_dump(dump_id).control
+    if action == "pause":
+        control = current.as_paused()
+    elif action == "resume":
+        control = current.as_resumed()
+    elif action == "cancel":
+        control = current.as_cancelled()
+    elif action == "throttle":
+        control = current.throttled(chunk_size, delay_ms)
+    else:
+        raise ValueError(f"unknown dump control action {action!r}; expected one of {CONTROL_ACTIONS}")
+    state.set_control(dump_id, control)
+    return control
+
+
+def read_capture_report(state: StateStore, source_id: str) -> Optional[dict[str, Any]]:
+    """The last status report the source's capture stored, or None before the first one."""
+    raw = state.get_value(status_key(source_id))
+    if not raw:
+        return None
+    report: dict[str, Any] = json.loads(raw)
+    return report
+
+
+def dump_status(state: StateStore, dump_id: str) -> dict[str, Any]:
+    """One dump as ``dblog status --json`` shows it (percentages from the capture's row
+    estimates), plus ``updated_at`` and ``checked_at``. RequestError for an unknown dump."""
+    dump = state.get_dump(dump_id)
+    report = read_capture_report(state, dump.spec.source_id) or {}
+    result = dump.to_dict(report.get("estimates"))
+    result["updated_at"] = dump.updated_at
+    result["checked_at"] = time.time()
+    return result
+
+
+def read_status(
+    state: StateStore, source_id: Optional[str], leader: Optional[dict[str, Any]] = None
+) -> dict[str, Any]:
+    """What ``dblog status`` prints: the checkpoint, the capture's last report (with its age),
+    lag, warnings, and every dump of the source with the capture's live rates and ETAs.
+
+    ``source_id`` None (no source configured): no checkpoint or report, every dump listed.
+    ``leader``: the source's lease holder (``LeaderLease.leader()``), passed in because the
+    lease implementations live outside core."""
+    capture = read_capture_report(state, source_id) if source_id else None
+    if capture:
+        capture["age_s"] = round(time.time() - capture["updated_at"], 1)
+    report = capture or {}
+    checkpoint = state.get_checkpoint(source_id) if source_id else None
+    live = report.get("dumps") or {}  # rates and ETAs of the dumps the capture runs
+    dumps = [dict(d.to_dict(report.get("estimates")), **live.get(d.dump_id, {}))
+             for d in state.list_dumps(source_id)]
+    return {
+        "source_id": source_id,
+        "checkpoint": checkpoint.encode() if checkpoint else None,
+        "leader": leader,
+        "lag_bytes": report.get("lag_bytes"),
+        "lag_seconds": report.get("lag_seconds"),
+        "events_per_s": report.get("events_per_s"),
+        "warnings": report.get("warnings") or [],
+        "capture": capture,
+        "dumps": dumps,
+    }
