@@ -2,18 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
-import os
 import signal
 import sys
 import threading
-import time
-from typing import Optional
+from typing import Any, Callable, Optional
 
-from .config import load_config, make_output, make_source, make_state
-from .core.dumps import DumpControl, DumpSpec, parse_key
-from .core.errors import DBLogError, RequestError
+from . import config
+from .core import requests
+from .core.errors import DBLogError
 from .core.verify import compare, replay
 from .state.lease import make_lease
 
@@ -85,8 +84,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """How the command builds the engine's parts from the config file's tables.
+
+    ``main`` takes another ``Parts`` to wrap them: a program embedding the command, or the
+    test harness (tests/support/faults.py slows the output's commits or widens the window)."""
+
+    source: Callable[[dict], Any] = config.make_source
+    state: Callable[[dict], Any] = config.make_state
+    output: Callable[[dict], Any] = config.make_output
+
+
 def _settings(args: argparse.Namespace) -> tuple[dict, dict, dict]:
-    cfg = load_config(args.config)
+    cfg = config.load_config(args.config)
     src = dict(cfg.get("source", {}))
     for opt, key in (
         ("source_type", "type"), ("source_id", "id"), ("host", "host"), ("port", "port"),
@@ -108,10 +119,10 @@ def _settings(args: argparse.Namespace) -> tuple[dict, dict, dict]:
     return src, state, out
 
 
-def cmd_capture(args, src, state_cfg, out_cfg) -> int:
+def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     from .core.engine import Engine, EngineConfig
 
-    source, state, output = make_source(src), make_state(state_cfg), make_output(out_cfg)
+    source, state, output = parts.source(src), parts.state(state_cfg), parts.output(out_cfg)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -134,19 +145,15 @@ def cmd_capture(args, src, state_cfg, out_cfg) -> int:
         who = f"{leader['identity']} (epoch {leader['epoch']})" if leader else "another instance"
         print(f"[dblog] standby: {who} leads source {source.source_id}; waiting for the lease", flush=True)
 
-    config = EngineConfig(
+    engine_config = EngineConfig(
         status_interval=args.status_interval,
-        window_delay=float(os.environ.get("DBLOG_TEST_WINDOW_DELAY_MS", "0")) / 1000.0,
         reset_position=args.reset_position,  # applied once this instance holds the lease
         heartbeat_interval=args.heartbeat_interval or None,
     )
-    delay_ms = float(os.environ.get("DBLOG_TEST_WRITE_DELAY_MS", "0"))
-    if delay_ms:  # fault injection for tests: widen every output commit
-        output = _SlowOutput(output, delay_ms / 1000.0, os.environ.get("DBLOG_TEST_WRITE_MARKER"))
     # Every capture takes the source's leader lease (a file lock for the local store, a
     # ZooKeeper lease otherwise): one writer per source, fenced by the epoch (invariant 7).
     lease = make_lease(state, source.source_id, args.identity)
-    engine = Engine(source, output, state, config, progress, lease=lease, on_standby=standby)
+    engine = Engine(source, output, state, engine_config, progress, lease=lease, on_standby=standby)
     try:
         engine.run(stop, args.max_seconds)
     finally:
@@ -154,71 +161,28 @@ def cmd_capture(args, src, state_cfg, out_cfg) -> int:
     return 0
 
 
-class _SlowOutput:
-    """Test hook (DBLOG_TEST_WRITE_DELAY_MS): each commit takes longer, half before and half
-    after the real write, so a test can kill the process in the middle of a writer flush;
-    DBLOG_TEST_WRITE_MARKER names a file touched when a flush begins."""
-
-    def __init__(self, inner, delay: float, marker: Optional[str]):
-        self._inner, self._delay, self._marker = inner, delay, marker
-
-    def write(self, events, epoch=None):
-        if self._marker and events:
-            with open(self._marker, "a") as f:
-                f.write(f"{time.time():.3f} {len(events)}\n")
-        time.sleep(self._delay / 2)
-        self._inner.write(events, epoch)
-        time.sleep(self._delay / 2)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
-def cmd_dump(args, src, state_cfg, out_cfg) -> int:
-    source, state = make_source(src), make_state(state_cfg)
-    source.open()
+def cmd_dump(args, src, state_cfg, out_cfg, parts: Parts) -> int:
+    state = parts.state(state_cfg)
     try:
-        tables = source.tables() if args.all else args.table
-        schemas = {t: source.table_schema(t) for t in tables}  # RequestError for unknown tables
-        keys = None
-        if args.key:
-            if args.all or len(tables) != 1:
-                raise RequestError("--key needs exactly one --table.", "pass one --table with the keys.")
-            keys = [parse_key(k, schemas[tables[0]]) for k in args.key]
+        spec = requests.request_dump(
+            parts.source(src), state, None if args.all else args.table, args.key,
+            chunk_size=args.chunk_size, delay_ms=args.delay_ms, keys_as_json=True,
+        )
     finally:
-        source.close()
-    spec = DumpSpec.new(source.source_id, None if args.all else tables, keys)
-    state.add_dump(spec, DumpControl(chunk_size=args.chunk_size, delay_ms=args.delay_ms))
+        state.close()
     print(spec.dump_id)
     return 0
 
 
-def cmd_status(args, src, state_cfg, out_cfg) -> int:
-    state = make_state(state_cfg)
+def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
+    state = parts.state(state_cfg)
     source_id = src.get("id")
-    raw = state.get_value(f"status/{source_id}") if source_id else None
-    capture = json.loads(raw) if raw else None
-    if capture:
-        capture["age_s"] = round(time.time() - capture["updated_at"], 1)
-    checkpoint = state.get_checkpoint(source_id) if source_id else None
     leader = make_lease(state, source_id).leader() if source_id else None
-    live = (capture or {}).get("dumps") or {}  # rates and ETAs of the dumps the capture runs
-    dumps = [dict(d.to_dict((capture or {}).get("estimates")), **live.get(d.dump_id, {}))
-             for d in state.list_dumps(source_id)]
-    result = {
-        "source_id": source_id,
-        "checkpoint": checkpoint.encode() if checkpoint else None,
-        "leader": leader,
-        "lag_bytes": (capture or {}).get("lag_bytes"),
-        "lag_seconds": (capture or {}).get("lag_seconds"),
-        "events_per_s": (capture or {}).get("events_per_s"),
-        "warnings": (capture or {}).get("warnings") or [],
-        "capture": capture,
-        "dumps": dumps,
-    }
+    result = requests.read_status(state, source_id, leader)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return 0
+    capture = result["capture"]
     print(f"source {source_id}: checkpoint {result['checkpoint']}")
     if leader:
         print(f"  leader {leader['identity']} epoch {leader['epoch']}"
@@ -238,29 +202,19 @@ def cmd_status(args, src, state_cfg, out_cfg) -> int:
     return 0
 
 
-def cmd_control(args, src, state_cfg, out_cfg) -> int:
-    state = make_state(state_cfg)
-    dump = state.get_dump(args.dump_id)
-    c = dump.control
-    if args.command == "pause":
-        c = DumpControl(True, c.cancelled, c.chunk_size, c.delay_ms)
-    elif args.command == "resume":
-        c = DumpControl(False, c.cancelled, c.chunk_size, c.delay_ms)
-    elif args.command == "cancel":
-        c = DumpControl(c.paused, True, c.chunk_size, c.delay_ms)
-    else:
-        c = DumpControl(
-            c.paused, c.cancelled,
-            args.chunk_size if args.chunk_size is not None else c.chunk_size,
-            args.delay_ms if args.delay_ms is not None else c.delay_ms,
-        )
-    state.set_control(args.dump_id, c)
+def cmd_control(args, src, state_cfg, out_cfg, parts: Parts) -> int:
+    state = parts.state(state_cfg)
+    try:
+        c = requests.control_dump(state, args.dump_id, args.command,
+                                  getattr(args, "chunk_size", None), getattr(args, "delay_ms", None))
+    finally:
+        state.close()
     print(f"dump {args.dump_id}: paused={c.paused} cancelled={c.cancelled} chunk_size={c.chunk_size} delay_ms={c.delay_ms}")
     return 0
 
 
-def cmd_verify(args, src, state_cfg, out_cfg) -> int:
-    source, output = make_source(src), make_output(out_cfg)
+def cmd_verify(args, src, state_cfg, out_cfg, parts: Parts) -> int:
+    source, output = parts.source(src), parts.output(out_cfg)
     source.open()
     output.open()
     bad = 0
@@ -288,8 +242,7 @@ def cmd_verify(args, src, state_cfg, out_cfg) -> int:
         output.close()
     return 1 if bad else 0
 
-
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None, parts: Parts = Parts()) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -299,7 +252,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "capture": cmd_capture, "dump": cmd_dump, "status": cmd_status, "verify": cmd_verify,
             "pause": cmd_control, "resume": cmd_control, "cancel": cmd_control, "throttle": cmd_control,
         }[args.command]
-        return handler(args, src, state_cfg, out_cfg)
+        return handler(args, src, state_cfg, out_cfg, parts)
     except DBLogError as exc:
         print(f"dblog: error: {exc}", file=sys.stderr)
         return 2

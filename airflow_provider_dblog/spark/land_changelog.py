@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -106,8 +105,6 @@ class Lander:
         self.events = 0
         self.landed: set[tuple[str, str]] = set()
         self._mirror_keys: dict[str, Optional[list]] = {}
-        # A test hook: sleep after each table so a test can kill the job between two merges.
-        self._delay = float(os.environ.get("DBLOG_TEST_LAND_DELAY_S", "0") or 0)
 
     # -- one micro-batch ------------------------------------------------------------------
     def land_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -126,8 +123,6 @@ class Lander:
                 self.events += n
                 self.landed.add((source_id, table))
                 self.log(f"landed batch {batch_id}: {source_id} {table}: {n} events in {time.time() - t0:.1f} s")
-                if self._delay:
-                    time.sleep(self._delay)
         finally:
             batch.unpersist()
 
@@ -250,10 +245,12 @@ def list_mirrors(spark: SparkSession, mirrors: str) -> list[tuple[str, str, str]
 
 def land(spark: SparkSession, lake: str, source: Optional[str] = None, mirrors: Optional[str] = None,
          checkpoint: Optional[str] = None, max_files_per_batch: int = 1000, register: bool = True,
-         log=print) -> dict:
-    """Land every changelog version not landed yet (availableNow), then return run stats."""
+         log=print, lander_class: type[Lander] = Lander) -> dict:
+    """Land every changelog version not landed yet (availableNow), then return run stats.
+
+    ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table)."""
     lake = lake.rstrip("/")
-    lander = Lander(spark, lake, mirrors, register, log)
+    lander = lander_class(spark, lake, mirrors, register, log)
     checkpoint = checkpoint or f"{lander.mirrors}/_checkpoints/{source or '_all'}"
     t0 = time.time()
     stream = (spark.readStream.format("delta")
@@ -288,12 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) -> int:
     args = build_parser().parse_args(argv)
     spark = get_session("dblog-land-changelog", master=args.master)
     try:
         stats = land(spark, args.lake, args.source, args.mirrors, args.checkpoint,
-                     args.max_files_per_batch, not args.no_register, log=lambda m: print(m, flush=True))
+                     args.max_files_per_batch, not args.no_register, log=lambda m: print(m, flush=True),
+                     lander_class=lander_class)
     except mt.IncompatibleSchemaChange as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

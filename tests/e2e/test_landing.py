@@ -292,10 +292,9 @@ def test_killed_mid_job_then_landed_again(spark, tmp_path):
         log.append(*[log.ev(s, "c", {"id": k, "v": f"{s.table}-{k}"}) for k in range(30)])
         log.append(*[log.ev(s, "u", {"id": k, "v": "u"}) for k in range(0, 30, 3)], log.ev(s, "d", key=[1]))
     out = tmp_path / "job.log"
-    env = {**os.environ, "DBLOG_TEST_LAND_DELAY_S": "120", "PYTHONPATH": str(REPO),
-           "DBLOG_SPARK_JARS": spark_jars()}
-    with open(out, "w") as f:
-        job = subprocess.Popen([sys.executable, "-m", "airflow_provider_dblog.spark.land_changelog",
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DBLOG_SPARK_JARS": spark_jars()}
+    with open(out, "w") as f:  # the job, pausing 120 s between two tables' merges
+        job = subprocess.Popen([sys.executable, "-m", "tests.support.slow_landing", "--delay-s", "120", "--",
                                 "--lake", str(tmp_path)], stdout=f, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
     try:

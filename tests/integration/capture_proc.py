@@ -8,7 +8,25 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def dblog_command(config: Path, *args: str, faults: Sequence[str] = ()) -> list[str]:
+    """argv of ``dblog --config CONFIG ARGS``; with ``faults`` (options of
+    tests/support/faulty_dblog.py, e.g. ``("--window-delay-ms", "30")``) the same command
+    through the fault-injecting test entry point."""
+    if faults:
+        return [sys.executable, "-m", "tests.support.faulty_dblog", *faults, "--", "--config", str(config), *args]
+    return [sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(config), *args]
+
+
+def child_env() -> dict[str, str]:
+    """This environment, with the repository importable (tests.support) from any directory."""
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
 
 
 def write_config(path: Path, source: dict, state_path: Path, output_url: str) -> Path:
@@ -21,20 +39,19 @@ def write_config(path: Path, source: dict, state_path: Path, output_url: str) ->
 
 
 def dblog(config: Path, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(config), *args],
-        capture_output=True, text=True, timeout=timeout, env=os.environ.copy(),
-    )
+    proc = subprocess.run(dblog_command(config, *args), capture_output=True, text=True, timeout=timeout,
+                          env=child_env())
     if check and proc.returncode != 0:
         raise AssertionError(f"dblog {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
 class Capture:
-    """A ``dblog capture`` child process that can be SIGKILLed and restarted."""
+    """A ``dblog capture`` child process that can be SIGKILLed and restarted; ``faults``:
+    options of tests/support/faulty_dblog.py, applied to every start."""
 
-    def __init__(self, config: Path, log_path: Path, *extra: str):
-        self.config, self.log_path, self.extra = config, log_path, extra
+    def __init__(self, config: Path, log_path: Path, *extra: str, faults: Sequence[str] = ()):
+        self.config, self.log_path, self.extra, self.faults = config, log_path, extra, tuple(faults)
         self.proc: Optional[subprocess.Popen] = None
         self.kills = 0
         self.starts = 0
@@ -44,9 +61,8 @@ class Capture:
         log.write(f"\n=== start {self.starts} at {time.time():.3f}\n")
         log.flush()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(self.config), "capture",
-             "--status-interval", "1", *self.extra],
-            stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+            dblog_command(self.config, "capture", "--status-interval", "1", *self.extra, faults=self.faults),
+            stdout=log, stderr=subprocess.STDOUT, env=child_env(),
         )
         self.starts += 1
 

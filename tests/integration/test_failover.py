@@ -51,8 +51,9 @@ class Pair:
                                    self.state_url, f"delta://{self.lake}")
         self.state = make_state({"url": self.state_url})
 
-    def start(self, name: str) -> Capture:
-        cap = self.captures[name] = Capture(self.config, self.tmp_path / f"{name}.log", "--identity", name)
+    def start(self, name: str, faults: tuple[str, ...] = ()) -> Capture:
+        cap = self.captures[name] = Capture(self.config, self.tmp_path / f"{name}.log", "--identity", name,
+                                            faults=faults)
         cap.start()
         return cap
 

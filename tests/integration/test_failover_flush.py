@@ -1,15 +1,15 @@
 """SIGKILL of the leader in the middle of a writer flush (issue 5): the standby takes over,
 and nothing is lost or stale.
 
-The leader runs with DBLOG_TEST_WRITE_DELAY_MS, so each output commit takes a while (half
-before, half after the real write) and touches DBLOG_TEST_WRITE_MARKER when it begins; the
+The leader runs with a slow output (tests/support/faults.py, ``--write-delay-ms``), so each
+output commit takes a while (half before, half after the real write) and appends a line to a
+marker file (``--write-marker``) when it begins; the
 test kills it right after a flush began, i.e. before or just after that commit became
 durable but always before its checkpoint. The new leader must resume from the checkpoint,
 skip what the output already holds, finish the dump, and converge.
 """
 from __future__ import annotations
 
-import os
 import random
 import time
 
@@ -34,13 +34,7 @@ def _flushes(path) -> int:
 def test_sigkill_of_the_leader_during_a_writer_flush(pair, tmp_path):
     pair.setup(seed_rows=200)
     marker = tmp_path / "a-flushes"
-    os.environ["DBLOG_TEST_WRITE_DELAY_MS"] = str(DELAY_MS)
-    os.environ["DBLOG_TEST_WRITE_MARKER"] = str(marker)
-    try:
-        a = pair.start("a")  # the child copies the environment at start
-    finally:
-        os.environ.pop("DBLOG_TEST_WRITE_DELAY_MS")
-        os.environ.pop("DBLOG_TEST_WRITE_MARKER")
+    a = pair.start("a", faults=("--write-delay-ms", str(DELAY_MS), "--write-marker", str(marker)))
     wait_for(lambda: pair.leader_epoch("a") is not None, 90, "a to lead", a.assert_alive, detail=a.tail)
     b = pair.start("b")
     wait_for(lambda: "standby: a (epoch" in b.log_path.read_text(), 60, "b to wait as standby", b.assert_alive, detail=b.tail)

@@ -112,8 +112,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
         state = LocalStateStore(str(tmp_path / "state.db"))
         # Widen each chunk's window (SELECT .. HW) so concurrent writes land inside it often:
         # without the window's key removal this test then fails (checked by mutation).
-        os.environ["DBLOG_TEST_WINDOW_DELAY_MS"] = "30"
-        capture = Capture(config, tmp_path / "capture.log")
+        capture = Capture(config, tmp_path / "capture.log", faults=("--window-delay-ms", "30"))
         capture.start()
         wait_for(lambda: state.get_value(f"status/{source_id}") is not None, 90, "the capture to start", capture.assert_alive, detail=capture.tail)
 
@@ -194,7 +193,6 @@ def test_convergence_oracle(kind, seed, tmp_path):
     finally:
         if mid_land is not None and mid_land.poll() is None:
             mid_land.kill()
-        os.environ.pop("DBLOG_TEST_WINDOW_DELAY_MS", None)
         if capture is not None:
             capture.close()
         db.drop(source_id)

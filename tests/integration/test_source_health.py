@@ -26,6 +26,7 @@ from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.sources.mysql_log import decode_coord
 from airflow_provider_dblog.sources.postgres_log import commit_lsn_of, parse_lsn
 from airflow_provider_dblog.state.local import LocalStateStore
+from tests.support.faults import WideWindowSource
 
 from .capture_proc import dblog, wait_for, write_config
 from .databases import ADAPTERS
@@ -46,7 +47,7 @@ def db(request):
 class Capture:
     """An engine in a thread with a short heartbeat; ``error`` holds what stopped it."""
 
-    def __init__(self, db, tmp_path, **config):
+    def __init__(self, db, tmp_path, window_delay: float = 0.0, **config):
         self.db, self.source_id = db, db.source_id
         self.lake = f"delta://{tmp_path / 'lake'}"
         self.state = LocalStateStore(str(tmp_path / "state.db"))
@@ -54,8 +55,10 @@ class Capture:
                                         tmp_path / "state.db", self.lake)
         cfg = dict(status_interval=0.5, control_interval=0.1, heartbeat_interval=1.0)
         cfg.update(config)
-        self.engine = Engine(make_source(db.source_config(db.source_id)), make_output(self.lake), self.state,
-                             EngineConfig(**cfg))
+        source = make_source(db.source_config(db.source_id))
+        if window_delay:  # widen each chunk's window (SELECT .. HW)
+            source = WideWindowSource(source, window_delay)
+        self.engine = Engine(source, make_output(self.lake), self.state, EngineConfig(**cfg))
         self.stop_event, self.error = threading.Event(), None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
