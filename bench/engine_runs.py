@@ -189,7 +189,7 @@ class InProcessCapture(Capture):
 
         def check() -> None:
             self.check()
-            if not opened and self.engine._writer is not None:  # source and output are open
+            if not opened and self.engine.writer is not None:  # source and output are open
                 opened.append(time.perf_counter())
 
         wait_for(lambda: self.watch.position is not None, timeout, f"the sentinel row in {self.source_id}", check)

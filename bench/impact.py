@@ -85,7 +85,7 @@ def _phase(name: str, kind: str, db, load, sampler: LockSampler, o: dict, phase_
 
     # the engine's count of log events read (private; skipped if it is ever renamed)
     counted = cap is not None and hasattr(cap.engine, "_events_in")
-    ev0 = cap.engine._events_in if counted else 0
+    ev0 = cap.engine.events_in if counted else 0
     me = psutil.Process()
     sampler.set_phase(name)
     rlw0, cpu0, busy0 = row_lock_waits(db, kind), me.cpu_times(), psutil.cpu_times()
@@ -102,7 +102,7 @@ def _phase(name: str, kind: str, db, load, sampler: LockSampler, o: dict, phase_
     if rlw0 is not None:
         res["locks"]["innodb_row_lock_waits_server_wide"] = row_lock_waits(db, kind) - rlw0
     if counted:  # log events the capture read while the load ran, per event written
-        res["log_events_read_share"] = round((cap.engine._events_in - ev0) / max(1, 3 * res["transactions"]), 3)
+        res["log_events_read_share"] = round((cap.engine.events_in - ev0) / max(1, 3 * res["transactions"]), 3)
     res["bench_process_cores"] = round((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall, 2)
     idle = (busy1.idle + getattr(busy1, "iowait", 0)) - (busy0.idle + getattr(busy0, "iowait", 0))
     total = sum(busy1) - sum(busy0)

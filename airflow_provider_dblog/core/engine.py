@@ -4,16 +4,18 @@ One thread does everything that touches the source and the state store; the writ
 only talks to the output. Each turn of the loop:
 
 1. poll a batch of log items and pass them through the watermark window (Algorithm 1);
-2. hand the resulting stream to the writer, followed by a checkpoint marker;
+2. hand the resulting stream to the writer, followed by a ``LogCheckpoint`` marker;
 3. store the checkpoints and dump progress whose markers the writer completed (invariant 5);
-4. if no chunk is in flight and a dump wants one: LW, SELECT, HW (the only pause of log
-   processing, invariant 6), then open the window; its rows are emitted when HW comes by.
+4. if no chunk is in flight and the dump scheduler (core/scheduler.py) plans one: LW, SELECT,
+   HW (the only pause of log processing, invariant 6), then open the window; its rows are
+   emitted when HW comes by.
 
 While the captured tables are idle, a *heartbeat* (a watermark no window waits for) goes
 through the log every ``heartbeat_interval`` so the checkpoint, and PostgreSQL's slot with
-it, keeps moving. A lost source connection (server restart, killed session) does not stop
-the capture: the engine closes the source, waits with backoff, reopens it and reads the log
-again from where it was (``_reconnect``); only after ``reconnect_timeout`` does it fail.
+it, keeps moving. A lost source connection (``SourceUnavailable``: server restart, killed
+session) does not stop the capture: the engine closes the source, waits with backoff, reopens
+it and reads the log again from where it was (``_reconnect``); only after
+``reconnect_timeout`` does it fail.
 
 With a leader lease (invariant 7) the engine first waits as standby until it holds the lease,
 then runs with the lease's epoch; the lease is checked before every output commit and every
@@ -31,13 +33,16 @@ import uuid
 from typing import Any, Callable, Optional
 
 from .batch import DumpRows
-from .dumps import Dump, DumpStatus, TableProgress
-from .errors import DBLogError, PositionLostError, StaleEpochError
+from .dumps import TableProgress
+from .errors import DBLogError, PositionLostError, SourceUnavailable, StaleEpochError
+from .events import ChangeEvent, LogItem, Op, Position, SchemaEvent, TableSchema, split_key_update
 from .fencing import FencedOutput
-from .events import ChangeEvent, Op, Position, SchemaEvent, TableSchema, split_key_update
+from .markers import ChunkProgress, LogCheckpoint
 from .protocols import LeaderLease, Output, Source, StateStore
-from .watermark import ChunkAborted, ChunkDone, WatermarkWindow
-from .writer import Marker, Writer, WriterFailed
+from .requests import status_key
+from .scheduler import ChunkPlan, DumpScheduler
+from .watermark import ChunkAborted, ChunkDone, Emitted, WatermarkWindow
+from .writer import Writer, WriterFailed
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +57,6 @@ class EngineConfig:
     control_interval: float = 0.5  # seconds between reads of dump requests and controls
     status_interval: float = 5.0  # seconds between progress reports
     epoch: Optional[int] = None  # leader epoch written with every commit
-    # Fault injection for tests: sleep this long between the chunk SELECT and the HW write,
-    # widening the window in which concurrent writes must remove keys from the chunk.
-    window_delay: float = 0.0
     # Forget the checkpoint and start at the end of the log (after a lost position; a full
     # dump restores the state). Applied only once this instance holds the lease.
     reset_position: bool = False
@@ -65,19 +67,13 @@ class EngineConfig:
     reconnect_max_backoff: float = 10.0  # seconds between attempts at most (doubling from 0.5)
 
 
-@dataclasses.dataclass
-class _Chunk:
-    dump_id: str
-    table: str
-    progress: TableProgress  # the table's progress once this chunk is emitted (rows added at HW)
+@dataclasses.dataclass(frozen=True)
+class _OpenChunk:
+    """The window's context: which plan the chunk in flight belongs to, and the table's
+    progress once its rows are emitted (their count is added at HW)."""
 
-
-@dataclasses.dataclass
-class _ProgressDurable:
-    dump_id: str
-    table: str
+    plan: ChunkPlan
     progress: TableProgress
-    dump_done: bool
 
 
 class Engine:
@@ -87,9 +83,9 @@ class Engine:
         output: Output,
         state: StateStore,
         config: Optional[EngineConfig] = None,
-        on_progress: Optional[Callable[[dict], None]] = None,
+        on_progress: Optional[Callable[[dict[str, Any]], None]] = None,
         lease: Optional[LeaderLease] = None,
-        on_standby: Optional[Callable[[Optional[dict]], None]] = None,
+        on_standby: Optional[Callable[[Optional[dict[str, Any]]], None]] = None,
     ):
         self.source = source
         self.output = output
@@ -100,24 +96,18 @@ class Engine:
         self.on_standby = on_standby
         self.source_id = source.source_id
         self.window = WatermarkWindow()
+        self.scheduler = DumpScheduler(state, self.source_id, source.tables, source.estimate_rows,
+                                       self.config.control_interval)
         self.schemas: dict[str, TableSchema] = {}
         self.durable: Optional[Position] = None  # last checkpoint stored
         self.last_seen: Optional[Position] = None
+        self.events_in = 0  # log change events processed (the rate in status reports)
+        self.heartbeats = 0
+        self.reconnects = 0
+        self.writer: Optional[Writer] = None  # set once the source and output are open
         self._skip_until: Optional[Position] = None
-        self._progress: dict[str, dict[str, TableProgress]] = {}  # emitted (not yet durable)
-        self._emitted_done: set[str] = set()
-        self._dumps: list[Dump] = []
-        self._next_control = 0.0
-        self._next_chunk_at = 0.0
-        self._abort_backoff = 0.0
-        self._events_in = 0
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
-        self._estimates: dict[str, int] = {}  # table -> estimated rows, for dump percentages
-        self._writer: Optional[Writer] = None
         self._last_item_at = time.monotonic()  # when the log last gave us anything
-        self._heartbeats = 0
-        self._reconnects = 0
-        self._dump_rate: dict[str, tuple[float, int]] = {}  # dump id -> (first seen, rows then)
         self._warned: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -139,13 +129,12 @@ class Engine:
             raise
         except WriterFailed as exc:
             # The output's own refusal (a newer epoch) or a lease check in the writer thread.
-            if isinstance(exc.__cause__, DBLogError):
-                raise self._lease_error_or(exc.__cause__) from exc.__cause__
-            raise self._lease_error_or(exc)
+            cause = exc.__cause__ if isinstance(exc.__cause__, DBLogError) else exc
+            raise self._lease_error_or(cause) from cause
         except Exception as exc:
             # A deposed leader usually fails elsewhere first (its source connection was taken
             # over, say): report the real cause, the lost lease, when that is what happened.
-            raise self._lease_error_or(exc)
+            raise self._lease_error_or(exc) from exc
         finally:
             if self.lease is not None:
                 self.lease.release()
@@ -157,8 +146,9 @@ class Engine:
             except StaleEpochError as lost:
                 lost.__cause__ = exc
                 return lost
-            except Exception:  # the coordinator is unreachable: keep the original error
-                pass
+            except Exception as unreachable:
+                log.warning("capture of %s: could not ask the coordinator whether the lease is still "
+                            "held (%s); reporting the original error", self.source_id, unreachable)
         return exc
 
     def _fence(self) -> None:
@@ -169,7 +159,7 @@ class Engine:
     def _run(self, stop: threading.Event, deadline: Optional[float]) -> None:
         self.source.open()
         self.output.open()
-        writer = self._writer = Writer(
+        writer = self.writer = Writer(
             self.output,
             max_buffer=self.config.writer_buffer,
             max_batch=self.config.writer_batch,
@@ -188,21 +178,18 @@ class Engine:
                     self._apply_durable(writer)
                     self._dump_step(writer)
                     self._heartbeat_step()
-                except Exception as exc:
-                    if not self._is_connection_error(exc):
-                        raise
+                except SourceUnavailable as exc:
                     self._reconnect(exc, stop)
                     continue
                 now = time.monotonic()
                 if now >= next_status:
-                    rate = (self._events_in - n0) / max(now - t0, 1e-9)
-                    self._report(rate)
-                    t0, n0, next_status = now, self._events_in, now + self.config.status_interval
+                    self._report((self.events_in - n0) / max(now - t0, 1e-9))
+                    t0, n0, next_status = now, self.events_in, now + self.config.status_interval
             writer.close()
             self._apply_durable(writer)
             self._report(0.0)
         finally:
-            if writer._thread.is_alive():
+            if writer.running():
                 try:
                     writer.close(timeout=30)
                 except Exception:  # already failing: keep the original error
@@ -216,18 +203,25 @@ class Engine:
             log.warning("capture of %s: checkpoint reset, starting at the end of the log", self.source_id)
         checkpoint = self.state.get_checkpoint(self.source_id)
         self.durable = checkpoint
-        out_last = self.output.last_position(self.source_id)
         # Events up to here are durable already (the output may be ahead of the checkpoint
         # after a crash between its commit and the checkpoint write).
-        self._skip_until = max(p for p in (checkpoint, out_last) if p is not None) if (checkpoint or out_last) else None
+        known = [p for p in (checkpoint, self.output.last_position(self.source_id)) if p is not None]
+        self._skip_until = max(known) if known else None
         for table in self.source.tables():
-            schema = self.source.table_schema(table)
-            self.schemas[table] = schema
-            writer.put(schema)
+            self._schema(table, writer)
         writer.start()
         self.source.start_log(checkpoint, from_end=self.config.reset_position and checkpoint is None)
         self._last_item_at = time.monotonic()
         log.info("capture of %s started at %s", self.source_id, checkpoint or "the source's bookmark (no checkpoint)")
+
+    def _schema(self, table: str, writer: Writer) -> TableSchema:
+        """The table's schema, read from the source (and handed to the writer, which registers
+        it with the output) on first use; RequestError for an unknown table."""
+        schema = self.schemas.get(table)
+        if schema is None:
+            schema = self.schemas[table] = self.source.table_schema(table)
+            writer.put(schema)
+        return schema
 
     # -- heartbeats and reconnects ------------------------------------------------------------
     def _heartbeat_step(self) -> None:
@@ -238,22 +232,16 @@ class Engine:
         if not interval or self.window.busy or time.monotonic() - self._last_item_at < interval:
             return
         self.source.write_watermark(uuid.uuid4().hex)
-        self._heartbeats += 1
+        self.heartbeats += 1
         self._last_item_at = time.monotonic()
 
-    def _is_connection_error(self, exc: BaseException) -> bool:
-        if isinstance(exc, (PositionLostError, StaleEpochError, WriterFailed)):
-            return False
-        classify = getattr(self.source, "is_connection_error", None)
-        return bool(classify is not None and classify(exc))
-
-    def _reconnect(self, exc: BaseException, stop: threading.Event) -> None:
+    def _reconnect(self, exc: SourceUnavailable, stop: threading.Event) -> None:
         """Close the source, wait with backoff, reopen it and read the log again from the last
         position handed to the writer. The writer keeps what it has (it does not depend on
         the source); an open chunk window is abandoned and its chunk selected again, its
         watermarks arriving later are stale and dropped. Events up to ``last_seen`` are
         dropped when delivered again."""
-        self._reconnects += 1
+        self.reconnects += 1
         self.window.abandon()
         resume = max((p for p in (self.durable, self.last_seen) if p is not None), default=None)
         if resume is not None:
@@ -264,8 +252,8 @@ class Engine:
         while True:
             try:
                 self.source.close()
-            except Exception:  # already broken
-                pass
+            except Exception as broken:  # noqa: BLE001 - the connection is broken already
+                log.debug("closing the lost source connection: %s", broken)
             if stop.wait(delay):
                 raise last  # stopping: nothing more to read
             self._fence()  # the lease may have moved on while we were cut off
@@ -274,21 +262,21 @@ class Engine:
                 # Without any position yet, the source resumes from its own bookmark (the
                 # PostgreSQL slot; MySQL's first start position): nothing is skipped.
                 self.source.start_log(resume)
-            except Exception as err:
-                if not self._is_connection_error(err):
-                    raise
+            except SourceUnavailable as err:
                 last = err
-                if time.monotonic() + delay > deadline:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise DBLogError(
                         f"lost the connection to source {self.source_id} and could not reconnect "
-                        f"within {self.config.reconnect_timeout:.0f} s (last error: {err}).",
+                        f"within {self.config.reconnect_timeout:.0f} s (last error: {err.cause}).",
                         "check that the database is up and reachable; a restarted capture resumes "
                         "from its checkpoint without loss.",
                     ) from err
-                delay = min(delay * 2, self.config.reconnect_max_backoff)
+                # The last attempt comes at the deadline, not a whole backoff before it.
+                delay = min(delay * 2, self.config.reconnect_max_backoff, remaining)
                 continue
             self._last_item_at = time.monotonic()
-            self._next_control = 0.0
+            self.scheduler.wake()
             log.warning("capture of %s: reconnected, reading the log after %s", self.source_id,
                         resume or "the source's bookmark")
             return
@@ -313,7 +301,7 @@ class Engine:
                 continue  # delivered again after a restart; already durable
             last = pos
             if isinstance(item, ChangeEvent):
-                self._events_in += 1
+                self.events_in += 1
                 if item.commit_ts is not None:
                     self._last_commit_ts = item.commit_ts
                 for ev in self._split(item) if item.op is Op.UPDATE else (item,):
@@ -323,14 +311,15 @@ class Engine:
                     else:
                         out.extend(self._emit(emitted))
             else:
-                out.extend(self._emit(self.window.process(item)))
+                out.extend(self._emit(process(item)))
         if last is not None:
             self.last_seen = last
-            out.append(Marker(("log", last)))
+            out.append(LogCheckpoint(last))
         writer.put_many(out)
 
     def _split(self, ev: ChangeEvent) -> list[ChangeEvent]:
-        if ev.op is Op.UPDATE and ev.before is not None:
+        """A primary-key update is a delete of the old key and an upsert of the new one."""
+        if ev.before is not None:
             schema = self.schemas.get(ev.table)
             if schema is not None and all(c in ev.before for c in schema.key):
                 old = schema.key_of(ev.before)
@@ -338,131 +327,60 @@ class Engine:
                     return split_key_update(ev, old)
         return [ev]
 
-    def _emit(self, emitted: list) -> list[Any]:
+    def _emit(self, emitted: list[Emitted]) -> list[Any]:
         out: list[Any] = []
         for em in emitted:
             if isinstance(em, ChangeEvent):
                 out.append(em)
             elif isinstance(em, ChunkDone):
                 out.extend(self._chunk_done(em))
-            elif isinstance(em, ChunkAborted):
-                log.info("chunk of %s selected again: %s", em.context.table, em.reason)
+            else:
+                log.info("chunk of %s selected again: %s", em.context.plan.table, em.reason)
         return out
 
-    # -- dumps ----------------------------------------------------------------------------
+    # -- dump chunks ------------------------------------------------------------------------
     def _chunk_done(self, done: ChunkDone) -> list[Any]:
-        ctx: _Chunk = done.context
-        schema = self.schemas[ctx.table]
+        chunk: _OpenChunk = done.context
+        plan = chunk.plan
         # One block for the chunk's rows (subs 1..n at HW), not an event per row.
-        rows = DumpRows(self.source_id, ctx.table, ctx.dump_id, schema.schema_id(), done.hw, 1, done.keys, done.rows)
-        p = dataclasses.replace(ctx.progress, rows=ctx.progress.rows + len(rows))
-        tables = self._progress.setdefault(ctx.dump_id, {})
-        tables[ctx.table] = p
-        dump = self._find_dump(ctx.dump_id)
-        dump_done = dump is not None and self._next_table(dump) is None
-        if dump_done:
-            self._emitted_done.add(ctx.dump_id)
-        delay = dump.control.delay_ms if dump else 0
-        self._next_chunk_at = time.monotonic() + delay / 1000.0
-        return [rows, Marker(_ProgressDurable(ctx.dump_id, ctx.table, p, dump_done))]
-
-    def _refresh_dumps(self) -> None:
-        now = time.monotonic()
-        if now < self._next_control:
-            return
-        self._next_control = now + self.config.control_interval
-        self._dumps = [d for d in self.state.list_dumps(self.source_id) if not d.status.finished]
-        for d in self._dumps:
-            for t in self._tables_of(d):
-                if t not in self._estimates:
-                    try:
-                        self._estimates[t] = self.source.estimate_rows(t)
-                    except DBLogError:
-                        self._estimates[t] = 0  # unknown table: the dump fails with the reason
-            known = self._progress.setdefault(d.dump_id, {})
-            for t, p in d.progress.items():  # durable progress from an earlier run
-                if t not in known or known[t].chunks < p.chunks:
-                    known[t] = p
-
-    def _find_dump(self, dump_id: str) -> Optional[Dump]:
-        return next((d for d in self._dumps if d.dump_id == dump_id), None)
-
-    def _tables_of(self, dump: Dump) -> list[str]:
-        return list(dump.spec.tables) if dump.spec.tables else self.source.tables()
-
-    def _next_table(self, dump: Dump) -> Optional[str]:
-        return dump.next_table(self.source.tables(), self._progress.get(dump.dump_id, {}))
+        rows = DumpRows(self.source_id, plan.table, plan.dump_id, self.schemas[plan.table].schema_id(),
+                        done.hw, 1, done.keys, done.rows)
+        return [rows, self.scheduler.emitted(plan, chunk.progress, len(rows))]
 
     def _dump_step(self, writer: Writer) -> None:
         if self.window.busy:
             return
-        self._refresh_dumps()
-        for dump in self._dumps:
-            if dump.dump_id in self._emitted_done:
-                continue
-            if dump.control.cancelled:
-                self.state.set_status(dump.dump_id, DumpStatus.CANCELLED)
-                self._emitted_done.add(dump.dump_id)
-                continue
-            if dump.control.paused:
-                if dump.status is not DumpStatus.PAUSED:
-                    self.state.set_status(dump.dump_id, DumpStatus.PAUSED)
-                    self._next_control = 0.0
-                continue
-            if time.monotonic() < self._next_chunk_at:
-                return
-            if dump.status is not DumpStatus.RUNNING:
-                self.state.set_status(dump.dump_id, DumpStatus.RUNNING)
-                self._next_control = 0.0
-            try:
-                self._select_chunk(dump)
-            except DBLogError as exc:
-                if self._is_connection_error(exc):
-                    raise  # the source is gone for a moment, the request is fine
-                # A bad request (unknown table, malformed key) fails that dump, not the capture.
-                log.error("dump %s failed: %s", dump.dump_id, exc)
-                self.state.set_status(dump.dump_id, DumpStatus.FAILED, str(exc))
-                self._emitted_done.add(dump.dump_id)
-                continue
-            return  # one chunk at a time
-
-    def _select_chunk(self, dump: Dump) -> None:
-        table = self._next_table(dump)
-        if table is None:
+        plan = self.scheduler.next_chunk()
+        if plan is None:
             return
-        if table not in self.schemas:
-            self.schemas[table] = self.source.table_schema(table)  # RequestError if unknown
-            self._writer.put(self.schemas[table])
-        schema = self.schemas[table]
-        p = self._progress.setdefault(dump.dump_id, {}).get(table, TableProgress())
-        size = dump.control.chunk_size
+        try:
+            self._select_chunk(plan, writer)
+        except SourceUnavailable:
+            raise  # the source is gone for a moment, the request is fine
+        except DBLogError as exc:
+            self.scheduler.failed(plan, exc)  # a bad request fails that dump, not the capture
+
+    def _select_chunk(self, plan: ChunkPlan, writer: Writer) -> None:
+        schema = self._schema(plan.table, writer)
         lw, hw = uuid.uuid4().hex, uuid.uuid4().hex
         # Log processing is paused from here to the HW write (invariant 6).
         self.source.write_watermark(lw)
-        if dump.spec.keys is not None:
-            batch = dump.spec.keys[p.keys_done : p.keys_done + size]
-            result = self.source.select_keys(schema, batch) if batch else None
-            keys_done = p.keys_done + len(batch)
-            new = TableProgress(p.last_key, p.rows, p.chunks + 1, keys_done >= len(dump.spec.keys), keys_done)
+        if plan.keys is None:
+            result = self.source.select_chunk(schema, plan.start.last_key, plan.size)
+        elif plan.keys:
+            result = self.source.select_keys(schema, plan.keys)
         else:
-            result = self.source.select_chunk(schema, p.last_key, size)
-            last_key = schema.key_of(result.rows[-1]) if result.rows else p.last_key
-            new = TableProgress(last_key, p.rows, p.chunks + 1, len(result.rows) < size, 0)
-        if self.config.window_delay:
-            time.sleep(self.config.window_delay)
+            result = None
         self.source.write_watermark(hw)
-        rows = zip(schema.keys_of(result.rows), result.rows) if result else ()
-        invisible = result.invisible_txids if result else frozenset()
-        ctx = _Chunk(dump.dump_id, table, new)
-        aborted = [em for em in self.window.open(lw, hw, table, rows, invisible, ctx) if isinstance(em, ChunkAborted)]
+        selected = result.rows if result is not None else []
+        invisible = result.invisible_txids if result is not None else frozenset()
+        chunk = _OpenChunk(plan, plan.progress_after(selected, schema))
+        opened = self.window.open(lw, hw, plan.table, zip(schema.keys_of(selected), selected), invisible, chunk)
+        aborted = [em for em in opened if isinstance(em, ChunkAborted)]
         if aborted:
-            # The transaction is about to become visible; back off (20 ms doubling to 1 s) so
-            # that re-selecting does not spin on LW/HW writes while it does.
-            self._abort_backoff = min(1.0, max(0.02, self._abort_backoff * 2))
-            self._next_chunk_at = time.monotonic() + self._abort_backoff
-            log.info("chunk of %s will be selected again in %.2f s: %s", table, self._abort_backoff, aborted[0].reason)
+            self.scheduler.aborted(plan.table, aborted[0].reason)
         else:
-            self._abort_backoff = 0.0
+            self.scheduler.opened()
 
     # -- durability ------------------------------------------------------------------------
     def _apply_durable(self, writer: Writer) -> None:
@@ -471,26 +389,24 @@ class Engine:
             return
         last_log: Optional[Position] = None
         self._fence()  # a deposed leader must not move checkpoints or dump progress
-        for payload in done:
-            if isinstance(payload, _ProgressDurable):
-                self.state.save_progress(payload.dump_id, payload.table, payload.progress)
-                if payload.dump_done:
-                    self.state.set_status(payload.dump_id, DumpStatus.DONE)
-                    self._next_control = 0.0
-            else:
-                last_log = payload[1]
+        for marker in done:
+            if isinstance(marker, ChunkProgress):
+                self.scheduler.durable(marker)
+            elif isinstance(marker, LogCheckpoint):
+                last_log = marker.position
         if last_log is not None:
             self.state.set_checkpoint(self.source_id, last_log)
             self.durable = last_log
             self.source.acknowledge(last_log)
 
     # -- reporting ---------------------------------------------------------------------------
-    def status(self, rate: float) -> dict:
+    def status(self, rate: float) -> dict[str, Any]:
         try:
             src = self.source.log_status()
         except PositionLostError:
             raise  # the slot was dropped or invalidated under us: stop with the fix
-        except Exception as exc:  # status must never stop the capture otherwise
+        except Exception as exc:  # noqa: BLE001 - a report must never stop the capture
+            log.warning("capture of %s: the source's log status is unavailable: %s", self.source_id, exc)
             src = {"error": str(exc)}
         return {
             "source_id": self.source_id,
@@ -499,40 +415,21 @@ class Engine:
             "position": self.last_seen.encode() if self.last_seen else None,
             "checkpoint": self.durable.encode() if self.durable else None,
             "events_per_s": round(rate, 1),
-            "events_total": self._events_in,
-            "buffered": self._writer.buffered() if self._writer else 0,
+            "events_total": self.events_in,
+            "buffered": self.writer.buffered() if self.writer else 0,
             "window": self.window.state.value,
             # seconds between the newest processed commit and now (0 when the log is idle)
             "lag_seconds": round(max(0.0, time.time() - self._last_commit_ts / 1e6), 3)
             if self._last_commit_ts and rate > 0 else 0.0,
             "lag_bytes": src.get("lag_bytes"),  # log bytes written but not yet read
             "warnings": list(src.get("warnings") or []),
-            "heartbeats": self._heartbeats,
-            "reconnects": self._reconnects,
-            "dumps": self._dump_health(),
-            "estimates": self._estimates,
+            "heartbeats": self.heartbeats,
+            "reconnects": self.reconnects,
+            "dumps": self.scheduler.health(),
+            "estimates": self.scheduler.estimates,
             "leader": {"identity": self.lease.identity, "epoch": self.config.epoch} if self.lease else None,
             "log": src,
         }
-
-    def _dump_health(self) -> dict:
-        """Per running dump: rows so far, estimated total, rows/s since this engine saw it
-        first, and the ETA that gives (None while unknown)."""
-        out = {}
-        now = time.monotonic()
-        for d in self._dumps:
-            if d.dump_id in self._emitted_done:
-                continue
-            progress = self._progress.get(d.dump_id, {})
-            rows = sum(p.rows for p in progress.values())
-            total = len(d.spec.keys) if d.spec.keys is not None else \
-                sum(self._estimates.get(t, 0) for t in self._tables_of(d))
-            t0, rows0 = self._dump_rate.setdefault(d.dump_id, (now, rows))
-            rate = (rows - rows0) / (now - t0) if now > t0 else 0.0
-            eta = round(max(0, total - rows) / rate, 1) if rate > 0 and total else None
-            out[d.dump_id] = {"rows": rows, "estimated_total": total, "rows_per_s": round(rate, 1),
-                              "eta_seconds": eta, "paused": d.control.paused}
-        return out
 
     def _report(self, rate: float) -> None:
         st = self.status(rate)
@@ -540,6 +437,6 @@ class Engine:
             if w not in self._warned:  # once per distinct warning, not every report
                 log.warning("capture of %s: %s", self.source_id, w)
         self._warned = set(st["warnings"])
-        self.state.put_value(f"status/{self.source_id}", json.dumps(st, default=str))
+        self.state.put_value(status_key(self.source_id), json.dumps(st, default=str))
         if self.on_progress:
             self.on_progress(st)

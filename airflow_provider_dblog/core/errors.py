@@ -34,3 +34,22 @@ class PositionLostError(DBLogError):
 
 class StaleEpochError(DBLogError):
     """A deposed leader tried to write (DESIGN invariant 7)."""
+
+
+class SourceUnavailable(DBLogError):
+    """The connection to the source was lost or refused for a moment (server restart, killed
+    session, network blip). Sources raise it for transient losses only; the engine reconnects
+    with backoff and resumes from its last position."""
+
+    def __init__(self, cause: str, fix: str = ""):
+        super().__init__(
+            cause,
+            fix or "check that the database is up and reachable; the capture reconnects by itself "
+            "and a restarted capture resumes from its checkpoint without loss.",
+        )
+
+
+class WatermarkSequenceError(RuntimeError):
+    """The log showed watermarks in an order Algorithm 1 rules out (a high watermark before
+    its low one), or the engine opened a second window: a bug or a tampered watermark table,
+    never a user error, so the capture stops instead of emitting a chunk it cannot trust."""

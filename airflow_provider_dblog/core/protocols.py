@@ -30,6 +30,10 @@ class ChunkResult:
 class Source(Protocol):
     source_id: str
 
+    # Every method that talks to the server raises SourceUnavailable (core/errors.py) for a
+    # lost or refused connection that a reconnect can cure; the engine then reopens the source
+    # and resumes from its last position. Anything else stops the capture (or fails a dump).
+
     def open(self) -> None:
         """Connect and validate the configuration; raise ConfigurationError with the fix.
 
@@ -70,11 +74,6 @@ class Source(Protocol):
 
     def log_status(self) -> dict:
         """The source's current log head and how far behind the reader is."""
-
-    def is_connection_error(self, exc: BaseException) -> bool:
-        """True when ``exc`` means the connection to the server was lost (the engine then
-        reconnects with backoff and resumes from its last position); False for anything a
-        retry cannot fix (authentication, configuration, lost log position)."""
 
     def close(self) -> None: ...
 

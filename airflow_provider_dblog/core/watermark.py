@@ -25,6 +25,7 @@ import dataclasses
 import enum
 from typing import Any, Iterable, Optional, Union
 
+from .errors import WatermarkSequenceError
 from .events import ChangeEvent, Key, Position, Row, WatermarkEvent
 
 
@@ -88,7 +89,7 @@ class WatermarkWindow:
     ) -> list[Emitted]:
         """Register a selected chunk whose LW and HW are committed but not yet processed."""
         if self.busy:
-            raise RuntimeError("a chunk window is already open; wait for its high watermark")
+            raise WatermarkSequenceError("a chunk window is already open; wait for its high watermark")
         if lw == hw:
             raise ValueError("low and high watermark must differ")
         seen = [t for t in invisible_txids if t in self._recent]
@@ -124,7 +125,7 @@ class WatermarkWindow:
             return [done]
         if self.state is WindowState.AWAITING_LW and wm.uuid == self._hw:
             # LW is committed before HW, so the log cannot show HW first.
-            raise RuntimeError(f"high watermark {wm.uuid} seen before its low watermark")
+            raise WatermarkSequenceError(f"high watermark {wm.uuid} seen before its low watermark")
         return []  # a watermark of an abandoned window (crash, restart): drop it
 
     def abandon(self) -> None:

@@ -7,7 +7,7 @@ makes each durable with one ``Output.write`` call. Items:
 * ``DumpRows``     a chunk's rows, written in order as one block (split across batches
                    when bigger than ``max_batch``);
 * ``TableSchema``  registered with the output before any later event (schema store);
-* ``Marker``       completed once everything handed over before it is durable. The engine
+* ``Marker``       (core/markers.py) completed once everything handed over before it is durable. The engine
                    stores checkpoints and dump progress only from completed markers
                    (invariant 5: a checkpoint never runs ahead of the output).
 
@@ -17,7 +17,6 @@ slows the log reader instead of growing memory without bound.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import threading
 import time
@@ -26,14 +25,10 @@ from typing import Any, Iterable, Optional
 from .errors import StaleEpochError
 from .batch import DumpRows, EventBatch
 from .events import ChangeEvent, TableSchema
+from .markers import Marker
 from .protocols import Output
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class Marker:
-    payload: Any
 
 
 class WriterFailed(RuntimeError):
@@ -92,16 +87,20 @@ class Writer:
     def put(self, item: Any) -> None:
         self.put_many([item])
 
-    def completed(self) -> list[Any]:
-        """Payloads of markers that became durable since the last call, in order."""
+    def completed(self) -> list[Marker]:
+        """Markers that became durable since the last call, in order."""
         self._raise_if_failed()
-        out = []
+        out: list[Marker] = []
         while self._completed:
             out.append(self._completed.popleft())
         return out
 
     def buffered(self) -> int:
         return self._buffered_events
+
+    def running(self) -> bool:
+        """True while the writer thread is alive (started and not yet stopped or failed)."""
+        return self._thread.is_alive()
 
     def close(self, timeout: float = 60.0) -> None:
         """Flush what is buffered and stop the thread."""
@@ -124,7 +123,7 @@ class Writer:
                 batch, schemas, markers, stop = self._take_batch()
                 if batch or schemas or markers:
                     self._flush(batch, schemas)
-                    self._completed.extend(m.payload for m in markers)
+                    self._completed.extend(markers)
                 if stop:
                     return
         except BaseException as exc:  # surfaced to the engine thread by put/completed

@@ -5,11 +5,11 @@ import pytest
 
 from airflow_provider_dblog.core.batch import DumpRows, EventBatch, spans_of
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Origin, Position
-from airflow_provider_dblog.core.writer import Marker, Writer
+from airflow_provider_dblog.core.writer import Writer
 from airflow_provider_dblog.outputs._common import Bookkeeping
 from airflow_provider_dblog.outputs.delta import changelog_batch
 
-from .test_writer import MemoryOutput, drain
+from .test_writer import MemoryOutput, Tag, drain
 
 HW = Position("0000000000000A00", 0)
 
@@ -84,7 +84,7 @@ def test_writer_splits_a_block_bigger_than_a_batch_and_keeps_order_and_markers()
     w = Writer(out, max_buffer=1000, max_batch=4, flush_interval=0.01)
     w.start()
     b = block(10)
-    w.put_many([log_ev("0000000000000900", 9), b, Marker("chunk"), log_ev("0000000000000B00", 1), Marker("end")])
+    w.put_many([log_ev("0000000000000900", 9), b, Tag("chunk"), log_ev("0000000000000B00", 1), Tag("end")])
     assert drain(w, 2) == ["chunk", "end"]
     w.close()
     assert sum(len(x) for x in out.batches) == 12

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_dblog.core.errors import WatermarkSequenceError
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, WatermarkEvent
 from airflow_provider_dblog.core.watermark import ChunkAborted, ChunkDone, WatermarkWindow, WindowState
 
@@ -206,7 +207,7 @@ def test_stale_watermarks_are_dropped_and_never_emitted():
 def test_high_watermark_before_low_is_a_bug():
     w = WatermarkWindow()
     w.open("lw", "hw", T, [], context=None)
-    with pytest.raises(RuntimeError, match="before its low watermark"):
+    with pytest.raises(WatermarkSequenceError, match="before its low watermark"):
         w.process(WatermarkEvent("hw", pos(0)))
 
 
@@ -228,5 +229,5 @@ def test_delete_and_update_in_window_remove_keys_other_tables_do_not():
 def test_window_cannot_open_twice():
     w = WatermarkWindow()
     w.open("a", "b", T, [], context=None)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(WatermarkSequenceError):
         w.open("c", "d", T, [], context=None)

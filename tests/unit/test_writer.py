@@ -1,4 +1,5 @@
 """The writer with a pure in-memory output (no I/O): order, markers, backpressure, retry."""
+import dataclasses
 import threading
 import time
 
@@ -6,7 +7,8 @@ import pytest
 
 from airflow_provider_dblog.core.errors import StaleEpochError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Position, TableSchema
-from airflow_provider_dblog.core.writer import Marker, Writer, WriterFailed
+from airflow_provider_dblog.core.markers import Marker
+from airflow_provider_dblog.core.writer import Writer, WriterFailed
 
 
 def ev(i):
@@ -33,10 +35,18 @@ class MemoryOutput:
             self.last = fresh[-1].position
 
 
+@dataclasses.dataclass(frozen=True)
+class Tag(Marker):
+    """A marker that only names itself, to see which markers completed and in what order."""
+
+    name: object
+
+
 def drain(w, want, timeout=10):
+    """The names of the markers completed within ``timeout``, in order."""
     got, end = [], time.time() + timeout
     while len(got) < want and time.time() < end:
-        got += w.completed()
+        got += [m.name for m in w.completed()]
         time.sleep(0.01)
     return got
 
@@ -50,7 +60,7 @@ def test_order_batches_and_markers_after_durability():
     for i in range(30):
         w.put(ev(i))
         if i % 10 == 9:
-            w.put(Marker(i))
+            w.put(Tag(i))
     assert drain(w, 3) == [9, 19, 29]
     w.close()
     flat = [e.key[0] for b in out.batches for e in b]
@@ -64,7 +74,7 @@ def test_marker_waits_for_the_commit():
     out = MemoryOutput(gate=gate)
     w = Writer(out, flush_interval=0.01)
     w.start()
-    w.put_many([ev(1), Marker("m")])
+    w.put_many([ev(1), Tag("m")])
     time.sleep(0.2)
     assert w.completed() == []  # output has not returned yet: not durable
     gate.set()
@@ -87,9 +97,9 @@ def test_flush_deadline_counts_from_arrival_not_from_pickup():
     out = Timed(gate=gate)
     w = Writer(out, max_batch=2, flush_interval=1.0)
     w.start()
-    w.put_many([ev(1), ev(2), Marker("first")])  # a full batch flushes at once: the write blocks
+    w.put_many([ev(1), ev(2), Tag("first")])  # a full batch flushes at once: the write blocks
     time.sleep(0.2)
-    w.put_many([ev(3), Marker("second")])  # arrives during the blocked commit (batch not full)
+    w.put_many([ev(3), Tag("second")])  # arrives during the blocked commit (batch not full)
     time.sleep(1.5)  # longer than flush_interval: ev(2) is overdue when the commit ends
     gate.set()
     assert drain(w, 2) == ["first", "second"]
@@ -125,7 +135,7 @@ def test_retry_after_failure_writes_nothing_twice():
     out = MemoryOutput(fail_times=2)
     w = Writer(out, flush_interval=0.01)
     w.start()
-    w.put_many([ev(i) for i in range(5)] + [Marker("ok")])
+    w.put_many([ev(i) for i in range(5)] + [Tag("ok")])
     assert drain(w, 1) == ["ok"]
     w.close()
     assert [e.key[0] for b in out.batches for e in b] == list(range(5))

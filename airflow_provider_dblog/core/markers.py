@@ -1,0 +1,35 @@
+"""What the writer hands back once everything put before it is durable (invariant 5).
+
+The engine puts a marker into the writer's stream after the items it covers; ``Writer.completed``
+returns it only after the output acknowledged all of them. Only then are the checkpoint and
+the dump progress it carries stored.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .dumps import TableProgress
+from .events import Position
+
+
+class Marker:
+    """Base class of everything the writer completes; carries no data of its own."""
+
+    __slots__ = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogCheckpoint(Marker):
+    """The log is durable up to ``position``: store it as the source's checkpoint."""
+
+    position: Position
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChunkProgress(Marker):
+    """A chunk's rows are durable: store the table's progress (and finish the dump)."""
+
+    dump_id: str
+    table: str
+    progress: TableProgress
+    dump_done: bool

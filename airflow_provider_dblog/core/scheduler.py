@@ -1,0 +1,208 @@
+"""The dump scheduler: which dump gets the next chunk, and when (beside the log loop).
+
+The engine asks ``next_chunk`` whenever no chunk window is open. The scheduler reads the dump
+requests and their controls from the state store (every ``control_interval``), moves each dump
+through its lifecycle (running, paused, cancelled, failed, done), paces the chunks (the dump's
+delay; a back-off after an aborted chunk) and keeps each table's progress twice:
+
+* *emitted*: a chunk's rows went to the writer (what the next chunk continues from);
+* *durable*: the writer completed the chunk's marker; only then is the progress stored
+  (invariant 5), so a restart continues from the last durable chunk.
+
+It does no source I/O of its own: the engine selects the chunk the plan describes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from .dumps import Dump, DumpStatus, TableProgress
+from .errors import DBLogError
+from .events import Key, Row, TableSchema
+from .markers import ChunkProgress
+from .protocols import StateStore
+
+log = logging.getLogger(__name__)
+
+# After an aborted chunk: wait 20 ms, doubling up to 1 s, before selecting again.
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.02, 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkPlan:
+    """The next chunk of one table of one dump: a key range after ``start.last_key`` (at most
+    ``size`` rows), or, for a key-list dump, exactly ``keys``."""
+
+    dump_id: str
+    table: str
+    start: TableProgress  # the table's emitted progress before this chunk
+    size: int
+    keys: Optional[tuple[Key, ...]] = None
+    keys_total: int = 0  # key-list dumps: how many keys the request lists
+
+    def progress_after(self, rows: Sequence[Row], schema: TableSchema) -> TableProgress:
+        """The table's progress once this chunk's rows (as selected) are emitted; the rows
+        themselves are counted when the chunk's high watermark arrives."""
+        p = self.start
+        if self.keys is not None:
+            done = p.keys_done + len(self.keys)
+            return TableProgress(p.last_key, p.rows, p.chunks + 1, done >= self.keys_total, done)
+        last_key = schema.key_of(rows[-1]) if rows else p.last_key
+        return TableProgress(last_key, p.rows, p.chunks + 1, len(rows) < self.size, 0)
+
+
+class DumpScheduler:
+    def __init__(
+        self,
+        state: StateStore,
+        source_id: str,
+        all_tables: Callable[[], list[str]],
+        estimate_rows: Callable[[str], int],
+        control_interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.state = state
+        self.source_id = source_id
+        self._all_tables = all_tables
+        self._estimate_rows = estimate_rows
+        self.control_interval = control_interval
+        self._clock = clock
+        self.dumps: list[Dump] = []  # unfinished dumps as last read from the state store
+        self.estimates: dict[str, int] = {}  # table -> estimated rows, for percentages
+        self._emitted: dict[str, dict[str, TableProgress]] = {}  # dump id -> table -> progress
+        self._finished: set[str] = set()  # dumps this engine ended (done emitted, cancelled, failed)
+        self._next_refresh = 0.0
+        self._next_chunk_at = 0.0
+        self._backoff = 0.0
+        self._rate_base: dict[str, tuple[float, int]] = {}  # dump id -> (first seen, rows then)
+
+    # -- reading requests -------------------------------------------------------------------
+    def wake(self) -> None:
+        """Read requests and controls again at the next chance (a change is expected)."""
+        self._next_refresh = 0.0
+
+    def _refresh(self) -> None:
+        now = self._clock()
+        if now < self._next_refresh:
+            return
+        self._next_refresh = now + self.control_interval
+        self.dumps = [d for d in self.state.list_dumps(self.source_id) if not d.status.finished]
+        for d in self.dumps:
+            for t in self._tables_of(d):
+                if t not in self.estimates:
+                    try:
+                        self.estimates[t] = self._estimate_rows(t)
+                    except DBLogError:
+                        self.estimates[t] = 0  # unknown table: the dump fails with the reason
+            emitted = self._emitted.setdefault(d.dump_id, {})
+            for t, p in d.progress.items():  # durable progress from an earlier run
+                if t not in emitted or emitted[t].chunks < p.chunks:
+                    emitted[t] = p
+
+    def _tables_of(self, dump: Dump) -> list[str]:
+        return list(dump.spec.tables) if dump.spec.tables else self._all_tables()
+
+    def _find(self, dump_id: str) -> Optional[Dump]:
+        return next((d for d in self.dumps if d.dump_id == dump_id), None)
+
+    def _next_table(self, dump: Dump) -> Optional[str]:
+        return dump.next_table(self._all_tables(), self._emitted.get(dump.dump_id, {}))
+
+    def _set_status(self, dump: Dump, status: DumpStatus, error: Optional[str] = None) -> None:
+        self.state.set_status(dump.dump_id, status, error)
+        self.wake()  # show the new status in the next read
+
+    # -- the engine's questions -------------------------------------------------------------
+    def next_chunk(self) -> Optional[ChunkPlan]:
+        """The chunk to select now, or None (nothing to dump, all paused, or not yet time).
+        Cancelled and paused dumps get their status here; one chunk at a time overall."""
+        self._refresh()
+        for dump in self.dumps:
+            if dump.dump_id in self._finished:
+                continue
+            if dump.control.cancelled:
+                self._set_status(dump, DumpStatus.CANCELLED)
+                self._finished.add(dump.dump_id)
+                continue
+            if dump.control.paused:
+                if dump.status is not DumpStatus.PAUSED:
+                    self._set_status(dump, DumpStatus.PAUSED)
+                continue
+            if self._clock() < self._next_chunk_at:
+                return None
+            table = self._next_table(dump)
+            if table is None:  # every table durable already (a crash before the status write)
+                self._set_status(dump, DumpStatus.DONE)
+                self._finished.add(dump.dump_id)
+                continue
+            if dump.status is not DumpStatus.RUNNING:
+                self._set_status(dump, DumpStatus.RUNNING)
+            start = self._emitted.setdefault(dump.dump_id, {}).get(table, TableProgress())
+            size = dump.control.chunk_size
+            keys = dump.spec.keys
+            if keys is None:
+                return ChunkPlan(dump.dump_id, table, start, size)
+            batch = keys[start.keys_done : start.keys_done + size]
+            return ChunkPlan(dump.dump_id, table, start, size, batch, len(keys))
+        return None
+
+    def failed(self, plan: ChunkPlan, exc: BaseException) -> None:
+        """The chunk could not be selected for a reason of the request's own (unknown table,
+        malformed key): that dump fails with the cause; the capture and other dumps go on."""
+        log.error("dump %s failed: %s", plan.dump_id, exc)
+        self.state.set_status(plan.dump_id, DumpStatus.FAILED, str(exc))
+        self._finished.add(plan.dump_id)
+        self.wake()
+
+    def aborted(self, table: str, reason: str) -> None:
+        """The selected chunk cannot be trusted (watermark.ChunkAborted): select it again after
+        a growing back-off, so that re-selecting does not spin on LW/HW writes while the
+        transaction it waits for becomes visible."""
+        self._backoff = min(_BACKOFF_MAX, max(_BACKOFF_FIRST, self._backoff * 2))
+        self._next_chunk_at = self._clock() + self._backoff
+        log.info("chunk of %s will be selected again in %.2f s: %s", table, self._backoff, reason)
+
+    def opened(self) -> None:
+        """A chunk window opened normally: the back-off starts over."""
+        self._backoff = 0.0
+
+    def emitted(self, plan: ChunkPlan, progress: TableProgress, rows: int) -> ChunkProgress:
+        """The chunk's ``rows`` are handed to the writer (at its HW). Returns the marker to put
+        after them; ``durable`` stores it once the writer completes it."""
+        p = dataclasses.replace(progress, rows=progress.rows + rows)
+        self._emitted.setdefault(plan.dump_id, {})[plan.table] = p
+        dump = self._find(plan.dump_id)
+        dump_done = dump is not None and self._next_table(dump) is None
+        if dump_done:
+            self._finished.add(plan.dump_id)
+        delay_ms = dump.control.delay_ms if dump is not None else 0
+        self._next_chunk_at = self._clock() + delay_ms / 1000.0
+        return ChunkProgress(plan.dump_id, plan.table, p, dump_done)
+
+    def durable(self, marker: ChunkProgress) -> None:
+        """Everything up to the chunk's rows is durable in the output: store its progress."""
+        self.state.save_progress(marker.dump_id, marker.table, marker.progress)
+        if marker.dump_done:
+            self.state.set_status(marker.dump_id, DumpStatus.DONE)
+            self.wake()
+
+    # -- reporting --------------------------------------------------------------------------
+    def health(self) -> dict[str, dict[str, Any]]:
+        """Per running dump: rows so far, estimated total, rows/s since this scheduler first
+        saw it, and the ETA that gives (None while unknown)."""
+        out: dict[str, dict[str, Any]] = {}
+        now = self._clock()
+        for d in self.dumps:
+            if d.dump_id in self._finished:
+                continue
+            rows = sum(p.rows for p in self._emitted.get(d.dump_id, {}).values())
+            total = len(d.spec.keys) if d.spec.keys is not None else \
+                sum(self.estimates.get(t, 0) for t in self._tables_of(d))
+            t0, rows0 = self._rate_base.setdefault(d.dump_id, (now, rows))
+            rate = (rows - rows0) / (now - t0) if now > t0 else 0.0
+            eta = round(max(0, total - rows) / rate, 1) if rate > 0 and total else None
+            out[d.dump_id] = {"rows": rows, "estimated_total": total, "rows_per_s": round(rate, 1),
+                              "eta_seconds": eta, "paused": d.control.paused}
+        return out

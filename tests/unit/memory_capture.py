@@ -1,0 +1,184 @@
+"""An in-memory database, source and changelog for unit tests of the engine and scheduler.
+
+``MemoryDatabase`` holds tables and a commit log; ``MemorySource`` implements the Source
+protocol over it (watermark writes are log items too, chunk SELECTs read the current rows) with
+hooks to run concurrent writes inside a chunk's window and to lose the connection;
+``MemoryChangelog`` is an Output that keeps every event. Pure Python, no servers: the engine's
+logic is tested here, the real databases in tests/integration.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from airflow_provider_dblog.core.errors import RequestError, SourceUnavailable
+from airflow_provider_dblog.core.events import (
+    ChangeEvent, Column, Key, LogItem, Op, Position, Row, TableSchema, WatermarkEvent,
+)
+from airflow_provider_dblog.core.protocols import ChunkResult
+
+SOURCE_ID = "mem"
+TABLE = "app.items"
+SCHEMA = TableSchema(TABLE, (Column("id", "integer", False), Column("v", "text")), ("id",))
+
+
+class MemoryDatabase:
+    """Tables of rows by key, and the committed log in commit order (thread-safe)."""
+
+    def __init__(self, schemas: Sequence[TableSchema] = (SCHEMA,)):
+        self.schemas = {s.table: s for s in schemas}
+        self.rows: dict[str, dict[Key, Row]] = {s.table: {} for s in schemas}
+        self.log: list[LogItem] = []
+        self._lock = threading.Lock()
+        self._seq = 0
+
+    def _position(self) -> Position:
+        self._seq += 1
+        return Position(f"{self._seq:012d}")
+
+    def upsert(self, table: str, row: Row) -> Position:
+        with self._lock:
+            key = self.schemas[table].key_of(row)
+            before = self.rows[table].get(key)
+            self.rows[table][key] = dict(row)
+            op = Op.CREATE if before is None else Op.UPDATE
+            pos = self._position()
+            self.log.append(ChangeEvent(SOURCE_ID, table, op, key, before, dict(row), pos, txid=str(self._seq)))
+            return pos
+
+    def delete(self, table: str, key: Key) -> Position:
+        with self._lock:
+            before = self.rows[table].pop(key)
+            pos = self._position()
+            self.log.append(ChangeEvent(SOURCE_ID, table, Op.DELETE, key, before, None, pos, txid=str(self._seq)))
+            return pos
+
+    def watermark(self, uuid: str) -> None:
+        with self._lock:
+            pos = self._position()
+            self.log.append(WatermarkEvent(uuid, pos, str(self._seq)))
+
+    def snapshot(self, table: str) -> dict[Key, Row]:
+        with self._lock:
+            return {k: dict(r) for k, r in self.rows[table].items()}
+
+
+class MemorySource:
+    """The Source protocol over a MemoryDatabase.
+
+    ``in_window``: called after each chunk SELECT, before its high watermark is written (so
+    its writes land inside the window). ``unavailable``: while it returns True, every call
+    that talks to the "server" raises SourceUnavailable (a lost connection)."""
+
+    def __init__(self, db: MemoryDatabase):
+        self.source_id = SOURCE_ID
+        self.db = db
+        self.in_window: Optional[Callable[[TableSchema, list[Row]], None]] = None
+        self.unavailable: Callable[[], bool] = lambda: False
+        self.opens = 0
+        self.acknowledged: Optional[Position] = None
+        self._cursor: Optional[int] = None
+
+    def _server(self) -> None:
+        if self.unavailable():
+            self._cursor = None
+            raise SourceUnavailable("the in-memory server is down (test).")
+
+    def open(self) -> None:
+        self._server()
+        self.opens += 1
+
+    def tables(self) -> list[str]:
+        return list(self.db.schemas)
+
+    def table_schema(self, table: str) -> TableSchema:
+        self._server()
+        if table not in self.db.schemas:
+            raise RequestError(f"table {table} does not exist.", "name a captured table.")
+        return self.db.schemas[table]
+
+    def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
+        self._server()
+        log = self.db.log
+        if from_end:
+            self._cursor = len(log)
+        elif after is None:
+            self._cursor = 0
+        else:  # like PostgreSQL: from the transaction of ``after`` on (a redelivery included)
+            self._cursor = next((i for i, item in enumerate(log) if item.position >= after), len(log))
+
+    def poll(self, max_items: int, timeout: float) -> list[LogItem]:
+        self._server()
+        if self._cursor is None:
+            raise RuntimeError("poll() before start_log()")
+        items = self.db.log[self._cursor : self._cursor + max_items]
+        if not items:
+            time.sleep(min(timeout, 0.005))
+        self._cursor += len(items)
+        return items
+
+    def write_watermark(self, uuid: str) -> None:
+        self._server()
+        self.db.watermark(uuid)
+
+    def _result(self, schema: TableSchema, rows: list[Row]) -> ChunkResult:
+        if self.in_window is not None:
+            self.in_window(schema, rows)
+        return ChunkResult(rows)
+
+    def select_chunk(self, schema: TableSchema, after_key: Optional[Key], limit: int) -> ChunkResult:
+        self._server()
+        snap = self.db.snapshot(schema.table)
+        keys = sorted(k for k in snap if after_key is None or k > after_key)[:limit]
+        return self._result(schema, [snap[k] for k in keys])
+
+    def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:
+        self._server()
+        snap = self.db.snapshot(schema.table)
+        return self._result(schema, [snap[k] for k in sorted(keys) if k in snap])
+
+    def acknowledge(self, position: Position) -> None:
+        self.acknowledged = position
+
+    def estimate_rows(self, table: str) -> int:
+        return len(self.db.rows.get(table, {}))
+
+    def log_status(self) -> dict[str, Any]:
+        return {"lag_bytes": 0, "warnings": []}
+
+    def close(self) -> None:
+        self._cursor = None
+
+
+class MemoryChangelog:
+    """An Output keeping every event in commit order; ``gate`` (when set) holds each commit
+    until it is set, so a test can look at the state while a commit is under way."""
+
+    def __init__(self) -> None:
+        self.events: list[ChangeEvent] = []
+        self.commits: list[list[ChangeEvent]] = []
+        self.schemas: list[TableSchema] = []
+        self.gate: Optional[threading.Event] = None
+        self.epochs: list[Optional[int]] = []
+
+    def open(self) -> None:
+        pass
+
+    def register_schema(self, schema: TableSchema) -> None:
+        self.schemas.append(schema)
+
+    def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
+        if self.gate is not None:
+            self.gate.wait(30)
+        last = self.last_position(SOURCE_ID)
+        fresh = [e for e in events if last is None or e.position > last]
+        self.commits.append(fresh)
+        self.events.extend(fresh)
+        self.epochs.append(epoch)
+
+    def last_position(self, source_id: str) -> Optional[Position]:
+        return self.events[-1].position if self.events else None
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,234 @@
+"""The engine (core/engine.py) on an in-memory source and changelog (tests/unit/memory_capture.py):
+order and convergence with writes inside chunk windows, stale watermarks after a restart,
+redelivered events, checkpoints only after the output commit, reconnects and their deadline,
+and a bad request that fails only its dump. The real databases are in tests/integration."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
+from airflow_provider_dblog.core.engine import Engine, EngineConfig
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.core.events import Op, Origin, WatermarkEvent
+from airflow_provider_dblog.core.verify import replay
+from airflow_provider_dblog.state.local import LocalStateStore
+
+from .memory_capture import SOURCE_ID, TABLE, MemoryChangelog, MemoryDatabase, MemorySource
+
+FAST = dict(poll_timeout=0.005, flush_interval=0.005, control_interval=0.01, status_interval=0.05,
+            heartbeat_interval=None)
+
+
+def wait_until(check, timeout=20.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Running:
+    """An engine in a thread: ``stop()`` ends it and re-raises what it raised."""
+
+    def __init__(self, source, output, state, **config):
+        self.engine = Engine(source, output, state, EngineConfig(**{**FAST, **config}))
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            self.engine.run(self._stop)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test by stop()
+            self.error = exc
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def state(tmp_path):
+    store = LocalStateStore(str(tmp_path / "state.db"))
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def db():
+    d = MemoryDatabase()
+    for i in range(1, 201):
+        d.upsert(TABLE, {"id": i, "v": f"initial {i}"})
+    return d
+
+
+def dump_done(state, dump_id):
+    return lambda: state.get_dump(dump_id).status is DumpStatus.DONE
+
+
+def test_dump_under_writes_in_its_windows_converges_in_order(db, state):
+    """Invariants 1-3: writes between LW and HW (updates, deletes, inserts of chunk keys and of
+    keys beyond) must remove those keys from the chunk; dump rows sit at their HW position."""
+    source, out = MemorySource(db), MemoryChangelog()
+    n = {"chunk": 0}
+
+    def concurrent_writes(schema, selected):
+        n["chunk"] += 1
+        c = n["chunk"]
+        if selected:
+            first = selected[0]["id"]
+            db.upsert(TABLE, {"id": first, "v": f"updated in window {c}"})  # stale in the chunk now
+            if len(selected) > 2:
+                db.delete(TABLE, (selected[2]["id"],))  # deleted in the window
+        db.upsert(TABLE, {"id": 1000 + c, "v": "inserted in window"})
+
+    run = Running(source, out, state)
+    wait_until(lambda: source.opens == 1, what="the engine to open the source")
+    source.in_window = concurrent_writes
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=17))
+    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    db.upsert(TABLE, {"id": 5, "v": "after the dump"})
+    wait_until(lambda: out.events and out.events[-1].key == (5,), what="the last update")
+    run.stop()
+
+    positions = [e.position for e in out.events]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)  # invariant 1
+    assert replay(out.events) == db.snapshot(TABLE)  # invariant 3 (and 2: no stale chunk row wins)
+    dumped = [e for e in out.events if e.origin is Origin.DUMP]
+    assert dumped and all(e.op is Op.READ and e.dump_id == spec.dump_id for e in dumped)
+    # No time travel: no dump row for a key that changed inside its window.
+    changed_in_window = {e.key for e in out.events if e.origin is Origin.LOG and e.after
+                         and str(e.after.get("v", "")).startswith("updated in window")}
+    for e in dumped:
+        later = [x for x in out.events if x.key == e.key and x.position > e.position]
+        assert e.key not in changed_in_window or later or e.after["v"].startswith("updated")
+    assert n["chunk"] >= 200 // 17
+    assert state.get_checkpoint(SOURCE_ID) == out.events[-1].position
+
+
+def test_stale_watermarks_and_redelivered_events_after_a_restart_are_dropped(db, state):
+    """A window open at a crash is abandoned: its LW/HW come through the log later with UUIDs
+    nobody waits for and must not emit anything; events up to the checkpoint are not written
+    again; the dump continues after its last durable chunk."""
+    source, out = MemorySource(db), MemoryChangelog()
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=50))
+    state.save_progress(spec.dump_id, TABLE, TableProgress((100,), 100, 2, False, 0))
+    checkpoint = db.log[149].position  # the first 150 inserts are durable already
+    state.set_checkpoint(SOURCE_ID, checkpoint)
+    db.watermark("lw-of-a-window-abandoned-by-a-crash")
+    db.upsert(TABLE, {"id": 120, "v": "between the stale watermarks"})
+    db.watermark("hw-of-a-window-abandoned-by-a-crash")
+
+    run = Running(source, out, state)
+    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    run.stop()
+
+    assert all(e.position > checkpoint for e in out.events)  # nothing before the checkpoint again
+    assert all(not isinstance(e, WatermarkEvent) for e in out.events)
+    dumped = sorted(e.key[0] for e in out.events if e.origin is Origin.DUMP)
+    assert dumped == list(range(101, 201))  # after the last durable chunk's key, each once
+    logged = [e.key[0] for e in out.events if e.origin is Origin.LOG]
+    assert logged == list(range(151, 201)) + [120]
+
+
+def test_checkpoint_waits_for_the_output_commit(db, state):
+    """Invariant 5: while the output has not acknowledged a commit, no checkpoint moves."""
+    source, out = MemorySource(db), MemoryChangelog()
+    out.gate = threading.Event()
+    run = Running(source, out, state)
+    wait_until(lambda: out.commits or source.opens, what="the engine to start")
+    time.sleep(0.2)
+    assert state.get_checkpoint(SOURCE_ID) is None and source.acknowledged is None
+    out.gate.set()
+    wait_until(lambda: state.get_checkpoint(SOURCE_ID) == db.log[-1].position, what="the checkpoint")
+    run.stop()
+    assert source.acknowledged == db.log[-1].position
+    assert [e.key[0] for e in out.events] == list(range(1, 201))
+
+
+def test_a_lost_connection_reconnects_and_loses_nothing(db, state):
+    source, out = MemorySource(db), MemoryChangelog()
+    down = threading.Event()
+    source.unavailable = down.is_set
+    run = Running(source, out, state, reconnect_max_backoff=0.05)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    down.set()
+    for i in range(201, 211):
+        db.upsert(TABLE, {"id": i, "v": "while the server was away"})
+    wait_until(lambda: run.engine.reconnects == 1, what="the engine to notice")
+    time.sleep(0.3)
+    down.clear()
+    wait_until(lambda: len(out.events) == 210, what="the events written during the outage")
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=100))
+    wait_until(dump_done(state, spec.dump_id), what="a dump after the reconnect")
+    run.stop()
+    assert source.opens >= 2
+    log_keys = [e.key[0] for e in out.events if e.origin is Origin.LOG]
+    assert log_keys == list(range(1, 211))  # each once, in order
+    assert replay(out.events) == db.snapshot(TABLE)
+
+
+def test_reconnect_gives_up_after_the_deadline_with_the_cause(db, state):
+    source, out = MemorySource(db), MemoryChangelog()
+    down = threading.Event()
+    source.unavailable = down.is_set
+    run = Running(source, out, state, reconnect_timeout=1.0, reconnect_max_backoff=0.1)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    down.set()
+    started = time.monotonic()
+    wait_until(run.done, timeout=10, what="the engine to give up")
+    assert time.monotonic() - started >= 1.0
+    with pytest.raises(DBLogError, match="could not reconnect within 1 s") as info:
+        run.stop()
+    assert "in-memory server is down" in str(info.value)
+    assert run.engine.reconnects == 1
+
+
+def test_a_bad_request_fails_its_dump_and_the_capture_goes_on(db, state):
+    """Invariant 9: an unknown table fails that dump with the cause; later events still flow
+    and a following good dump runs."""
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state)
+    bad = DumpSpec.new(SOURCE_ID, ["app.dropped"])
+    state.add_dump(bad, DumpControl())
+    wait_until(lambda: state.get_dump(bad.dump_id).status is DumpStatus.FAILED, what="the bad dump to fail")
+    db.upsert(TABLE, {"id": 500, "v": "after the failure"})
+    good = DumpSpec.new(SOURCE_ID, [TABLE], [(500,)])
+    state.add_dump(good, DumpControl())
+    wait_until(dump_done(state, good.dump_id), what="the good dump")
+    run.stop()
+    assert "app.dropped does not exist" in state.get_dump(bad.dump_id).error
+    assert any(e.key == (500,) and e.origin is Origin.LOG for e in out.events)
+    assert [e.key for e in out.events if e.origin is Origin.DUMP] == [(500,)]
+
+
+def test_pause_holds_chunks_and_resume_continues(db, state):
+    source, out = MemorySource(db), MemoryChangelog()
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=10, delay_ms=20))
+    run = Running(source, out, state)
+    wait_until(lambda: any(e.origin is Origin.DUMP for e in out.events), what="a first chunk")
+    state.set_control(spec.dump_id, DumpControl(chunk_size=10, delay_ms=20).as_paused())
+    wait_until(lambda: state.get_dump(spec.dump_id).status is DumpStatus.PAUSED, what="the pause")
+    time.sleep(0.05)  # a chunk in flight at the pause may still close
+    held = sum(e.origin is Origin.DUMP for e in out.events)
+    time.sleep(0.3)
+    assert sum(e.origin is Origin.DUMP for e in out.events) == held < 200
+    state.set_control(spec.dump_id, DumpControl(chunk_size=10))
+    wait_until(dump_done(state, spec.dump_id), what="the dump after resuming")
+    run.stop()
+    assert sorted(e.key[0] for e in out.events if e.origin is Origin.DUMP) == list(range(1, 201))

@@ -1,0 +1,202 @@
+"""The dump scheduler (core/scheduler.py) on a real local state store and a fake clock:
+lifecycle (pause, resume, cancel, fail, done), throttle changes, the back-off after an aborted
+chunk, and progress that is stored only once durable and resumed after a restart."""
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
+from airflow_provider_dblog.core.errors import RequestError
+from airflow_provider_dblog.core.scheduler import DumpScheduler
+from airflow_provider_dblog.state.local import LocalStateStore
+
+from .memory_capture import SCHEMA, SOURCE_ID, TABLE
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def state(tmp_path):
+    store = LocalStateStore(str(tmp_path / "state.db"))
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def scheduler(state, clock, tables=(TABLE, "app.other")) -> DumpScheduler:
+    return DumpScheduler(state, SOURCE_ID, lambda: list(tables), lambda t: 1000, control_interval=0.5, clock=clock)
+
+
+def request(state, tables=(TABLE,), keys=None, **control) -> str:
+    spec = DumpSpec.new(SOURCE_ID, list(tables) if tables else None, keys)
+    state.add_dump(spec, DumpControl(**control))
+    return spec.dump_id
+
+
+def rows(*ids):
+    return [{"id": i, "v": str(i)} for i in ids]
+
+
+def finish(s: DumpScheduler, plan, selected):
+    """What the engine does for a chunk whose window closes normally: emit, then durable."""
+    s.opened()
+    marker = s.emitted(plan, plan.progress_after(selected, SCHEMA), len(selected))
+    s.durable(marker)
+    return marker
+
+
+def status(state, dump_id) -> DumpStatus:
+    return state.get_dump(dump_id).status
+
+
+def test_range_chunks_continue_from_the_last_key_and_finish_the_dump(state, clock):
+    dump_id = request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    plan = s.next_chunk()
+    assert (plan.dump_id, plan.table, plan.start.last_key, plan.size, plan.keys) == (dump_id, TABLE, None, 2, None)
+    assert status(state, dump_id) is DumpStatus.RUNNING
+    finish(s, plan, rows(1, 2))
+    plan = s.next_chunk()
+    assert plan.start.last_key == (2,) and plan.start.rows == 2
+    marker = finish(s, plan, rows(3))  # short chunk: the table is done
+    assert marker.dump_done
+    assert s.next_chunk() is None
+    assert status(state, dump_id) is DumpStatus.DONE
+    assert state.get_dump(dump_id).progress[TABLE] == TableProgress((3,), 3, 2, True, 0)
+
+
+def test_progress_is_stored_only_when_durable_and_a_restart_resumes_there(state, clock):
+    request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    plan = s.next_chunk()
+    marker = s.emitted(plan, plan.progress_after(rows(1, 2), SCHEMA), 2)
+    (stored,) = state.list_dumps(SOURCE_ID)
+    assert stored.progress == {}  # emitted but not yet durable (invariant 5)
+    s.durable(marker)
+    plan = s.next_chunk()
+    s.emitted(plan, plan.progress_after(rows(3, 4), SCHEMA), 2)  # emitted, never durable: lost in a crash
+    restarted = scheduler(state, clock)
+    assert restarted.next_chunk().start.last_key == (2,)  # the last durable chunk, not the emitted one
+
+
+def test_pause_and_resume(state, clock):
+    dump_id = request(state)
+    s = scheduler(state, clock)
+    state.set_control(dump_id, DumpControl().as_paused())
+    assert s.next_chunk() is None
+    assert status(state, dump_id) is DumpStatus.PAUSED
+    clock.advance(10)
+    assert s.next_chunk() is None  # stays paused, no chunk
+    state.set_control(dump_id, DumpControl().as_resumed())
+    assert s.next_chunk() is None  # not read again before the control interval
+    clock.advance(0.5)
+    assert s.next_chunk() is not None
+    assert status(state, dump_id) is DumpStatus.RUNNING
+
+
+def test_cancel_ends_the_dump_and_the_next_one_runs(state, clock):
+    first = request(state)
+    second = request(state, tables=("app.other",))
+    s = scheduler(state, clock)
+    assert s.next_chunk().dump_id == first
+    state.set_control(first, DumpControl().as_cancelled())
+    clock.advance(0.5)
+    assert s.next_chunk().dump_id == second
+    assert status(state, first) is DumpStatus.CANCELLED
+
+
+def test_throttle_changes_chunk_size_and_delay_while_running(state, clock):
+    dump_id = request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    finish(s, s.next_chunk(), rows(1, 2))
+    state.set_control(dump_id, DumpControl(chunk_size=2).throttled(chunk_size=5, delay_ms=300))
+    clock.advance(0.5)
+    plan = s.next_chunk()
+    assert plan.size == 5
+    finish(s, plan, rows(3, 4, 5, 6, 7))
+    assert s.next_chunk() is None  # the delay after a chunk
+    clock.advance(0.29)
+    assert s.next_chunk() is None
+    clock.advance(0.02)
+    assert s.next_chunk().start.last_key == (7,)
+
+
+def test_an_aborted_chunk_backs_off_doubling_up_to_a_second_and_a_normal_chunk_resets_it(state, clock):
+    request(state)
+    s = scheduler(state, clock)
+    waits = []
+    for _ in range(8):
+        plan = s.next_chunk()
+        assert plan is not None
+        s.aborted(plan.table, "invisible transaction")
+        start = clock.now
+        while s.next_chunk() is None:
+            clock.advance(0.01)
+        waits.append(round(clock.now - start, 2))
+    assert waits == [0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0]
+    s.opened()
+    s.aborted(TABLE, "again")
+    clock.advance(0.02)
+    assert s.next_chunk() is not None  # back to 20 ms
+
+
+def test_a_failed_request_fails_alone(state, clock):
+    bad = request(state, tables=("app.gone",))
+    good = request(state)
+    s = scheduler(state, clock)
+    plan = s.next_chunk()
+    assert plan.dump_id == bad
+    s.failed(plan, RequestError("table app.gone does not exist.", "name a captured table."))
+    assert s.next_chunk().dump_id == good
+    dump = state.get_dump(bad)
+    assert dump.status is DumpStatus.FAILED and "app.gone does not exist" in dump.error
+
+
+def test_key_list_dump_goes_through_its_keys_in_chunks(state, clock):
+    dump_id = request(state, keys=[(i,) for i in range(5)], chunk_size=2)
+    s = scheduler(state, clock)
+    seen = []
+    while (plan := s.next_chunk()) is not None:
+        seen.append(plan.keys)
+        finish(s, plan, rows(*(k[0] for k in plan.keys)))
+    assert seen == [((0,), (1,)), ((2,), (3,)), ((4,),)]
+    assert status(state, dump_id) is DumpStatus.DONE
+
+
+def test_all_tables_in_order_and_a_dump_durable_before_its_status_is_finished_on_restart(state, clock):
+    dump_id = request(state, tables=None, chunk_size=10)
+    s = scheduler(state, clock)
+    plan = s.next_chunk()
+    assert plan.table == TABLE
+    finish(s, plan, rows(1))
+    plan = s.next_chunk()
+    assert plan.table == "app.other"
+    marker = s.emitted(plan, plan.progress_after([], SCHEMA), 0)
+    assert marker.dump_done
+    # A crash after the progress write but before the status write: a restart finishes it.
+    state.save_progress(dump_id, marker.table, marker.progress)
+    assert status(state, dump_id) is DumpStatus.RUNNING
+    restarted = scheduler(state, clock)
+    assert restarted.next_chunk() is None
+    assert status(state, dump_id) is DumpStatus.DONE
+
+
+def test_health_reports_rows_estimate_and_pause(state, clock):
+    dump_id = request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    finish(s, s.next_chunk(), rows(1, 2))
+    health = s.health()[dump_id]
+    assert (health["rows"], health["estimated_total"], health["paused"]) == (2, 1000, False)
