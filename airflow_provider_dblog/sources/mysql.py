@@ -7,7 +7,8 @@ made canonical by sources/mysql_values.py.
 
 Connection loss: mysql-replication itself reconnects the binlog stream after a lost
 connection (error 2013) at the event where it was; anything else (server down, restart)
-reaches the engine, which asks ``is_connection_error`` and reopens the source.
+is raised as ``SourceUnavailable`` (``lost`` classifies the driver's errors, see
+sources/connection_loss.py), and the engine reopens the source.
 
 Log retention: the binlog holding the checkpoint must outlive the capture's lag;
 ``log_status`` warns (``binlog_expiry_warning``) when its expiry comes near.
@@ -33,6 +34,7 @@ from ..core.errors import ConfigurationError, PositionLostError, RequestError
 from ..core.events import Key, LogItem, Position, TableSchema
 from ..core.protocols import ChunkResult
 from . import mysql_catalog as catalog
+from .connection_loss import on_connection_loss
 from .mysql_catalog import ConnectionSettings, Session
 from .mysql_checks import StartupChecks
 from .mysql_log import BinlogReader, Failure, decode_coord, file_number
@@ -126,6 +128,7 @@ class MySQLSource:
         self._handed: collections.deque = collections.deque(maxlen=100_000)
 
     # -- open and validate -------------------------------------------------------------------
+    @on_connection_loss
     def open(self) -> None:
         self._session = Session(self._settings)
         self._session.conn()  # ConfigurationError when the server refuses us
@@ -146,6 +149,7 @@ class MySQLSource:
     def tables(self) -> list[str]:
         return list(self._tables)
 
+    @on_connection_loss
     def table_schema(self, table: str) -> TableSchema:
         cached = self._schemas.get(table)
         if cached is not None:
@@ -175,6 +179,7 @@ class MySQLSource:
         log.warning("binlog columns of %s differ from the catalog's; using the binlog's", table)
         return catalog.schema_from_table_map(table, columns, current)
 
+    @on_connection_loss
     def estimate_rows(self, table: str) -> int:
         db, name = catalog.split_table(table)
         rows = self._require_session().query(
@@ -184,6 +189,7 @@ class MySQLSource:
         return int(rows[0][0] or 0) if rows else 0
 
     # -- log -------------------------------------------------------------------------------
+    @on_connection_loss
     def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         session = self._require_session()
         self._stop_reader()
@@ -238,6 +244,7 @@ class MySQLSource:
             )
         return name, max(4, txn_start)
 
+    @on_connection_loss
     def poll(self, max_items: int, timeout: float) -> list[LogItem]:
         if self._reader is None:
             raise RuntimeError("start_log() must be called before poll()")
@@ -268,16 +275,16 @@ class MySQLSource:
         while self._handed and self._handed[0][0] <= position:
             self._acknowledged_ts = self._handed.popleft()[1]
 
-    def is_connection_error(self, exc: BaseException) -> bool:
-        """True for a lost or refused connection (server restart, KILL): the engine reconnects."""
-        if isinstance(exc, PositionLostError):
-            return False
-        if getattr(exc, "connection_lost", False) or isinstance(exc, (ConnectionError, pymysql.err.InterfaceError)):
+    def lost(self, exc: BaseException) -> bool:
+        """True for a driver error that means a lost or refused connection (server restart,
+        KILL): a reconnect can cure it."""
+        if isinstance(exc, (ConnectionError, pymysql.err.InterfaceError)):
             return True
         if isinstance(exc, pymysql.err.OperationalError):
             return bool(exc.args) and exc.args[0] in _CONNECTION_LOST
         return False
 
+    @on_connection_loss
     def log_status(self) -> dict:
         session = self._require_session()
         file, pos, _, _ = catalog.master_status(session)
@@ -311,6 +318,7 @@ class MySQLSource:
         return status
 
     # -- dumps -----------------------------------------------------------------------------
+    @on_connection_loss
     def write_watermark(self, uuid: str) -> None:
         session = self._require_session()
         db = MYSQL.quote(self._wm_db)
@@ -347,11 +355,13 @@ class MySQLSource:
     def _select_list(self, schema: TableSchema) -> list[str]:
         return [select_expression(MYSQL.quote, c) for c in schema.columns]
 
+    @on_connection_loss
     def select_chunk(self, schema: TableSchema, after_key: Optional[Key], limit: int) -> ChunkResult:
         params_key = self._key_params(schema, after_key) if after_key is not None else None
         sql, params = chunk_query(MYSQL, schema, self._select_list(schema), params_key, limit)
         return self._rows(schema, sql, params)
 
+    @on_connection_loss
     def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:
         if not keys:
             return ChunkResult([])

@@ -8,17 +8,19 @@ as the binlog carries them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import threading
 from typing import Any, Optional, Sequence
 
 import pymysql
 
-from ..core.errors import ConfigurationError, RequestError
+from ..core.errors import ConfigurationError, RequestError, SourceUnavailable
 from ..core.events import Column, TableSchema
 
 # Connection lost / server gone away: safe to reconnect and retry a read or an idempotent write.
 _LOST = (2006, 2013, 2055)
+log = logging.getLogger(__name__)
 SYSTEM_DATABASES = ("mysql", "information_schema", "performance_schema", "sys")
 
 
@@ -67,13 +69,12 @@ def connect(settings: ConnectionSettings) -> pymysql.connections.Connection:
                 f"MySQL refused the login of {settings.where()} (access denied).",
                 "check the user name and password of the connection.",
             ) from None
-        err = ConfigurationError(
+        # Not a login problem: the server may be down or restarting, and the engine retries.
+        raise SourceUnavailable(
             f"cannot connect to MySQL at {settings.host}:{settings.port} "
             f"(error {code}: {exc.args[1] if len(exc.args) > 1 else exc}).",
             "check that the server is running and the host and port are right.",
-        )
-        err.connection_lost = True  # the engine retries: the server may be restarting
-        raise err from None
+        ) from None
     with conn.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")
         # Works on MySQL and MariaDB alike (their variable names differ:
@@ -116,8 +117,8 @@ class Session:
         if self._conn is not None:
             try:
                 self._conn.close()
-            except Exception:  # already gone
-                pass
+            except pymysql.err.Error as gone:  # the server closed it first
+                log.debug("closing the catalog session: %s", gone)
             self._conn = None
 
 

@@ -230,8 +230,8 @@ class BinlogReader(threading.Thread):
             try:
                 if self._stream is not None:
                     self._stream.close()
-            except Exception:  # already broken
-                pass
+            except Exception as broken:  # noqa: BLE001 - the stream failed already; keep its error
+                log.debug("closing the binlog stream: %s", broken)
 
     def _translate(self, exc: BaseException) -> BaseException:
         code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None

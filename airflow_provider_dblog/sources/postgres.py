@@ -25,8 +25,9 @@ tables are idle, the engine's heartbeat watermarks give it positions to acknowle
 server can recycle the WAL. ``log_status`` warns (``retention_warning``) when the slot's WAL
 is at risk, and raises PositionLostError once the slot is gone or its WAL lost.
 
-Connection loss: ``is_connection_error`` tells the engine which errors a reconnect can cure
-(server restart, terminated backend or walsender); the engine then reopens the source.
+Connection loss: ``lost`` tells which driver errors a reconnect can cure (server restart,
+terminated backend or walsender); the public methods raise those as ``SourceUnavailable``
+(sources/connection_loss.py) and the engine then reopens the source.
 """
 from __future__ import annotations
 
@@ -43,14 +44,15 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from ..core.chunks import POSTGRES, chunk_query, keys_query
-from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError
+from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position
 from ..core.protocols import ChunkResult
 from .postgres_catalog import (
     TableInfo, check_replica_identity, format_types, list_tables, quote_ident, quote_table, read_table,
     type_names,
 )
-from .postgres_errors import first_line, translate
+from .connection_loss import on_connection_loss
+from .postgres_errors import ErrorContext, first_line, translate
 from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, parse_lsn
 from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
 
@@ -145,14 +147,13 @@ class PostgresSource:
             conn = psycopg2.connect(**kwargs)
         except psycopg2.OperationalError as exc:
             d = self._dsn
-            err = ConfigurationError(
-                f"cannot connect to PostgreSQL {d['host']}:{d['port']} database {d['dbname']} as "
-                f"{d['user']}{' for replication' if replication else ''}: {first_line(exc)}",
-                "check host, port, user, password and pg_hba.conf (a logical replication "
-                "connection matches the database's ordinary pg_hba.conf entries).",
-            )
-            err.connection_lost = not any(t in first_line(exc).lower() for t in _NOT_TRANSIENT)
-            raise err from None
+            cause = (f"cannot connect to PostgreSQL {d['host']}:{d['port']} database {d['dbname']} as "
+                     f"{d['user']}{' for replication' if replication else ''}: {first_line(exc)}")
+            fix = ("check host, port, user, password and pg_hba.conf (a logical replication "
+                   "connection matches the database's ordinary pg_hba.conf entries).")
+            if any(t in first_line(exc).lower() for t in _NOT_TRANSIENT):
+                raise ConfigurationError(cause, fix) from None
+            raise SourceUnavailable(cause, fix) from None  # down or restarting: the engine retries
         if not replication:
             conn.autocommit = True
         return conn
@@ -160,19 +161,21 @@ class PostgresSource:
     def _cur(self):
         return self._conn.cursor()
 
-    def is_connection_error(self, exc: BaseException) -> bool:
-        """True for a lost or refused connection (server restart, pg_terminate_backend): the
-        engine reconnects; False for everything a reconnect cannot cure."""
-        if isinstance(exc, PositionLostError):
-            return False
-        if getattr(exc, "connection_lost", False):
-            return True
+    def lost(self, exc: BaseException) -> bool:
+        """True for a driver error that means a lost connection (server restart,
+        pg_terminate_backend): a reconnect can cure it; False for everything else."""
         if isinstance(exc, psycopg2.InterfaceError):  # "connection already closed"
             return True
         if isinstance(exc, psycopg2.OperationalError):
             code = getattr(exc, "pgcode", None) or ""
             return not code or code.startswith("08") or code.startswith("57P")
         return isinstance(exc, ConnectionError)
+
+    def _error_context(self) -> ErrorContext:
+        """What postgres_errors needs to name the setting to fix, and a way to read one."""
+        return ErrorContext(self.slot_name, self._dsn["user"], self.publication, self.plugin,
+                            self.watermark_schema, self.watermark_table, tuple(self._tables),
+                            lambda name: self._scalar("SELECT setting FROM pg_settings WHERE name = %s", (name,)))
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         with self._cur() as cur:
@@ -181,6 +184,7 @@ class PostgresSource:
             return row[0] if row else None
 
     # -- open: validation and set-up -----------------------------------------------------
+    @on_connection_loss
     def open(self) -> None:
         self._conn = self._connect()
         try:
@@ -199,7 +203,7 @@ class PostgresSource:
                     ensure_publication(cur, self.publication, self._tables, self.watermark_table)
             self._ensure_slot()
         except psycopg2.Error as exc:
-            raise translate(exc, self) from None
+            raise translate(exc, self._error_context()) from None
 
     def _resolve_tables(self) -> list[str]:
         with self._cur() as cur:
@@ -283,6 +287,7 @@ class PostgresSource:
             self._infos[table] = info
         return info
 
+    @on_connection_loss
     def table_schema(self, table: str):
         return self._info(table).schema
 
@@ -310,6 +315,7 @@ class PostgresSource:
         self._acked = 0
         self._read_lsn = 0  # WAL position of the last message read
 
+    @on_connection_loss
     def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         self._close_stream()
         self._reset_stream()
@@ -348,7 +354,7 @@ class PostgresSource:
             self._cursor.start_replication(slot_name=self.slot_name, decode=False, start_lsn=start,
                                            options=self._plugin_options(), status_interval=10)
         except psycopg2.Error as exc:
-            raise translate(exc, self) from None
+            raise translate(exc, self._error_context()) from None
         self._acked = start
         # From now on the slot holds every position this process hands out.
         self._slot_created = False
@@ -362,6 +368,7 @@ class PostgresSource:
             "add-tables": wal2json_table_filter(self._tables + [self.watermark_table]),
         }
 
+    @on_connection_loss
     def poll(self, max_items: int, timeout: float) -> list[LogItem]:
         if self._cursor is None:
             raise RuntimeError("poll() before start_log()")
@@ -384,7 +391,7 @@ class PostgresSource:
                 decode(msg.payload)
                 self._read_lsn = max(self._read_lsn, msg.data_start)
             except (psycopg2.Error, DBLogError) as exc:
-                err = translate(exc, self) if isinstance(exc, psycopg2.Error) else exc
+                err = translate(exc, self._error_context()) if isinstance(exc, psycopg2.Error) else exc
                 if not pending:
                     raise err from None
                 # Hand out what came before the failure first, so the checkpoint gets there.
@@ -393,6 +400,7 @@ class PostgresSource:
         return [pending.popleft() for _ in range(min(max_items, len(pending)))]
 
     # -- watermarks and chunks -------------------------------------------------------------
+    @on_connection_loss
     def write_watermark(self, uuid: str) -> None:
         with self._cur() as cur:
             # An upsert, so a watermark row deleted by hand does not stall dumps.
@@ -403,10 +411,12 @@ class PostgresSource:
                 (self.source_id, uuid),
             )
 
+    @on_connection_loss
     def select_chunk(self, schema, after_key: Optional[Key], limit: int) -> ChunkResult:
         sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), after_key, limit)
         return self._select(schema, sql, params)
 
+    @on_connection_loss
     def select_keys(self, schema, keys: Sequence[Key]) -> ChunkResult:
         if not keys:
             return ChunkResult([])
@@ -459,6 +469,7 @@ class PostgresSource:
         return ChunkResult(rows, invisible_xids(snapshot, int(own)))
 
     # -- progress ----------------------------------------------------------------------
+    @on_connection_loss
     def acknowledge(self, position: Position) -> None:
         lsn = commit_lsn_of(position)
         if lsn <= self._acked:
@@ -469,11 +480,13 @@ class PostgresSource:
             # transaction again (see the module docstring).
             self._cursor.send_feedback(write_lsn=lsn, flush_lsn=lsn, force=True)
 
+    @on_connection_loss
     def estimate_rows(self, table: str) -> int:
         info = self._info(table)
         n = self._scalar("SELECT reltuples FROM pg_class WHERE oid = %s", (info.oid,))
         return max(0, int(n or 0))
 
+    @on_connection_loss
     def log_status(self) -> dict:
         """Lag (WAL bytes not yet read), retained WAL, and a warning when the slot's WAL is at
         risk; PositionLostError when the slot is gone or lost its WAL (checked every status

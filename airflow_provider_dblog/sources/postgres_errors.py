@@ -4,15 +4,33 @@ Invariant 8 of DESIGN.md: a bad configuration stops with the setting or command 
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
-from typing import TYPE_CHECKING
+from typing import Callable, Optional
+
+import psycopg2
 
 from ..core.errors import ConfigurationError, PositionLostError
 from .postgres_catalog import quote_ident, quote_table
 from .postgres_setup import plugin_not_allowed_error
 
-if TYPE_CHECKING:
-    from .postgres import PostgresSource
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorContext:
+    """The source's settings that an error message names, and a way to read a server setting
+    (the source builds it: no reaching into the source's fields from here)."""
+
+    slot_name: str
+    user: str
+    publication: str
+    plugin: str
+    watermark_schema: str
+    watermark_table: str
+    tables: tuple[str, ...]
+    server_setting: Callable[[str], Optional[str]]
 
 
 def first_line(exc: BaseException) -> str:
@@ -21,17 +39,17 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def translate(exc: BaseException, src: "PostgresSource") -> BaseException:
+def translate(exc: BaseException, src: ErrorContext) -> BaseException:
     """A server error that has a known cause and fix, as a ConfigurationError; others as is."""
     msg = first_line(exc)
     low = msg.lower()
-    slot, user, pub = src.slot_name, src._dsn["user"], quote_ident(src.publication)
+    slot, user, pub = src.slot_name, src.user, quote_ident(src.publication)
     if "output_plugin_libraries" in low or ("output plugin" in low and "not allowed" in low):
         setting = None
         try:
-            setting = src._scalar("SELECT setting FROM pg_settings WHERE name = 'output_plugin_libraries'")
-        except Exception:
-            pass
+            setting = src.server_setting("output_plugin_libraries")
+        except psycopg2.Error as unreadable:  # the message is still right, only less precise
+            log.debug("could not read output_plugin_libraries: %s", unreadable)
         err = plugin_not_allowed_error(src.plugin, setting)
         return ConfigurationError(f"{err.cause} (server: {msg})", err.fix)
     if "could not access file" in low and src.plugin in low:
@@ -67,7 +85,7 @@ def translate(exc: BaseException, src: "PostgresSource") -> BaseException:
         return ConfigurationError(
             f"role {user} cannot add the captured tables to publication {src.publication} ({msg}).",
             f"have the tables' owner or a superuser run CREATE PUBLICATION {pub} FOR TABLE "
-            f"{', '.join(quote_table(t) for t in src.tables() + [src.watermark_table])};",
+            f"{', '.join(quote_table(t) for t in [*src.tables, src.watermark_table])};",
         )
     if "permission denied" in low:
         return ConfigurationError(
