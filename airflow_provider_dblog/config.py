@@ -26,11 +26,17 @@ Config file (TOML), every key optional, command-line options override it::
     url = "delta://dblog-lake"      # delta://DIR, jsonl://DIR or python:module:function
 
 Passwords never come from argv: only from the environment or a file (invariant 8).
+
+``load_config`` reads such a file; ``render_config`` / ``write_private_config`` write one
+(the Airflow trigger hands its capture child the configuration this way).
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
+import tempfile
 from typing import Any, Optional
 
 from .core.errors import ConfigurationError
@@ -54,6 +60,63 @@ def load_config(path: Optional[str]) -> dict[str, Any]:
         raise ConfigurationError(f"config file {path} does not exist.", "pass an existing file to --config.") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"config file {path} is not valid TOML: {exc}.", "fix the file's syntax.") from None
+
+
+# -- writing the file ------------------------------------------------------------------
+# tomllib only reads; the writer covers what the config holds (strings, numbers, booleans,
+# lists and nested tables) and tests/unit/test_config.py reads every kind back.
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: quote, backslash and control characters escaped."""
+    return '"' + "".join(
+        _ESCAPES.get(ch) or (f"\\u{ord(ch):04X}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch) for ch in text
+    ) + '"'
+
+
+def _toml_key(key: Any) -> str:
+    key = str(key)
+    return key if _BARE_KEY.fullmatch(key) else _toml_string(key)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, dict):  # an inline table
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+    return _toml_string(str(v))
+
+
+def render_config(config: dict[str, dict[str, Any]]) -> str:
+    """The TOML text of ``{section: {key: value}}`` that ``load_config`` reads back as the
+    same dict. None values are left out (TOML has no null)."""
+    lines: list[str] = []
+    for section, values in config.items():
+        lines.append(f"[{_toml_key(section)}]")
+        lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in values.items() if v is not None]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_private_config(config: dict[str, dict[str, Any]]) -> str:
+    """Write ``config`` to a new file only this user can read (mode 0600); returns its path.
+    The caller deletes it. Refuses a password: it travels in the environment only."""
+    if "password" in config.get("source", {}):  # belt and braces: the hook never puts it there
+        raise ValueError("refusing to write a password into the capture config file")
+    fd, path = tempfile.mkstemp(prefix="dblog-capture-", suffix=".toml")  # mode 0600
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(render_config(config))
+    return path
 
 
 def read_password(src: dict[str, Any]) -> Optional[str]:

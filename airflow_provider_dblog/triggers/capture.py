@@ -18,48 +18,15 @@ import collections
 import os
 import signal
 import sys
-import tempfile
 from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ..config import write_private_config
 from ..hooks.dblog import PASSWORD_ENV, DBLogHook
 
 STOP_GRACE_SECONDS = 30.0  # SIGTERM -> SIGKILL: the engine flushes its writer and checkpoints
 STDERR_TAIL = 20  # lines of the child's stderr kept for the failure message
-
-
-def _toml_value(v: Any) -> str:
-    """JSON strings, numbers and arrays are valid TOML; objects become inline tables."""
-    import json
-
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    return json.dumps(str(v))
-
-
-def render_config(config: dict[str, dict[str, Any]]) -> str:
-    lines: list[str] = []
-    for section, values in config.items():
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def write_private_config(config: dict[str, dict[str, Any]]) -> str:
-    if "password" in config.get("source", {}):  # belt and braces: the hook never puts it there
-        raise ValueError("refusing to write a password into the capture config file")
-    fd, path = tempfile.mkstemp(prefix="dblog-capture-", suffix=".toml")  # mode 0600
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(render_config(config))
-    return path
 
 
 class CaptureTrigger(BaseTrigger):

@@ -9,7 +9,6 @@ import asyncio
 import importlib
 import json
 import os
-import stat
 import tempfile
 import textwrap
 import time
@@ -23,7 +22,7 @@ pytest.importorskip("airflow.sdk")
 from airflow_provider_dblog.config import load_config, make_source  # noqa: E402
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress  # noqa: E402
 from airflow_provider_dblog.state.local import LocalStateStore  # noqa: E402
-from airflow_provider_dblog.triggers.capture import CaptureTrigger, render_config  # noqa: E402
+from airflow_provider_dblog.triggers.capture import CaptureTrigger  # noqa: E402
 from airflow_provider_dblog.triggers.dump import DumpTrigger, progress_line  # noqa: E402
 
 SECRET = "pw-" + "5be0c4d2aa"
@@ -49,15 +48,6 @@ def test_capture_trigger_round_trip_holds_no_secret(monkeypatch):
 def test_dump_trigger_round_trip():
     kwargs = roundtrip(DumpTrigger("abc123", state_conn_id="st", poll_interval=0.5))
     assert kwargs == {"dump_id": "abc123", "state_conn_id": "st", "state": None, "poll_interval": 0.5}
-
-
-def test_rendered_config_is_read_back_by_the_cli_loader(tmp_path):
-    cfg = {"source": {"type": "mysql", "id": "s", "port": 3306, "tables": ["a.b", 'q"x'],
-                      "key_columns": {"a.b": ["k1", "k2"]}, "password_env": "P"},
-           "state": {"zookeeper": "z:1", "chroot": "/c", "session_timeout": 7.5}, "output": {"url": "delta:///x"}}
-    p = tmp_path / "c.toml"
-    p.write_text(render_config(cfg))
-    assert load_config(str(p)) == cfg
 
 
 # -- the capture child -----------------------------------------------------------------
@@ -219,15 +209,3 @@ def test_progress_line_without_estimates():
     d = {"dump_id": "a", "status": "running", "paused": True, "chunks": 2, "rows": 7, "error": None,
          "progress": {"t": {"rows": 7, "chunks": 2, "done": False}}}
     assert progress_line(d) == "dump a running (paused): 2 chunks, 7 rows"
-
-
-def test_config_file_permissions(tmp_path):
-    from airflow_provider_dblog.triggers.capture import write_private_config
-
-    path = write_private_config({"source": {"id": "x"}})
-    try:
-        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    finally:
-        os.unlink(path)
-    with pytest.raises(ValueError):
-        write_private_config({"source": {"password": "x"}})
