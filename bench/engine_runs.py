@@ -8,6 +8,7 @@ after the output made everything up to it durable, invariant 5) reaches that pos
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from airflow_provider_dblog.config import make_source
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
@@ -23,21 +24,19 @@ from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.events import Position
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
+from scripts import polling
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTINEL_KEY = 10**12
 
 
-def wait_for(cond: Callable[[], Any], timeout: float, what: str, check: Callable[[], None] = lambda: None,
-             interval: float = 0.02) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        check()
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise TimeoutError(f"bench: timed out after {timeout:.0f} s waiting for {what}")
+def _bench_timeout(message: str) -> TimeoutError:
+    return TimeoutError(f"bench: {message}")
+
+
+# scripts/polling.py's wait_for, polling faster and raising TimeoutError (a primer catches it);
+# the fourth positional argument is a check run before each poll (e.g. a capture's check()).
+wait_for = functools.partial(polling.wait_for, interval=0.02, error=_bench_timeout)
 
 
 class SentinelWatch:

@@ -6,6 +6,7 @@ Shared by tests/e2e/test_airflow_e2e.py and scripts/demo_airflow.py (``make demo
 settings that docker/compose.yaml uses too come from docker/airflow.env (``shared_settings``),
 so the three deployments cannot drift apart (tests/unit/test_docker_compose.py).
 No pytest in here: failures raise ``AirflowError`` (an AssertionError, so tests read well).
+Import it as ``scripts.airflow_stack`` from the repository root.
 """
 from __future__ import annotations
 
@@ -17,14 +18,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 from urllib.parse import quote
+
+from scripts.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_ENV_FILE = REPO / "docker" / "airflow.env"
@@ -71,19 +73,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, what: str, alive=None, interval: float = 0.2,
-             detail=None) -> None:
-    """Poll ``cond`` until true; ``alive`` raises early; ``detail`` is added on timeout."""
-    end = time.time() + timeout
-    while time.time() < end:
-        if alive is not None:
-            alive()
-        if cond():
-            return
-        time.sleep(interval)
-    raise AirflowError(f"timed out after {timeout} s waiting for {what}" + (f"\n{detail()}" if detail else ""))
 
 
 class Proc:
@@ -198,9 +187,10 @@ class Airflow:
 
     def wait_ready(self, dag_ids: tuple[str, ...], timeout: float = 90) -> None:
         """The api-server answers and the dag-processor has parsed ``dag_ids``."""
-        wait_for(self.ready, timeout, "the api-server", alive=self.assert_alive, detail=self.tails)
+        wait_for(self.ready, timeout, "the api-server", alive=self.assert_alive, detail=self.tails,
+                 error=AirflowError)
         wait_for(lambda: all(self.dag_known(d) for d in dag_ids), timeout, "the dag-processor to parse dags/",
-                 alive=self.assert_alive, detail=self.tails, interval=1)
+                 alive=self.assert_alive, detail=self.tails, interval=1, error=AirflowError)
 
     # -- REST ------------------------------------------------------------------------------
     def request(self, method: str, path: str, body: Optional[dict] = None, auth: bool = True) -> dict:
@@ -249,7 +239,8 @@ class Airflow:
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 120) -> str:
         """Wait until the run has finished; its final state."""
         wait_for(lambda: self.run_state(dag_id, run_id) in ("success", "failed"), timeout,
-                 f"run {run_id} of {dag_id} to finish", alive=self.assert_alive, detail=self.tails, interval=0.5)
+                 f"run {run_id} of {dag_id} to finish", alive=self.assert_alive, detail=self.tails, interval=0.5,
+                 error=AirflowError)
         return self.run_state(dag_id, run_id)
 
     def task_state(self, dag_id: str, task_id: str) -> Optional[str]:

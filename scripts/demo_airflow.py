@@ -5,7 +5,8 @@ Starts api-server, scheduler, dag-processor and triggerer exactly as the end-to-
 unpauses dblog_capture (continuous capture, a deferred task) and dblog_repair_dump, dumps
 both sample tables and then a few keys through the REST API while a write load runs, shows
 the repaired rows in the changelog and ends with `dblog verify` (0 mismatches). Everything it
-started is stopped at the end. Run through `make demo` (servers up, DBLOG_* variables set).
+started is stopped at the end. Run through `make demo` (servers up, DBLOG_* variables set), or
+as ``python -m scripts.demo_airflow`` from the repository root.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-import airflow_stack as stack  # scripts/ is on sys.path: this file's directory
+from scripts import airflow_stack as stack
+from scripts.polling import wait_for
 
 WORK = stack.REPO / "demo-output" / "airflow"
 NS = "demo_airflow"  # the MariaDB database holding the sample tables
@@ -120,9 +122,8 @@ def wait_for_sentinel(lake: str) -> None:
     c = connect()
     c.cursor().execute(f"UPDATE {NS}.customers SET email=%s WHERE id=1", (mark,))
     c.close()
-    stack.wait_for(lambda: any((e.after or {}).get("email") == mark
-                               for e in changelog_events(lake, f"{NS}.customers")),
-                   120, "the capture to reach the last write", interval=0.5)
+    wait_for(lambda: any((e.after or {}).get("email") == mark for e in changelog_events(lake, f"{NS}.customers")),
+             120, "the capture to reach the last write", interval=0.5, error=stack.AirflowError)
 
 
 def main() -> None:
@@ -165,8 +166,8 @@ def main() -> None:
                 return any(ev.key[0] > 900000 for ev in changelog_events(lake, f"{NS}.customers")
                            if ev.op.value == "c") if (WORK / "lake").exists() else False
 
-            stack.wait_for(captured, 180, "the capture to write a first row", alive=af.assert_alive,
-                           detail=af.tails, interval=1)
+            wait_for(captured, 180, "the capture to write a first row", alive=af.assert_alive,
+                     detail=af.tails, interval=1, error=stack.AirflowError)
             say(f"dblog_capture is running: task state {af.task_state('dblog_capture', 'capture')!r}, "
                 f"capture child pid {af.capture_pids()}")
             loader.start()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,10 +23,9 @@ import pytest
 pytest.importorskip("airflow")
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))  # scripts/airflow_stack.py: shared with `make demo`
 
-from airflow_stack import Airflow, changelog_keys, dag_env, metadata_database, pid_alive  # noqa: E402
-from tests.integration.capture_proc import wait_for  # noqa: E402
+from scripts.airflow_stack import Airflow, changelog_keys, dag_env, metadata_database, pid_alive  # noqa: E402
+from scripts.polling import wait_for  # noqa: E402
 from tests.integration.databases import MySQLAdapter, env  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from scripts.polling import wait_for  # noqa: F401 - the tests' one wait_for, imported from here
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -91,16 +93,3 @@ class Capture:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
-
-
-def wait_for(cond, timeout: float, what: str, alive=None, interval: float = 0.2, detail=None) -> None:
-    """Poll ``cond`` until true; ``alive`` (e.g. a capture's assert_alive) raises early;
-    ``detail`` (e.g. a capture's log tail) is added to the timeout message."""
-    end = time.time() + timeout
-    while time.time() < end:
-        if alive is not None:
-            alive()
-        if cond():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}" + (f"\n{detail()}" if detail else ""))

@@ -10,18 +10,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 yaml = pytest.importorskip("yaml")
 
+from scripts import airflow_stack  # noqa: E402 - after the importorskip
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
-sys.path.insert(0, str(REPO / "scripts"))
-
-import airflow_stack  # noqa: E402
 
 AIRFLOW_SERVICES = ("airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
                     "airflow-triggerer")
