@@ -24,7 +24,8 @@ from importlib import resources
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable
 
-DELTA_PACKAGES = "io.delta:delta-spark_4.2_2.13:4.4.0"  # matches the pinned pyspark/delta-spark
+from airflow_provider_dblog.spark.session import DELTA_PACKAGE  # matches the pinned pyspark/delta-spark
+
 CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
 
 
@@ -60,7 +61,7 @@ with DAG(
         task_id="land_changelog",
         application=land_job_path(),
         conn_id=os.environ.get("DBLOG_SPARK_CONN_ID", "spark_default"),
-        packages=os.environ.get("DBLOG_SPARK_PACKAGES", DELTA_PACKAGES),
+        packages=os.environ.get("DBLOG_SPARK_PACKAGES", DELTA_PACKAGE),
         conf={
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

@@ -14,6 +14,8 @@ from typing import Optional
 # delta-spark 4.4.0 is built for Spark 4.2 / Scala 2.13. `io.delta:delta-spark_2.13:4.4.0`
 # is the same build under the un-suffixed name; this one is what delta's own
 # configure_spark_with_delta_pip asks for, so pip users and cluster users agree.
+# The one place the coordinate is written: dags/dblog_land.py imports it, scripts/spark-jars
+# reads this line, and tests/unit/test_delta_package.py holds the docs to it.
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 
 DELTA_CONF = {
