@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional, Union, overload
 
 from .events import ChangeEvent, Key, Op, Origin, Position, Row
 
@@ -63,10 +63,10 @@ class DumpRows:
         ]
 
 
-Segment = Union[list, DumpRows]  # a list of ChangeEvents, or one chunk's rows
+Segment = Union[list[ChangeEvent], DumpRows]  # a list of ChangeEvents, or one chunk's rows
 
 
-class EventBatch(Sequence):
+class EventBatch(Sequence[ChangeEvent]):
     """One writer batch, in stream order: a ``Sequence[ChangeEvent]`` made of segments."""
 
     __slots__ = ("segments", "_len", "_spans")
@@ -74,7 +74,7 @@ class EventBatch(Sequence):
     def __init__(self, segments: Sequence[Segment] = ()):
         self.segments = [s for s in segments if len(s)]
         self._len = sum(len(s) for s in self.segments)
-        self._spans: Optional[dict] = None
+        self._spans: Optional[dict[str, tuple[Position, Position]]] = None
 
     def __len__(self) -> int:
         return self._len
@@ -83,7 +83,13 @@ class EventBatch(Sequence):
         for seg in self.segments:
             yield from (seg.events() if isinstance(seg, DumpRows) else seg)
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> ChangeEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ChangeEvent]: ...
+
+    def __getitem__(self, index: Union[int, slice]) -> Union[ChangeEvent, list[ChangeEvent]]:
         if isinstance(index, slice):
             return list(self)[index]
         if index < 0:
@@ -96,12 +102,12 @@ class EventBatch(Sequence):
             index -= len(seg)
         raise IndexError("EventBatch index out of range")  # not reached
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, (EventBatch, list, tuple)):
             return len(self) == len(other) and list(self) == list(other)
         return NotImplemented
 
-    __hash__ = None  # mutable-looking sequence semantics, like list
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking sequence semantics, like list
 
     def __repr__(self) -> str:
         return f"EventBatch({len(self)} events in {len(self.segments)} segments)"

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 # Rows and keys are plain dicts of canonical values, keyed by column name.
 Row = dict[str, Any]
 # A primary key as a tuple of canonical values, in key-column order (hashable).
-Key = tuple
+Key = tuple[Any, ...]
 
 
 class Op(str, enum.Enum):
@@ -43,7 +43,7 @@ class Origin(str, enum.Enum):
 SUB_WIDTH = 9
 
 
-class Position(tuple):
+class Position(tuple[str, int]):
     """A totally ordered place in one source's log.
 
     ``coord`` is a fixed-width string built by the source so that string order is log order
@@ -68,8 +68,8 @@ class Position(tuple):
     coord = property(operator.itemgetter(0))
     sub = property(operator.itemgetter(1))
 
-    def __getnewargs__(self) -> tuple:  # pickle and copy call __new__(cls, coord, sub)
-        return tuple(self)
+    def __getnewargs__(self) -> tuple[str, int]:  # pickle and copy call __new__(cls, coord, sub)
+        return (self[0], self[1])
 
     def __repr__(self) -> str:
         return f"Position(coord={self[0]!r}, sub={self[1]!r})"

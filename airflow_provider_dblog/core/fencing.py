@@ -1,8 +1,9 @@
 """Fencing of a deposed leader's writes (DESIGN invariant 7)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional, Sequence
 
+from .events import ChangeEvent
 from .protocols import LeaderLease, Output
 
 
@@ -15,7 +16,7 @@ class FencedOutput:
         self._output = output
         self._lease = lease
 
-    def write(self, events, epoch=None) -> None:
+    def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
         self._lease.check()
         self._output.write(events, epoch=epoch)
 

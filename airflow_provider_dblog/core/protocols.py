@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Callable, Iterator, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
 from .dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from .events import ChangeEvent, Key, LogItem, Position, Row, TableSchema
@@ -72,7 +72,7 @@ class Source(Protocol):
     def estimate_rows(self, table: str) -> int:
         """A cheap estimate of the table's row count (statistics, not COUNT(*))."""
 
-    def log_status(self) -> dict:
+    def log_status(self) -> dict[str, Any]:
         """The source's current log head and how far behind the reader is."""
 
     def close(self) -> None: ...
@@ -153,7 +153,7 @@ class LeaderLease(Protocol):
     identity: str  # who contends, e.g. "host:pid" (shown by `dblog status`)
 
     def acquire(
-        self, stop: threading.Event, on_standby: Optional[Callable[[Optional[dict]], None]] = None
+        self, stop: threading.Event, on_standby: Optional[Callable[[Optional[dict[str, Any]]], None]] = None
     ) -> Optional[int]:
         """Block until this instance holds the lease and return the new epoch; ``None`` when
         ``stop`` was set first. While waiting, ``on_standby(leader())`` is called each time
@@ -168,7 +168,7 @@ class LeaderLease(Protocol):
         coordinator; waits while its connection is suspended); otherwise raises
         StaleEpochError. Called before every output commit and checkpoint."""
 
-    def leader(self) -> Optional[dict]:
+    def leader(self) -> Optional[dict[str, Any]]:
         """The current holder: {"identity", "epoch", "acquired_at", "standby"}; None if none."""
 
     def release(self) -> None: ...

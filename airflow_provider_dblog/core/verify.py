@@ -33,7 +33,8 @@ class Mismatch:
                 c for c in set(self.source or {}) | set(self.changelog or {})
                 if (self.source or {}).get(c) != (self.changelog or {}).get(c)
             )
-            diffs = ", ".join(f"{c}: source={self.source.get(c)!r} changelog={self.changelog.get(c)!r}" for c in cols)
+            src, out = self.source or {}, self.changelog or {}
+            diffs = ", ".join(f"{c}: source={src.get(c)!r} changelog={out.get(c)!r}" for c in cols)
             return f"key {list(self.key)}: different ({diffs})"
         return f"key {list(self.key)}: {self.kind} " + ("in the changelog" if self.kind == "missing" else "(deleted in the source)")
 

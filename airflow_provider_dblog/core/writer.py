@@ -23,7 +23,7 @@ import time
 from typing import Any, Iterable, Optional
 
 from .errors import StaleEpochError
-from .batch import DumpRows, EventBatch
+from .batch import DumpRows, EventBatch, Segment
 from .events import ChangeEvent, TableSchema
 from .markers import Marker
 from .protocols import Output
@@ -52,13 +52,13 @@ class Writer:
         self.flush_interval = flush_interval
         self.epoch = epoch
         self.retries = retries
-        self._items: collections.deque = collections.deque()
+        self._items: collections.deque[Any] = collections.deque()
         # When the buffer last went from empty to non-empty: its oldest item has waited at
         # least since then, so a flush is due flush_interval after it.
         self._waiting_since = 0.0
         self._buffered_events = 0
         self._cond = threading.Condition()
-        self._completed: collections.deque = collections.deque()
+        self._completed: collections.deque[Marker] = collections.deque()
         self._stopping = False
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="dblog-writer", daemon=True)
@@ -132,9 +132,9 @@ class Writer:
                 self._error = exc
                 self._cond.notify_all()
 
-    def _take_batch(self):
+    def _take_batch(self) -> tuple[EventBatch, list[TableSchema], list[Marker], bool]:
         """Wait for items, then gather until the batch is full or the flush interval ends."""
-        segments: list = []  # lists of ChangeEvents and DumpRows blocks, in order
+        segments: list[Segment] = []  # lists of ChangeEvents and DumpRows blocks, in order
         events: list[ChangeEvent] = []  # the open list segment
         size = 0
         schemas: list[TableSchema] = []
