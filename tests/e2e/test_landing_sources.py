@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from airflow_provider_dblog.core.requests import status_key
 from tests.e2e.test_landing import spark  # noqa: F401 - the shared SparkSession fixture
 from tests.integration.databases import ADAPTERS
 
@@ -55,7 +56,7 @@ class Engine:
         self.thread = threading.Thread(target=self._run, daemon=True)
         t0 = time.time()
         self.thread.start()
-        self.wait(lambda: (json.loads(self.state.get_value(f"status/{self.source_id}") or "{}")
+        self.wait(lambda: (json.loads(self.state.get_value(status_key(self.source_id)) or "{}")
                            .get("updated_at", 0) >= t0), 60, "the engine to start")
 
     def _run(self):

@@ -14,6 +14,7 @@ from airflow_provider_dblog.config import make_source
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.events import Op, Origin
+from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
 
@@ -44,7 +45,7 @@ class Running:
         t0 = time.time()
 
         def reported():  # a status report written by this engine, i.e. after start_log()
-            raw = self.state.get_value(f"status/{self.source_id}")
+            raw = self.state.get_value(status_key(self.source_id))
             return bool(raw) and json.loads(raw)["updated_at"] >= t0
 
         wait(reported, 60, "engine start", self)
@@ -64,7 +65,7 @@ class Running:
         self.stop_event.set()
         self.thread.join(60)
         self.check()
-        self.state.put_value(f"status/{self.source_id}", "")  # so a restart is observable
+        self.state.put_value(status_key(self.source_id), "")  # so a restart is observable
 
     def events(self, table):
         out = make_output(self.lake)

@@ -19,6 +19,7 @@ import pytest
 
 from airflow_provider_dblog.config import make_state
 from airflow_provider_dblog.core.dumps import DumpStatus
+from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.outputs import make_output
 
 from .capture_proc import Capture, dblog, wait_for, write_config
@@ -60,7 +61,7 @@ class Pair:
     def status(self) -> dict:
         import json
 
-        raw = self.state.get_value(f"status/{self.source_id}")
+        raw = self.state.get_value(status_key(self.source_id))
         return json.loads(raw) if raw else {}
 
     def leader_epoch(self, name: str):

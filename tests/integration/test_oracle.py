@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.core.dumps import DumpStatus
+from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
 
@@ -114,7 +115,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
         # without the window's key removal this test then fails (checked by mutation).
         capture = Capture(config, tmp_path / "capture.log", faults=("--window-delay-ms", "30"))
         capture.start()
-        wait_for(lambda: state.get_value(f"status/{source_id}") is not None, 90, "the capture to start", capture.assert_alive, detail=capture.tail)
+        wait_for(lambda: state.get_value(status_key(source_id)) is not None, 90, "the capture to start", capture.assert_alive, detail=capture.tail)
 
         dumps = []
         lake = tmp_path / "lake"

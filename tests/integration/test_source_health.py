@@ -22,6 +22,7 @@ from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import PositionLostError
 from airflow_provider_dblog.core.events import Position
+from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.sources.mysql_log import decode_coord
 from airflow_provider_dblog.sources.postgres_log import commit_lsn_of, parse_lsn
@@ -83,7 +84,7 @@ class Capture:
         self.thread.join(60)
 
     def status(self):
-        raw = self.state.get_value(f"status/{self.source_id}")
+        raw = self.state.get_value(status_key(self.source_id))
         return json.loads(raw) if raw else None
 
     def checkpoint(self):

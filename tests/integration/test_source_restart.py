@@ -17,6 +17,7 @@ import pytest
 
 from airflow_provider_dblog.config import make_source
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
+from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.core.verify import replay
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
@@ -55,7 +56,7 @@ def test_capture_survives_a_restart_of_the_source_database(kind, tmp_path):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     try:
-        wait_for(lambda: state.get_value(f"status/{source_id}") is not None, 60, "the capture to start")
+        wait_for(lambda: state.get_value(status_key(source_id)) is not None, 60, "the capture to start")
         table = f"{db.ns}.accounts"
 
         def insert(lo: int, hi: int) -> None:

@@ -21,6 +21,7 @@ pytest.importorskip("airflow.sdk")
 
 from airflow_provider_dblog.config import load_config, make_source  # noqa: E402
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress  # noqa: E402
+from airflow_provider_dblog.core.requests import status_key  # noqa: E402
 from airflow_provider_dblog.state.local import LocalStateStore  # noqa: E402
 from airflow_provider_dblog.triggers.capture import CaptureTrigger  # noqa: E402
 from airflow_provider_dblog.triggers.dump import DumpTrigger, progress_line  # noqa: E402
@@ -171,7 +172,7 @@ def test_dump_trigger_reports_progress_and_fires_when_done(tmp_path):
     store = LocalStateStore(path)
     spec = DumpSpec.new("src", ["s.t"])
     store.add_dump(spec, DumpControl(chunk_size=10))
-    store.put_value("status/src", json.dumps({"estimates": {"s.t": 40}, "updated_at": time.time()}))
+    store.put_value(status_key("src"), json.dumps({"estimates": {"s.t": 40}, "updated_at": time.time()}))
     trigger = DumpTrigger(spec.dump_id, state=path, poll_interval=0.05)
     lines: list[str] = []
 
