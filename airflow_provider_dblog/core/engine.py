@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 from .batch import DumpRows
 from .dumps import TableProgress
 from .errors import DBLogError, PositionLostError, SourceUnavailable, StaleEpochError
-from .events import ChangeEvent, LogItem, Op, Position, SchemaEvent, TableSchema, split_key_update
+from .events import ChangeEvent, Op, Position, SchemaEvent, TableSchema, split_key_update
 from .fencing import FencedOutput
 from .markers import ChunkProgress, LogCheckpoint
 from .protocols import LeaderLease, Output, Source, StateStore
@@ -146,7 +146,7 @@ class Engine:
             except StaleEpochError as lost:
                 lost.__cause__ = exc
                 return lost
-            except Exception as unreachable:
+            except Exception as unreachable:  # noqa: BLE001 - logged; the original error matters more
                 log.warning("capture of %s: could not ask the coordinator whether the lease is still "
                             "held (%s); reporting the original error", self.source_id, unreachable)
         return exc

@@ -327,7 +327,9 @@ def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> 
                         width=SUB_WIDTH, padding="0")
     positions = pc.binary_join_element_wise(pa.scalar(block.hw.coord + "."), subs, "")
 
-    def same(value, typ=pa.string()):
+    string = pa.string()
+
+    def same(value, typ=string):
         return pa.nulls(n, typ) if value is None else pa.repeat(pa.scalar(value, typ), n)
 
     arrays = [same(block.source_id), same(block.table), same(Op.READ.value), pa.array(keys, pa.string()),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..core.errors import ConfigurationError
 from ..core.events import ChangeEvent, Position, TableSchema
@@ -43,7 +43,7 @@ def _parse_line(raw: bytes) -> Optional[dict]:
     return obj if isinstance(obj, dict) else None
 
 
-def _read_records(path: str, on_record: Callable[[dict], None], repair: bool) -> None:
+def _read_records(path: str, on_record: Callable[[dict[str, Any]], object], repair: bool) -> None:
     """Feed every valid line to ``on_record``; a bad tail is a torn write, a bad line
     followed by good ones is corruption (never skipped silently: DESIGN invariant 8)."""
     good_end = 0
@@ -70,10 +70,10 @@ def _read_records(path: str, on_record: Callable[[dict], None], repair: bool) ->
             offset += len(raw)
     if bad_line is not None and repair:
         log.warning("truncating torn tail of %s after byte %d (line %d)", path, good_end, bad_line)
-        with open(path, "r+b") as f:
-            f.truncate(good_end)
-            f.flush()
-            os.fsync(f.fileno())
+        with open(path, "r+b") as torn:
+            torn.truncate(good_end)
+            torn.flush()
+            os.fsync(torn.fileno())
 
 
 def _fsync_dir(path: str) -> None:
@@ -190,7 +190,7 @@ class JsonLinesOutput:
         return out
 
 
-def _record(e: ChangeEvent, epoch: Optional[int], written_at: str) -> dict:
+def _record(e: ChangeEvent, epoch: Optional[int], written_at: Optional[str]) -> dict[str, Any]:
     return {
         "source_id": e.source_id,
         "table": e.table,

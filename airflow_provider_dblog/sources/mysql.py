@@ -168,6 +168,8 @@ class MySQLSource:
     def _schema_for_log(self, table: str, columns: list) -> TableSchema:
         """Called by the reader thread at a table's first table map or a column change."""
         session = self._log_session
+        if session is None:  # the reader thread runs only after start_log opened it
+            raise RuntimeError("a table map arrived before start_log()")
         try:
             current = catalog.read_table_schema(session, table, self._key_columns.get(table), self._mariadb)
         except RequestError:

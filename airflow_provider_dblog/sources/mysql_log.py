@@ -379,7 +379,7 @@ class BinlogReader(threading.Thread):
         commit_ts = ev.packet.timestamp * 1_000_000
         txid = self._txid()
         coord = self._coord(start, 0)[: -_ROW_W]  # the event's part, computed once
-        out = []
+        out: list[ChangeEvent] = []
         append, convert, key_of, src = out.append, self._convert, schema.key_getter(), self._source_id
         # The event's kind, once per event; positional ChangeEvent arguments (every row).
         if isinstance(ev, UpdateRowsEvent):

@@ -56,12 +56,13 @@ from .postgres_errors import ErrorContext, first_line, translate
 from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, parse_lsn
 from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
 
+from .postgres_values import RAW_TEXT_OIDS, converter, keep_text
+
 # Connection failures a later attempt may not see (SQLSTATE classes 08 connection exception,
 # 57P admin shutdown / crash shutdown / cannot connect now, e.g. "the database system is
 # starting up"); authentication failures are not among them.
 _NOT_TRANSIENT = ("password authentication failed", "no pg_hba.conf entry", "does not exist",
                   "permission denied")
-from .postgres_values import RAW_TEXT_OIDS, converter, keep_text
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class PostgresSource:
         self.publication = publication or slot_name_for(source_id)
         self.watermark_schema = watermark_schema
         self.watermark_table = f"{watermark_schema}.watermarks"
-        self._dsn = dict(host=host, port=port, user=user, password=password, dbname=dbname,
+        self._dsn: dict[str, Any] = dict(host=host, port=port, user=user, password=password, dbname=dbname,
                          connect_timeout=connect_timeout, application_name=f"dblog-{source_id}"[:63])
         self._requested_tables = list(tables) if tables is not None else None
         self._key_columns = dict(key_columns or {})

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 from ..core.errors import ConfigurationError, DBLogError
 from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from . import pgoutput
+from .pgoutput import Relation  # annotations: the name `pgoutput` is also a method below
 from .postgres_catalog import TableInfo, quote_table, type_label
 from .postgres_values import (UNCHANGED_TOAST_VALUE, converter, from_pg_text, keep_text, parse_wal2json,
                               timestamp_us, wal2json_text)
@@ -121,7 +122,7 @@ class LogDecoder:
             self._truncate([self._relation(r).qualified_name for r in m.relids])
         # Origin, Type and logical Message carry nothing DBLog needs.
 
-    def _relation(self, relid: int) -> pgoutput.Relation:
+    def _relation(self, relid: int) -> Relation:
         rel = self._relations.get(relid)
         if rel is None:
             raise pgoutput.DecodeError(f"change for relation {relid} before its Relation message")
@@ -132,7 +133,7 @@ class LogDecoder:
             raise pgoutput.DecodeError("row change outside a transaction (no Begin seen)")
         return self._txn
 
-    def _pg_row(self, rel: pgoutput.Relation, values, key_only: bool = False) -> dict:
+    def _pg_row(self, rel: Relation, values, key_only: bool = False) -> dict:
         row: dict[str, Any] = {}
         for col, conv, v in zip(rel.columns, self._converters(rel), values):
             if key_only and not col.is_key:
@@ -147,7 +148,7 @@ class LogDecoder:
                 raise pgoutput.DecodeError("binary tuple data received although text was requested")
         return row
 
-    def _converters(self, rel: pgoutput.Relation) -> list:
+    def _converters(self, rel: Relation) -> list:
         """Per column of a relation: its text -> canonical function, or None when the text is
         canonical already. Looked up once per Relation message, not once per value."""
         cached = self._row_converters.get(rel.relid)
@@ -177,7 +178,7 @@ class LogDecoder:
             if table in self.captured:
                 if after is not None:
                     after = self._w2j_schema_check(table, m["columns"], after, action == "U")
-                if action == "U" and before is not None:
+                if action == "U" and before is not None and after is not None:
                     key = self._schema(table).key
                     # wal2json sends the identity with every update, pgoutput only when the
                     # key changed or the identity is FULL: keep both plugins' events alike.

@@ -114,7 +114,7 @@ class ZooKeeperLease:
                     on_standby(leader)
                     announced = leader
                 wake = threading.Event()
-                if c.retry(c.exists, f"{self.contenders}/{children[i - 1]}", watch=lambda _e: wake.set()):
+                if c.retry(c.exists, f"{self.contenders}/{children[i - 1]}", watch=lambda _e, w=wake: w.set()):
                     wake.wait(0.5)  # short, so that `stop` is seen promptly
                 continue
             # Lowest contender: take the next epoch, atomically with "my znode still exists".
