@@ -24,6 +24,7 @@ from .dumps import (
     key_from_value,
     parse_key,
 )
+from .events import Key
 from .protocols import Source, StateStore
 
 # What ``control_dump`` does, by the names of the ``dblog`` subcommands.
@@ -72,7 +73,7 @@ def request_dump(
     control = DumpControl(chunk_size=int(chunk_size), delay_ms=int(delay_ms))  # range checks
     names = parse_tables(tables)
     check_key_request(names, keys)  # before connecting: the request's shape
-    parsed: Optional[list[tuple[Any, ...]]] = None  # keys (core.events.Key)
+    parsed: Optional[list[Key]] = None
     source.open()
     try:
         listed = names if names is not None else source.tables()
