@@ -17,8 +17,8 @@ import time
 from typing import Any, Optional
 
 from airflow_provider_dblog.config import make_source
-from airflow_provider_dblog.core.chunks import MYSQL, POSTGRES, chunk_query
 from airflow_provider_dblog.core.batch import DumpRows, EventBatch
+from airflow_provider_dblog.core.chunks import MYSQL, POSTGRES, chunk_query
 from airflow_provider_dblog.core.events import Origin
 
 from .dbs import MariaDBBench, PostgresBench

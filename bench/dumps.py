@@ -26,7 +26,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Optional
 
-from .common import NAMES, fmt_n as _n, standalone
+from .common import NAMES, standalone
+from .common import fmt_n as _n
 from .dump_load import DATABASES, ChunkRetries, LiveCapture, WriteLoad, bare_loops, changes_between, close_bare
 from .engine_runs import SENTINEL_KEY, wait_for
 

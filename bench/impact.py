@@ -19,7 +19,8 @@ import sys
 import time
 from typing import Callable, Optional
 
-from .common import NAMES, fmt_n as _n, standalone
+from .common import NAMES, standalone
+from .common import fmt_n as _n
 from .dbs import DATABASES
 from .lock_waits import LockSampler, row_lock_waits
 from .oltp import MariaLoad, PgLoad

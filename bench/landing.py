@@ -35,7 +35,8 @@ from typing import Callable, Optional
 
 import pyarrow as pa
 
-from .common import fmt_n as _n, standalone
+from .common import fmt_n as _n
+from .common import standalone
 
 DEFAULTS = {
     "events": 1_000_000,      # events of the first landing (all creates)

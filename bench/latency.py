@@ -225,7 +225,7 @@ def _stats(txns: list, seen: Callable, o: dict, t_go: float, stages: tuple = ())
     lo_t, hi_t = t_go + o["warmup"], t_go + o["warmup"] + o["seconds"]
     measured = [t for t in txns if lo_t <= t[2] < hi_t]
     lat, missing = [], 0
-    for lo, hi, tc in measured:
+    for _lo, hi, tc in measured:
         ts = seen(hi)
         if ts is None:
             missing += 1
@@ -465,7 +465,7 @@ def plot(results: dict, path: str) -> Optional[str]:
 
     fig, axes = plt.subplots(1, len(ok), figsize=(6 * len(ok), 4.5), squeeze=False)
     colors = ["#1565c0", "#c62828", "#2e7d32", "#6a1b9a"]
-    for ax, (kind, r) in zip(axes[0], ok.items()):
+    for ax, (_kind, r) in zip(axes[0], ok.items()):
         for i, rate in enumerate(r["opts"]["rates"]):
             for who, style, name in (("ours", "-", "DBLog"), ("raw", "--", "raw consumer")):
                 s = r[who].get(str(rate), {})

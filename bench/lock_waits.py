@@ -6,7 +6,6 @@ import threading
 import time
 from typing import Optional
 
-
 PG_WAITS = ("SELECT a.pid, a.application_name, a.wait_event, l.locktype, l.mode, "
             "l.relation::regclass::text, pg_blocking_pids(a.pid) FROM pg_stat_activity a "
             "LEFT JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted "

@@ -40,7 +40,8 @@ from typing import Optional
 from airflow_provider_dblog.core.engine import EngineConfig
 from airflow_provider_dblog.core.events import Position
 
-from .common import NAMES, fmt_n as _n, standalone
+from .common import NAMES, standalone
+from .common import fmt_n as _n
 from .dbs import INSERT_TXN, MariaDBBench, PostgresBench, in_transactions
 from .engine_runs import SENTINEL_KEY, ChildCapture
 
@@ -347,7 +348,7 @@ def plot(results: dict, path: str) -> Optional[str]:
 
     fig, axes = plt.subplots(1, len(ok), figsize=(6.5 * len(ok), 4.5), squeeze=False, sharey=True)
     colours = {"txn": "#d62728", "control": "#1f77b4", "dump": "#2ca02c", "wide_dump": "#9467bd"}
-    for ax, (kind, r) in zip(axes[0], ok.items()):
+    for ax, (_kind, r) in zip(axes[0], ok.items()):
         for ph, pts in r["trace"].items():
             if pts:
                 p = r["phases"].get(ph, {})

@@ -74,7 +74,7 @@ class ThreadProfiles:
             th["wall_s"] += root.time
             seen: collections.Counter = collections.Counter()
 
-            def walk(frame, via: tuple) -> float:
+            def walk(frame, via: tuple, label=label, seen=seen) -> float:
                 """Returns the waiting time in this subtree."""
                 where = _where(frame, repo)
                 mine = where.startswith("airflow_provider_dblog/")

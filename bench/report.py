@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from .common import NAMES, fmt_n as _n
-
+from .common import NAMES
+from .common import fmt_n as _n
 
 
 def _r(x: Any) -> str:
@@ -209,7 +209,7 @@ def write_docs(result: dict, path: str) -> None:
               "| Source | Raw baseline | Baseline events/s | DBLog events/s (in-process) | Ratio | "
               "DBLog events/s (child process) | Ratio | Target ≥ 60k/s and ≥ 0.5× raw |",
               "|---|---|---:|---:|---:|---:|---:|---|"]
-    for k, r in dbs.items():
+    for r in dbs.values():
         c = r["capture"]
         ch = c.get("child_process", {})
         lines.append(f"| {r['label']} | {c['baseline']['name']} | {_n(c['baseline']['events_per_s'])} | "
@@ -232,7 +232,7 @@ def write_docs(result: dict, path: str) -> None:
               "| Source | Chunk size | Baseline rows/s | DBLog rows/s | Ratio | Rows/s between first and last chunk | "
               "Target ≥ 150k/s and ≥ 0.5× (10k chunks) |",
               "|---|---:|---:|---:|---:|---:|---|"]
-    for k, r in dbs.items():
+    for r in dbs.values():
         d = r["dump"]
         for run in d["runs"]:
             tgt = ("met" if d["met"] else "missed") if run["chunk_size"] == result["targets"]["dump_chunk_size"] else ""

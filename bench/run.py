@@ -286,7 +286,7 @@ def machine() -> dict:
     cpu = ""
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
         pass
     return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),

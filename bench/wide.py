@@ -27,7 +27,8 @@ import sys
 import time
 from typing import Optional
 
-from .common import NAMES, fmt_n as _n, standalone
+from .common import NAMES, standalone
+from .common import fmt_n as _n
 from .dbs import INSERT_TXN, MariaDBBench, PostgresBench, in_transactions, split_events
 from .engine_runs import SENTINEL_KEY, InProcessCapture
 

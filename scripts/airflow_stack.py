@@ -290,7 +290,7 @@ def changelog_keys(lake: str, source_id: str, table: str, op: Optional[str] = No
     out.open()
     try:
         return {e.key for e in out.scan(source_id, table) if op is None or e.op.value == op}
-    except Exception:  # the changelog table does not exist before the first flush
+    except Exception:  # noqa: BLE001 - the changelog table does not exist before the first flush
         return set()
     finally:
         out.close()

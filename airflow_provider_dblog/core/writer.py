@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any, Iterable, Optional
 
-from .errors import StaleEpochError
 from .batch import DumpRows, EventBatch, Segment
+from .errors import StaleEpochError
 from .events import ChangeEvent, TableSchema
 from .markers import Marker
 from .protocols import Output

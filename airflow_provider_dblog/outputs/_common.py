@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-
-import orjson
 from typing import Any, Iterable, Optional, Sequence
 
-from ..core.errors import StaleEpochError
+import orjson
+
 from ..core.batch import spans_of
+from ..core.errors import StaleEpochError
 from ..core.events import ChangeEvent, Op, Origin, Position
 
 # Column order of the changelog (Delta columns, JSON lines field names).

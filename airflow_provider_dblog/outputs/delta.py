@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
-from ..core.errors import ConfigurationError
 from ..core.batch import DumpRows, EventBatch
+from ..core.errors import ConfigurationError
 from ..core.events import SUB_WIDTH, ChangeEvent, Op, Origin, TableSchema
 from ._common import (
     CHANGELOG_FIELDS,

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import random
 import logging
 import queue
+import random
 import time
+from typing import Any, Optional, Sequence
 
 import pymysql
-from typing import Any, Optional, Sequence
 
 from ..core.chunks import MYSQL, chunk_query, keys_query
 from ..core.errors import ConfigurationError, PositionLostError, RequestError

@@ -47,15 +47,20 @@ from ..core.chunks import POSTGRES, chunk_query, keys_query
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position
 from ..core.protocols import ChunkResult
+from .connection_loss import on_connection_loss
 from .postgres_catalog import (
-    TableInfo, check_replica_identity, format_types, list_tables, quote_ident, quote_table, read_table,
+    TableInfo,
+    check_replica_identity,
+    format_types,
+    list_tables,
+    quote_ident,
+    quote_table,
+    read_table,
     type_names,
 )
-from .connection_loss import on_connection_loss
 from .postgres_errors import ErrorContext, first_line, translate
 from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, parse_lsn
 from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
-
 from .postgres_values import RAW_TEXT_OIDS, converter, keep_text
 
 # Connection failures a later attempt may not see (SQLSTATE classes 08 connection exception,

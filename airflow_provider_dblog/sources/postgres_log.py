@@ -27,8 +27,15 @@ from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent
 from . import pgoutput
 from .pgoutput import Relation  # annotations: the name `pgoutput` is also a method below
 from .postgres_catalog import TableInfo, quote_table, type_label
-from .postgres_values import (UNCHANGED_TOAST_VALUE, converter, from_pg_text, keep_text, parse_wal2json,
-                              timestamp_us, wal2json_text)
+from .postgres_values import (
+    UNCHANGED_TOAST_VALUE,
+    converter,
+    from_pg_text,
+    keep_text,
+    parse_wal2json,
+    timestamp_us,
+    wal2json_text,
+)
 
 
 def make_position(commit_lsn: int, index: int) -> Position:

@@ -28,7 +28,7 @@ import json
 import re
 import sys
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -69,7 +69,7 @@ class SchemaStore:
 
     def __init__(self, spark: SparkSession, uri: str):
         self.spark, self.uri = spark, uri
-        self.by_id: dict[str, tuple[TableSchema, object]] = {}
+        self.by_id: dict[str, tuple[TableSchema, Any]] = {}  # schema id -> (schema, registered_at)
 
     def _load(self) -> None:
         rows = self.spark.read.format("delta").load(self.uri).select(
@@ -227,7 +227,7 @@ def list_mirrors(spark: SparkSession, mirrors: str) -> list[tuple[str, str, str]
     """(source_id, table, path) of the Delta tables under ``<mirrors>/<source>/<table>``."""
     from delta.tables import DeltaTable
 
-    jvm = spark._jvm
+    jvm: Any = spark._jvm  # py4j's view of the JVM: untyped
     root = jvm.org.apache.hadoop.fs.Path(mirrors)
     fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
     if not fs.exists(root):

@@ -67,7 +67,8 @@ def _base(type_name: str) -> tuple[str, list[int], bool]:
     """('numeric', [12, 2], unsigned?) from 'numeric(12,2)'; array types keep their '[]'."""
     t = type_name.strip().lower()
     unsigned = " unsigned" in t
-    params = [int(p) for p in re.findall(r"\d+", (re.search(r"\(([\d,\s]+)\)", t) or [None, ""])[1])]
+    found = re.search(r"\(([\d,\s]+)\)", t)
+    params = [int(p) for p in re.findall(r"\d+", found[1] if found else "")]
     base = re.sub(r"\([^)]*\)", "", t).replace(" unsigned", "").replace(" zerofill", "")
     return re.sub(r"\s+", " ", base).strip(), params, unsigned
 

@@ -125,7 +125,7 @@ class ZooKeeperStateStore:
 
     def _put(self, path: str, value: str) -> None:
         """Create or overwrite one znode (creating its parents)."""
-        from kazoo.exceptions import NoNodeError, NodeExistsError
+        from kazoo.exceptions import NodeExistsError, NoNodeError
 
         data = value.encode("utf-8")
         while True:

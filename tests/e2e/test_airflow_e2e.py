@@ -165,12 +165,11 @@ def browser(tmp_path):
 def test_trigger_form_in_chromium(stack, browser):
     """Open the Trigger form of dblog_repair_dump, pick the table, type keys, submit: a run
     starts with that conf and its rows reach the changelog. The screenshot goes to docs/img/."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
-
-    from selenium.common.exceptions import StaleElementReferenceException
 
     # the React UI re-renders while it loads: an element found a moment ago may be gone
     af, wait = stack.af, WebDriverWait(browser, 30, ignored_exceptions=(StaleElementReferenceException,))

@@ -44,7 +44,8 @@ class Engine:
 
     def __init__(self, cfg: dict, lake: str, state_path: str):
         from airflow_provider_dblog.config import make_source
-        from airflow_provider_dblog.core.engine import Engine as DBLogEngine, EngineConfig
+        from airflow_provider_dblog.core.engine import Engine as DBLogEngine
+        from airflow_provider_dblog.core.engine import EngineConfig
         from airflow_provider_dblog.outputs import make_output
         from airflow_provider_dblog.state.local import LocalStateStore
 

@@ -20,9 +20,9 @@ pytest.importorskip("airflow.sdk")
 
 from airflow.sdk.exceptions import TaskDeferred  # noqa: E402
 
-from airflow_provider_dblog.outputs import make_output  # noqa: E402
 from airflow_provider_dblog.core.errors import RequestError  # noqa: E402
 from airflow_provider_dblog.operators.dump import DumpOperator  # noqa: E402
+from airflow_provider_dblog.outputs import make_output  # noqa: E402
 from airflow_provider_dblog.state.local import LocalStateStore  # noqa: E402
 from airflow_provider_dblog.triggers.capture import CaptureTrigger  # noqa: E402
 

@@ -239,7 +239,7 @@ def test_runtime_control_through_zookeeper_within_a_second(pair):
     for command, expected in (("pause", DumpStatus.PAUSED), ("resume", DumpStatus.RUNNING)):
         dblog(pair.config, command, dump_id)
         t0 = time.time()
-        wait_for(lambda: pair.state.get_dump(dump_id).status is expected, 5, command, a.assert_alive,
+        wait_for(lambda expected=expected: pair.state.get_dump(dump_id).status is expected, 5, command, a.assert_alive,
                  detail=a.tail, interval=0.02)
         took = time.time() - t0
         print(f"\n{command} took effect in {took:.2f} s")

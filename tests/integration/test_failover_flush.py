@@ -31,7 +31,7 @@ def _flushes(path) -> int:
 
 
 @pytest.mark.parametrize("pair", ["postgres", "mysql"], indirect=True)
-def test_sigkill_of_the_leader_during_a_writer_flush(pair, tmp_path):
+def test_sigkill_of_the_leader_during_a_writer_flush(pair, tmp_path):  # noqa: F811 - the fixture
     pair.setup(seed_rows=200)
     marker = tmp_path / "a-flushes"
     a = pair.start("a", faults=("--write-delay-ms", str(DELAY_MS), "--write-marker", str(marker)))

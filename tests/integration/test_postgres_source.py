@@ -11,7 +11,10 @@ import pytest
 psycopg2 = pytest.importorskip("psycopg2")
 
 from airflow_provider_dblog.core.errors import (  # noqa: E402
-    ConfigurationError, DBLogError, PositionLostError, RequestError,
+    ConfigurationError,
+    DBLogError,
+    PositionLostError,
+    RequestError,
 )
 from airflow_provider_dblog.core.events import ChangeEvent, Op, SchemaEvent, WatermarkEvent  # noqa: E402
 from airflow_provider_dblog.sources.postgres import PostgresSource  # noqa: E402

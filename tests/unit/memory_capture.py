@@ -14,7 +14,15 @@ from typing import Any, Callable, Optional, Sequence
 
 from airflow_provider_dblog.core.errors import RequestError, SourceUnavailable
 from airflow_provider_dblog.core.events import (
-    ChangeEvent, Column, Key, LogItem, Op, Position, Row, TableSchema, WatermarkEvent,
+    ChangeEvent,
+    Column,
+    Key,
+    LogItem,
+    Op,
+    Position,
+    Row,
+    TableSchema,
+    WatermarkEvent,
 )
 from airflow_provider_dblog.core.protocols import ChunkResult
 

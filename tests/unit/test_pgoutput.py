@@ -12,10 +12,14 @@ from airflow_provider_dblog.sources import pgoutput
 from airflow_provider_dblog.sources.pgoutput import UNCHANGED_TOAST, DecodeError, decode
 from airflow_provider_dblog.sources.postgres import invisible_xids, wal2json_table_filter
 from airflow_provider_dblog.sources.postgres_catalog import TableInfo
-from airflow_provider_dblog.sources.postgres_setup import plugin_allowed, plugin_not_allowed_error
 from airflow_provider_dblog.sources.postgres_log import (
-    LogDecoder, commit_lsn_of, format_lsn, make_position, parse_lsn,
+    LogDecoder,
+    commit_lsn_of,
+    format_lsn,
+    make_position,
+    parse_lsn,
 )
+from airflow_provider_dblog.sources.postgres_setup import plugin_allowed, plugin_not_allowed_error
 from airflow_provider_dblog.sources.postgres_values import from_pg_text, parse_wal2json, timestamp_us, wal2json_text
 
 PG_EPOCH = 946_684_800 * 1_000_000

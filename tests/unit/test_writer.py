@@ -16,8 +16,9 @@ def ev(i):
 
 
 class MemoryOutput:
-    def __init__(self, fail_times=0, gate=None, error=RuntimeError("flaky")):
-        self.batches, self.schemas, self.fail_times, self.gate, self.error = [], [], fail_times, gate, error
+    def __init__(self, fail_times=0, gate=None, error=None):
+        self.batches, self.schemas, self.fail_times, self.gate = [], [], fail_times, gate
+        self.error = error or RuntimeError("flaky")
         self.last = None
 
     def register_schema(self, s):
