@@ -1,2 +1,3 @@
 """airflow-provider-dblog: DBLog change-data-capture as an Apache Airflow provider."""
+
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
 """The ``dblog`` command: capture, dump, status, pause/resume/cancel/throttle, verify."""
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,10 @@ def _source_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--plugin", choices=["pgoutput", "wal2json"])
     g.add_argument("--server-id", type=int)
     g.add_argument("--watermark-schema")
-    p.add_argument("--state", help="state store: a file (default dblog-state/state.db) or "
-                   "zk://host:port[,host:port]/chroot for ZooKeeper")
+    p.add_argument(
+        "--state",
+        help="state store: a file (default dblog-state/state.db) or zk://host:port[,host:port]/chroot for ZooKeeper",
+    )
     p.add_argument("--output", help="changelog: delta://DIR (default), jsonl://DIR, python:mod:fn")
 
 
@@ -50,8 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status-interval", type=float, default=5.0)
     p.add_argument("--reset-position", action="store_true", help="forget the checkpoint (then run a full dump)")
     p.add_argument("--identity", help="this instance's name in the leader lease (default host:pid)")
-    p.add_argument("--heartbeat-interval", type=float, default=10.0,
-                   help="seconds without log activity before a heartbeat watermark (0: off)")
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=10.0,
+        help="seconds without log activity before a heartbeat watermark (0: off)",
+    )
 
     p = sub.add_parser("dump", help="request a dump (the running capture performs it)")
     _source_options(p)
@@ -100,9 +107,16 @@ def _settings(args: argparse.Namespace) -> tuple[dict, dict, dict]:
     cfg = config.load_config(args.config)
     src = dict(cfg.get("source", {}))
     for opt, key in (
-        ("source_type", "type"), ("source_id", "id"), ("host", "host"), ("port", "port"),
-        ("user", "user"), ("database", "database"), ("password_env", "password_env"),
-        ("password_file", "password_file"), ("plugin", "plugin"), ("server_id", "server_id"),
+        ("source_type", "type"),
+        ("source_id", "id"),
+        ("host", "host"),
+        ("port", "port"),
+        ("user", "user"),
+        ("database", "database"),
+        ("password_env", "password_env"),
+        ("password_file", "password_file"),
+        ("plugin", "plugin"),
+        ("server_id", "server_id"),
         ("watermark_schema", "watermark_schema"),
     ):
         v = getattr(args, opt, None)
@@ -129,7 +143,9 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
 
     def progress(st: dict) -> None:
         dumps = [d for d in state.list_dumps(source.source_id) if not d.status.finished]
-        dtext = "; ".join(f"dump {d.dump_id} {d.status.value} rows={sum(p.rows for p in d.progress.values())}" for d in dumps)
+        dtext = "; ".join(
+            f"dump {d.dump_id} {d.status.value} rows={sum(p.rows for p in d.progress.values())}" for d in dumps
+        )
         print(
             f"[dblog] position={st['position']} checkpoint={st['checkpoint']} "
             f"events/s={st['events_per_s']} buffered={st['buffered']} window={st['window']}"
@@ -165,8 +181,13 @@ def cmd_dump(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     state = parts.state(state_cfg)
     try:
         spec = requests.request_dump(
-            parts.source(src), state, None if args.all else args.table, args.key,
-            chunk_size=args.chunk_size, delay_ms=args.delay_ms, keys_as_json=True,
+            parts.source(src),
+            state,
+            None if args.all else args.table,
+            args.key,
+            chunk_size=args.chunk_size,
+            delay_ms=args.delay_ms,
+            keys_as_json=True,
         )
     finally:
         state.close()
@@ -185,8 +206,10 @@ def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     capture = result["capture"]
     print(f"source {source_id}: checkpoint {result['checkpoint']}")
     if leader:
-        print(f"  leader {leader['identity']} epoch {leader['epoch']}"
-              + (f", {leader['standby']} standby" if leader.get("standby") is not None else ""))
+        print(
+            f"  leader {leader['identity']} epoch {leader['epoch']}"
+            + (f", {leader['standby']} standby" if leader.get("standby") is not None else "")
+        )
     if capture:
         print(
             f"  capture pid {capture['pid']} ({capture['age_s']} s ago): position {capture['position']}, "
@@ -196,20 +219,25 @@ def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     for warning in result["warnings"]:
         print(f"  WARNING: {warning}")
     for d in result["dumps"]:
-        print(f"  dump {d['dump_id']} {d['status']}: tables={d['tables']} rows={d['rows']} chunks={d['chunks']}"
-              + (f" eta={d['eta_seconds']}s" if d.get("eta_seconds") is not None else "")
-              + (f" error={d['error']}" if d["error"] else ""))
+        print(
+            f"  dump {d['dump_id']} {d['status']}: tables={d['tables']} rows={d['rows']} chunks={d['chunks']}"
+            + (f" eta={d['eta_seconds']}s" if d.get("eta_seconds") is not None else "")
+            + (f" error={d['error']}" if d["error"] else "")
+        )
     return 0
 
 
 def cmd_control(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     state = parts.state(state_cfg)
     try:
-        c = requests.control_dump(state, args.dump_id, args.command,
-                                  getattr(args, "chunk_size", None), getattr(args, "delay_ms", None))
+        c = requests.control_dump(
+            state, args.dump_id, args.command, getattr(args, "chunk_size", None), getattr(args, "delay_ms", None)
+        )
     finally:
         state.close()
-    print(f"dump {args.dump_id}: paused={c.paused} cancelled={c.cancelled} chunk_size={c.chunk_size} delay_ms={c.delay_ms}")
+    print(
+        f"dump {args.dump_id}: paused={c.paused} cancelled={c.cancelled} chunk_size={c.chunk_size} delay_ms={c.delay_ms}"
+    )
     return 0
 
 
@@ -233,8 +261,10 @@ def cmd_verify(args, src, state_cfg, out_cfg, parts: Parts) -> int:
             mirror = replay(output.scan(source.source_id, table))
             mismatches = compare(rows, mirror)
             bad += len(mismatches)
-            print(f"{table}: {len(rows)} rows in the source, {len(mirror)} in the changelog replay, "
-                  f"{len(mismatches)} mismatches")
+            print(
+                f"{table}: {len(rows)} rows in the source, {len(mirror)} in the changelog replay, "
+                f"{len(mismatches)} mismatches"
+            )
             for m in mismatches[: args.show]:
                 print(f"  {m.describe()}")
     finally:
@@ -242,15 +272,23 @@ def cmd_verify(args, src, state_cfg, out_cfg, parts: Parts) -> int:
         output.close()
     return 1 if bad else 0
 
+
 def main(argv: Optional[list[str]] = None, parts: Parts = Parts()) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         src, state_cfg, out_cfg = _settings(args)
         handler = {
-            "capture": cmd_capture, "dump": cmd_dump, "status": cmd_status, "verify": cmd_verify,
-            "pause": cmd_control, "resume": cmd_control, "cancel": cmd_control, "throttle": cmd_control,
+            "capture": cmd_capture,
+            "dump": cmd_dump,
+            "status": cmd_status,
+            "verify": cmd_verify,
+            "pause": cmd_control,
+            "resume": cmd_control,
+            "cancel": cmd_control,
+            "throttle": cmd_control,
         }[args.command]
         return handler(args, src, state_cfg, out_cfg, parts)
     except DBLogError as exc:

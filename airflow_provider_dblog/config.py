@@ -30,6 +30,7 @@ Passwords never come from argv: only from the environment or a file (invariant 8
 ``load_config`` reads such a file; ``render_config`` / ``write_private_config`` write one
 (the Airflow trigger hands its capture child the configuration this way).
 """
+
 from __future__ import annotations
 
 import math
@@ -71,9 +72,11 @@ _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f
 
 def _toml_string(text: str) -> str:
     """A TOML basic string: quote, backslash and control characters escaped."""
-    return '"' + "".join(
-        _ESCAPES.get(ch) or (f"\\u{ord(ch):04X}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch) for ch in text
-    ) + '"'
+    return (
+        '"'
+        + "".join(_ESCAPES.get(ch) or (f"\\u{ord(ch):04X}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch) for ch in text)
+        + '"'
+    )
 
 
 def _toml_key(key: Any) -> str:
@@ -168,7 +171,8 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
         extra = {"server_id": int(src["server_id"])} if src.get("server_id") else {}
         return MySQLSource(
             port=int(src.get("port", 3306)),
-            databases=src.get("databases") or ([src["database"]] if src.get("database") and not src.get("tables") else None),
+            databases=src.get("databases")
+            or ([src["database"]] if src.get("database") and not src.get("tables") else None),
             watermark_database=src.get("watermark_schema", "dblog"),
             **extra,
             **common,

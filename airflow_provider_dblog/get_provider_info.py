@@ -4,6 +4,7 @@ Kept free of Airflow imports: Airflow reads it while discovering providers. Sinc
 the connection form comes from here (``conn-fields``, ``ui-field-behaviour``) rather than
 from the hook's methods; the hook reuses the same constants for older versions.
 """
+
 from __future__ import annotations
 
 from . import __version__

@@ -1,5 +1,6 @@
 """What every benchmark module shares: names, progress lines, number formatting, and running
 a scenario per database (from bench/run.py or standalone as ``python -m bench.<module>``)."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ def fmt_n(x: Any) -> str:
     return f"{x:,.0f}" if isinstance(x, (int, float)) else "–"
 
 
-def run_kinds(name: str, run: Callable, kinds: Iterable[str], opts: dict, workdir: str,
-              log: Callable[[str], None] = say) -> dict:
+def run_kinds(
+    name: str, run: Callable, kinds: Iterable[str], opts: dict, workdir: str, log: Callable[[str], None] = say
+) -> dict:
     """``run(kind, opts, workdir, say)`` per database; a failure is recorded as
     ``{"error": ...}`` and the other databases still run."""
     results: dict = {}
@@ -37,8 +39,14 @@ def run_kinds(name: str, run: Callable, kinds: Iterable[str], opts: dict, workdi
     return results
 
 
-def standalone(name: str, module: Any, kinds: Iterable[str], opts: dict, plot_path: Optional[str] = None,
-               shown: Callable[[dict], dict] = lambda r: r) -> int:
+def standalone(
+    name: str,
+    module: Any,
+    kinds: Iterable[str],
+    opts: dict,
+    plot_path: Optional[str] = None,
+    shown: Callable[[dict], dict] = lambda r: r,
+) -> int:
     """``python -m bench.<name>``: run, print the JSON (``shown`` may slim it) and the
     markdown section, draw the plot if asked; exit 1 if a database failed."""
     workdir = tempfile.mkdtemp(prefix=f"dblog-bench-{name}-")

@@ -8,6 +8,7 @@ On a shared machine CPU time moves far less with other jobs than wall time does,
 it the number to compare one code change against the next (docs/benchmarks.md, "Performance
 work"). Run the same command on two checkouts to compare them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,16 +34,22 @@ def measure(kind: str, rows: int, events: int, repeat: int) -> dict:
         for _ in range(repeat):
             cpu0 = time.process_time()
             d = cap.dump(db.dump_table, 10_000, 600)
-            out["dump"].append({"cpu_us_per_row": round((time.process_time() - cpu0) / rows * 1e6, 2),
-                                "rows_per_s": round(d["rows_per_s"])})
+            out["dump"].append(
+                {
+                    "cpu_us_per_row": round((time.process_time() - cpu0) / rows * 1e6, 2),
+                    "rows_per_s": round(d["rows_per_s"]),
+                }
+            )
         cap.stop()
         if events:
             db.generate(events)
             db.insert_primer(SENTINEL_KEY)
             cpu0 = time.process_time()
             run = cap.capture_until_sentinel(events, 600)
-            out["capture"] = {"cpu_us_per_event": round((time.process_time() - cpu0) / events * 1e6, 2),
-                              "events_per_s": round(run["events_per_s"])}
+            out["capture"] = {
+                "cpu_us_per_event": round((time.process_time() - cpu0) / events * 1e6, 2),
+                "events_per_s": round(run["events_per_s"]),
+            }
         return out
     finally:
         try:
@@ -52,8 +59,9 @@ def measure(kind: str, rows: int, events: int, repeat: int) -> dict:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.cpu_per_row", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.cpu_per_row", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", choices=sorted(DATABASES))
     p.add_argument("--rows", type=int, default=300_000)
     p.add_argument("--events", type=int, default=200_000)
@@ -63,8 +71,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         r = measure(kind, args.rows, args.events, args.repeat)
         best = min(x["cpu_us_per_row"] for x in r["dump"])
         cap = r["capture"] or {}
-        print(f"{r['label']}: dump {best} CPU µs/row (best of {args.repeat}), capture "
-              f"{cap.get('cpu_us_per_event', '–')} CPU µs/event", flush=True)
+        print(
+            f"{r['label']}: dump {best} CPU µs/row (best of {args.repeat}), capture "
+            f"{cap.get('cpu_us_per_event', '–')} CPU µs/event",
+            flush=True,
+        )
         print(json.dumps(r), flush=True)
     return 0
 

@@ -5,6 +5,7 @@ Each run works in a schema/database of its own (``bench_<hex>``) holding two nar
 events, ``dumpt`` is the table the dumps read. Passwords reach the command-line clients only
 through the environment (PGPASSWORD) or a 0600 defaults file, never argv.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,10 @@ MYSQL_STATEMENT = 1_000  # rows per multi-row INSERT statement (MariaDB)
 def need_env(name: str) -> str:
     v = os.environ.get(name)
     if v is None:
-        raise SystemExit(f"bench: {name} is not set; run through scripts/run-bench (make bench), "
-                         "which starts the servers and exports their settings")
+        raise SystemExit(
+            f"bench: {name} is not set; run through scripts/run-bench (make bench), "
+            "which starts the servers and exports their settings"
+        )
     return v
 
 
@@ -46,8 +49,10 @@ def timed(cmd: list[str], env: Optional[dict] = None, stdout=subprocess.DEVNULL)
     proc = subprocess.run(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE, timeout=900)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise RuntimeError(f"{os.path.basename(cmd[0])} failed ({proc.returncode}): "
-                           f"{proc.stderr.decode(errors='replace').strip()[:500]}")
+        raise RuntimeError(
+            f"{os.path.basename(cmd[0])} failed ({proc.returncode}): "
+            f"{proc.stderr.decode(errors='replace').strip()[:500]}"
+        )
     return elapsed
 
 
@@ -111,8 +116,7 @@ class PostgresBench(BenchDB):
     def connect(self):
         import psycopg2
 
-        return psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                                dbname=self.db)
+        return psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password, dbname=self.db)
 
     def _run(self, *sql: str, autocommit: bool = False) -> list:
         c = self.connect()
@@ -130,18 +134,31 @@ class PostgresBench(BenchDB):
 
     def create(self) -> None:
         cols = "(id bigint PRIMARY KEY, v int NOT NULL, s text NOT NULL)"
-        self._run(f"CREATE SCHEMA {self.ns}", f"CREATE TABLE {self.event_table} {cols}",
-                  f"CREATE TABLE {self.dump_table} {cols}")
+        self._run(
+            f"CREATE SCHEMA {self.ns}",
+            f"CREATE TABLE {self.event_table} {cols}",
+            f"CREATE TABLE {self.dump_table} {cols}",
+        )
 
     def fill_dump_table(self, rows: int) -> None:
-        self._run(f"INSERT INTO {self.dump_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
-                  f"FROM generate_series(1, {rows}) g")
+        self._run(
+            f"INSERT INTO {self.dump_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
+            f"FROM generate_series(1, {rows}) g"
+        )
         self._run(f"VACUUM ANALYZE {self.dump_table}", autocommit=True)
 
     def source_config(self, source_id: str) -> dict:
-        return {"type": "postgres", "id": source_id, "host": self.host, "port": self.port, "user": self.user,
-                "database": self.db, "tables": [self.event_table, self.dump_table],
-                "password_env": "DBLOG_PG_PASSWORD", "plugin": "pgoutput"}
+        return {
+            "type": "postgres",
+            "id": source_id,
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "database": self.db,
+            "tables": [self.event_table, self.dump_table],
+            "password_env": "DBLOG_PG_PASSWORD",
+            "plugin": "pgoutput",
+        }
 
     def insert_primer(self, key: int) -> None:
         self._run(f"INSERT INTO {self.event_table} VALUES ({key}, 0, 'primer')")
@@ -157,11 +174,23 @@ class PostgresBench(BenchDB):
         c = self.connect()
         t0 = time.perf_counter()
         try:
-            in_transactions(c, 1, inserts, INSERT_TXN, lambda lo, hi: (
-                f"INSERT INTO {self.event_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
-                f"FROM generate_series({lo}, {hi}) g"))
-            in_transactions(c, 1, updates, INSERT_TXN, lambda lo, hi: (
-                f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}"))
+            in_transactions(
+                c,
+                1,
+                inserts,
+                INSERT_TXN,
+                lambda lo, hi: (
+                    f"INSERT INTO {self.event_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
+                    f"FROM generate_series({lo}, {hi}) g"
+                ),
+            )
+            in_transactions(
+                c,
+                1,
+                updates,
+                INSERT_TXN,
+                lambda lo, hi: f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}",
+            )
             cur = c.cursor()
             cur.execute("SELECT pg_current_wal_lsn()::text")
             self.end_lsn = cur.fetchone()[0]
@@ -170,9 +199,29 @@ class PostgresBench(BenchDB):
         return {"inserts": inserts, "updates": updates, "seconds": time.perf_counter() - t0}
 
     def run_log_baseline(self) -> float:
-        cmd = [find_tool("pg_recvlogical"), "-h", self.host, "-p", str(self.port), "-U", self.user,
-               "-d", self.db, "--slot", self.raw_name, "--start", "--no-loop", "--endpos", self.end_lsn,
-               "-o", "proto_version=1", "-o", f"publication_names={self.raw_name}", "-f", "/dev/null"]
+        cmd = [
+            find_tool("pg_recvlogical"),
+            "-h",
+            self.host,
+            "-p",
+            str(self.port),
+            "-U",
+            self.user,
+            "-d",
+            self.db,
+            "--slot",
+            self.raw_name,
+            "--start",
+            "--no-loop",
+            "--endpos",
+            self.end_lsn,
+            "-o",
+            "proto_version=1",
+            "-o",
+            f"publication_names={self.raw_name}",
+            "-f",
+            "/dev/null",
+        ]
         return timed(cmd, self._env)
 
     library_baseline_name = "psycopg2 replication loop (pgoutput messages received, not decoded)"
@@ -183,13 +232,22 @@ class PostgresBench(BenchDB):
         import psycopg2.extras
 
         end = _lsn_int(self.end_lsn)
-        c = psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                             dbname=self.db, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        c = psycopg2.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname=self.db,
+            connection_factory=psycopg2.extras.LogicalReplicationConnection,
+        )
         try:
             cur = c.cursor()
             t0 = time.perf_counter()
-            cur.start_replication(slot_name=f"{self.raw_name}_py", decode=False,
-                                  options={"proto_version": "1", "publication_names": self.raw_name})
+            cur.start_replication(
+                slot_name=f"{self.raw_name}_py",
+                decode=False,
+                options={"proto_version": "1", "publication_names": self.raw_name},
+            )
 
             def consume(msg):
                 if msg.data_start >= end:
@@ -204,16 +262,31 @@ class PostgresBench(BenchDB):
             c.close()
 
     def run_dump_baseline(self, repeat: int = 3) -> float:
-        cmd = [find_tool("psql"), "-X", "-q", "-h", self.host, "-p", str(self.port), "-U", self.user,
-               "-d", self.db, "-c", f"COPY (SELECT * FROM {self.dump_table} ORDER BY id) TO STDOUT"]
+        cmd = [
+            find_tool("psql"),
+            "-X",
+            "-q",
+            "-h",
+            self.host,
+            "-p",
+            str(self.port),
+            "-U",
+            self.user,
+            "-d",
+            self.db,
+            "-c",
+            f"COPY (SELECT * FROM {self.dump_table} ORDER BY id) TO STDOUT",
+        ]
         return median_time(cmd, self._env, repeat)
 
     def blockers(self) -> str:
         """Why creating a slot may hang: it waits for every transaction running when it
         started, so an old idle-in-transaction session anywhere on the server stalls it."""
-        rows = self._run("SELECT pid, datname, usename, now() - xact_start FROM pg_stat_activity "
-                         "WHERE state LIKE 'idle in transaction%' AND xact_start < now() - interval '30 seconds'",
-                         autocommit=True)
+        rows = self._run(
+            "SELECT pid, datname, usename, now() - xact_start FROM pg_stat_activity "
+            "WHERE state LIKE 'idle in transaction%' AND xact_start < now() - interval '30 seconds'",
+            autocommit=True,
+        )
         return "; ".join(f"pid {p} ({u}@{d}) idle in transaction for {age}" for p, d, u, age in rows)
 
     def cleanup(self, source_ids: list[str]) -> None:
@@ -226,17 +299,26 @@ class PostgresBench(BenchDB):
             cur = c.cursor()
             # A connection of ours left behind (a capture thread stuck creating its slot when
             # the run gave up) would keep the slot active and undroppable.
-            cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                        "WHERE slot_name = ANY(%s) AND active", (slots,))
-            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ANY(%s) "
-                        "AND pid <> pg_backend_pid()", ([f"dblog-{s}"[:63] for s in source_ids],))
+            cur.execute(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                "WHERE slot_name = ANY(%s) AND active",
+                (slots,),
+            )
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ANY(%s) "
+                "AND pid <> pg_backend_pid()",
+                ([f"dblog-{s}"[:63] for s in source_ids],),
+            )
             time.sleep(0.5)
             cur.execute(f"DROP SCHEMA IF EXISTS {self.ns} CASCADE")
             for name in slots:
                 if not name.endswith("_py"):
                     cur.execute(f'DROP PUBLICATION IF EXISTS "{name}"')
-                cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                            "WHERE slot_name = %s AND NOT active", (name,))
+                cur.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND NOT active",
+                    (name,),
+                )
             cur.execute("SELECT to_regclass('dblog.watermarks') IS NOT NULL")
             if cur.fetchone()[0]:
                 cur.execute("DELETE FROM dblog.watermarks WHERE source_id = ANY(%s)", (source_ids,))
@@ -264,8 +346,9 @@ class MariaDBBench(BenchDB):
     def connect(self):
         import pymysql
 
-        return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                               autocommit=False, charset="utf8mb4")
+        return pymysql.connect(
+            host=self.host, port=self.port, user=self.user, password=self.password, autocommit=False, charset="utf8mb4"
+        )
 
     def _run(self, *sql: str) -> list:
         c = self.connect()
@@ -282,8 +365,11 @@ class MariaDBBench(BenchDB):
 
     def create(self) -> None:
         cols = "(id bigint PRIMARY KEY, v int NOT NULL, s varchar(16) NOT NULL)"
-        self._run(f"CREATE DATABASE {self.ns}", f"CREATE TABLE {self.event_table} {cols}",
-                  f"CREATE TABLE {self.dump_table} {cols}")
+        self._run(
+            f"CREATE DATABASE {self.ns}",
+            f"CREATE TABLE {self.event_table} {cols}",
+            f"CREATE TABLE {self.dump_table} {cols}",
+        )
 
     def _insert_rows(self, table: str, lo: int, hi: int) -> None:
         """Rows lo..hi as multi-row INSERTs of MYSQL_STATEMENT rows, INSERT_TXN rows per commit."""
@@ -309,14 +395,28 @@ class MariaDBBench(BenchDB):
         values as the PostgreSQL fill (``md5`` of the decimal key)."""
         c = self.connect()
         try:
-            in_transactions(c, lo, hi, per_txn, lambda a, b: (
-                f"INSERT INTO {table} SELECT seq, seq % 1000, LEFT(MD5(seq), 10) FROM {self.ns}.seq_{a}_to_{b}"))
+            in_transactions(
+                c,
+                lo,
+                hi,
+                per_txn,
+                lambda a, b: (
+                    f"INSERT INTO {table} SELECT seq, seq % 1000, LEFT(MD5(seq), 10) FROM {self.ns}.seq_{a}_to_{b}"
+                ),
+            )
         finally:
             c.close()
 
     def source_config(self, source_id: str) -> dict:
-        return {"type": "mysql", "id": source_id, "host": self.host, "port": self.port, "user": self.user,
-                "tables": [self.event_table, self.dump_table], "password_env": "DBLOG_MYSQL_PASSWORD"}
+        return {
+            "type": "mysql",
+            "id": source_id,
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "tables": [self.event_table, self.dump_table],
+            "password_env": "DBLOG_MYSQL_PASSWORD",
+        }
 
     def insert_primer(self, key: int) -> None:
         self._run(f"INSERT INTO {self.event_table} VALUES ({key}, 0, 'primer')")
@@ -334,8 +434,13 @@ class MariaDBBench(BenchDB):
         self._insert_rows(self.event_table, 1, inserts)
         c = self.connect()
         try:
-            in_transactions(c, 1, updates, INSERT_TXN, lambda lo, hi: (
-                f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}"))
+            in_transactions(
+                c,
+                1,
+                updates,
+                INSERT_TXN,
+                lambda lo, hi: f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}",
+            )
         finally:
             c.close()
         self.end = self._master_status()
@@ -343,13 +448,21 @@ class MariaDBBench(BenchDB):
 
     def _binlog_files(self) -> list[str]:
         names = [r[0] for r in self._run("SHOW BINARY LOGS")]
-        return names[names.index(self.start[0]): names.index(self.end[0]) + 1]
+        return names[names.index(self.start[0]) : names.index(self.end[0]) + 1]
 
     def run_log_baseline(self, verbose: bool = False, repeat: int = 3) -> float:
         # --defaults-extra-file must come first on the command line.
-        cmd = [find_tool("mariadb-binlog", "mysqlbinlog"), f"--defaults-extra-file={self.cnf}",
-               "--read-from-remote-server", f"--start-position={self.start[1]}",
-               f"--stop-position={self.end[1]}"] + (["--verbose"] if verbose else []) + self._binlog_files()
+        cmd = (
+            [
+                find_tool("mariadb-binlog", "mysqlbinlog"),
+                f"--defaults-extra-file={self.cnf}",
+                "--read-from-remote-server",
+                f"--start-position={self.start[1]}",
+                f"--stop-position={self.end[1]}",
+            ]
+            + (["--verbose"] if verbose else [])
+            + self._binlog_files()
+        )
         return median_time(cmd, None, repeat)
 
     library_baseline_name = "mysql-replication loop (rows decoded to Python dicts, nothing else)"
@@ -363,9 +476,15 @@ class MariaDBBench(BenchDB):
 
         settings = {"host": self.host, "port": self.port, "user": self.user, "passwd": self.password}
         t0 = time.perf_counter()
-        stream = BinLogStreamReader(connection_settings=settings, server_id=4_000_000_000 - os.getpid() % 1000,
-                                    resume_stream=True, log_file=self.start[0], log_pos=self.start[1],
-                                    blocking=False, only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+        stream = BinLogStreamReader(
+            connection_settings=settings,
+            server_id=4_000_000_000 - os.getpid() % 1000,
+            resume_stream=True,
+            log_file=self.start[0],
+            log_pos=self.start[1],
+            blocking=False,
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        )
         try:
             for ev in stream:
                 for _ in ev.rows:  # .rows decodes every row of the event
@@ -377,8 +496,14 @@ class MariaDBBench(BenchDB):
             stream.close()
 
     def run_dump_baseline(self, repeat: int = 3) -> float:
-        cmd = [find_tool("mariadb", "mysql"), f"--defaults-extra-file={self.cnf}", "--quick", "--batch",
-               "-e", f"SELECT * FROM {self.dump_table} ORDER BY id"]
+        cmd = [
+            find_tool("mariadb", "mysql"),
+            f"--defaults-extra-file={self.cnf}",
+            "--quick",
+            "--batch",
+            "-e",
+            f"SELECT * FROM {self.dump_table} ORDER BY id",
+        ]
         return median_time(cmd, None, repeat)
 
     def cleanup(self, source_ids: list[str]) -> None:
@@ -386,8 +511,10 @@ class MariaDBBench(BenchDB):
         try:
             cur = c.cursor()
             cur.execute(f"DROP DATABASE IF EXISTS {self.ns}")
-            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES "
-                        "WHERE TABLE_SCHEMA = 'dblog' AND TABLE_NAME = 'watermarks'")
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = 'dblog' AND TABLE_NAME = 'watermarks'"
+            )
             if cur.fetchone()[0] and source_ids:
                 cur.execute("DELETE FROM dblog.watermarks WHERE source_id IN %s", (tuple(source_ids),))
             c.commit()

@@ -7,6 +7,7 @@ locks at fork time) so it neither shares the capture's GIL nor steals its CPU ti
 inside one interpreter. It connects with the same DBLOG_* environment the benchmark has:
 the password never crosses a process boundary in argv or pickled arguments.
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,16 +57,25 @@ def connect(kind: str, autocommit: bool = False):
     if kind == "pg":
         import psycopg2
 
-        conn = psycopg2.connect(host=env["DBLOG_PG_HOST"], port=int(env["DBLOG_PG_PORT"]),
-                                user=env["DBLOG_PG_USER"], password=env["DBLOG_PG_PASSWORD"],
-                                dbname=env["DBLOG_PG_DATABASE"])
+        conn = psycopg2.connect(
+            host=env["DBLOG_PG_HOST"],
+            port=int(env["DBLOG_PG_PORT"]),
+            user=env["DBLOG_PG_USER"],
+            password=env["DBLOG_PG_PASSWORD"],
+            dbname=env["DBLOG_PG_DATABASE"],
+        )
         conn.autocommit = autocommit
         return conn
     import pymysql
 
-    return pymysql.connect(host=env["DBLOG_MYSQL_HOST"], port=int(env["DBLOG_MYSQL_PORT"]),
-                           user=env["DBLOG_MYSQL_USER"], password=env["DBLOG_MYSQL_PASSWORD"],
-                           autocommit=autocommit, charset="utf8mb4")
+    return pymysql.connect(
+        host=env["DBLOG_MYSQL_HOST"],
+        port=int(env["DBLOG_MYSQL_PORT"]),
+        user=env["DBLOG_MYSQL_USER"],
+        password=env["DBLOG_MYSQL_PASSWORD"],
+        autocommit=autocommit,
+        charset="utf8mb4",
+    )
 
 
 # -- the capture, with counters -----------------------------------------------------------
@@ -84,8 +94,13 @@ class CountingWatch(SentinelWatch):
             # Dump rows arrive as blocks (core/batch.py): count the log segments only, without
             # making the blocks' events.
             segments = events.segments if isinstance(events, EventBatch) else [events]
-            self.log_events += sum(1 for seg in segments if not isinstance(seg, DumpRows)
-                                   for e in seg if e.origin is Origin.LOG and e.table == t)
+            self.log_events += sum(
+                1
+                for seg in segments
+                if not isinstance(seg, DumpRows)
+                for e in seg
+                if e.origin is Origin.LOG and e.table == t
+            )
 
 
 class LiveCapture(InProcessCapture):
@@ -117,8 +132,9 @@ class ChunkRetries(logging.Handler):
 _STARTED, _TXNS, _UPD, _INS, _DEL, _LATE = range(6)
 
 
-def _load_worker(kind: str, table: str, first_key: int, rate: float, txn_rows: int, seed: int,
-                 counters, stop, errors) -> None:
+def _load_worker(
+    kind: str, table: str, first_key: int, rate: float, txn_rows: int, seed: int, counters, stop, errors
+) -> None:
     try:
         conn = connect(kind)
         cur = conn.cursor()
@@ -141,8 +157,10 @@ def _load_worker(kind: str, table: str, first_key: int, rate: float, txn_rows: i
             key += n_ins
             cur.execute(f"UPDATE {table} SET v = v + 1 WHERE id {in_list}", (arg(upd),))
             updated = cur.rowcount
-            cur.execute(f"INSERT INTO {table} (id, v, s) VALUES " + ",".join(["(%s, %s, %s)"] * len(new)),
-                        [x for k in new for x in (k, k % 1000, "load")])
+            cur.execute(
+                f"INSERT INTO {table} (id, v, s) VALUES " + ",".join(["(%s, %s, %s)"] * len(new)),
+                [x for k in new for x in (k, k % 1000, "load")],
+            )
             deleted = 0
             if dels:  # empty when the delete's key was drawn for an update too
                 cur.execute(f"DELETE FROM {table} WHERE id {in_list}", (arg(dels),))
@@ -177,8 +195,11 @@ class WriteLoad:
         self._stop = self._ctx.Event()
         self._errors = self._ctx.Queue()
         self.proc = self._ctx.Process(
-            target=_load_worker, name="dblog-bench-load", daemon=True,
-            args=(kind, table, first_key, rate, txn_rows, first_key, self.counters, self._stop, self._errors))
+            target=_load_worker,
+            name="dblog-bench-load",
+            daemon=True,
+            args=(kind, table, first_key, rate, txn_rows, first_key, self.counters, self._stop, self._errors),
+        )
 
     def start(self, warmup: float = 2.0) -> "WriteLoad":
         self.proc.start()
@@ -194,9 +215,16 @@ class WriteLoad:
     def snapshot(self) -> dict:
         with self.counters.get_lock():
             c = list(self.counters)
-        return {"at": time.time(), "started": c[_STARTED], "txns": int(c[_TXNS]), "updated": int(c[_UPD]),
-                "inserted": int(c[_INS]), "deleted": int(c[_DEL]), "late_s": c[_LATE],
-                "changes": int(c[_UPD] + c[_INS] + c[_DEL])}
+        return {
+            "at": time.time(),
+            "started": c[_STARTED],
+            "txns": int(c[_TXNS]),
+            "updated": int(c[_UPD]),
+            "inserted": int(c[_INS]),
+            "deleted": int(c[_DEL]),
+            "late_s": c[_LATE],
+            "changes": int(c[_UPD] + c[_INS] + c[_DEL]),
+        }
 
     def check(self) -> None:
         if not self.proc.is_alive() and not self._stop.is_set():
@@ -216,9 +244,13 @@ class WriteLoad:
         err = None if self._errors.empty() else self._errors.get(timeout=1)
         secs = s["at"] - s["started"] if s["started"] else 0.0
         out = {k: s[k] for k in ("txns", "updated", "inserted", "deleted", "changes")}
-        out.update(seconds=round(secs, 1), target_rows_per_s=self.rate, txn_rows=self.txn_rows,
-                   achieved_rows_per_s=round(s["changes"] / secs, 1) if secs else 0.0,
-                   behind_schedule_s=round(s["late_s"], 1))
+        out.update(
+            seconds=round(secs, 1),
+            target_rows_per_s=self.rate,
+            txn_rows=self.txn_rows,
+            achieved_rows_per_s=round(s["changes"] / secs, 1) if secs else 0.0,
+            behind_schedule_s=round(s["late_s"], 1),
+        )
         if err:
             out["error"] = err
         return out
@@ -301,8 +333,10 @@ def bare_loops(kind: str, source_config: dict, table: str, chunk_size: int, repe
         _BARE["source"] = src
     schema = src.table_schema(table)
     out: dict = {"driver": [], "select_chunk": []}
-    for name, fn in (("driver", lambda: driver_loop(kind, schema, chunk_size)),
-                     ("select_chunk", lambda: source_loop(src, schema, chunk_size))):
+    for name, fn in (
+        ("driver", lambda: driver_loop(kind, schema, chunk_size)),
+        ("select_chunk", lambda: source_loop(src, schema, chunk_size)),
+    ):
         for _ in range(repeat):
             rows, chunks, secs = fn()
             out[name].append({"rows": rows, "chunks": chunks, "seconds": round(secs, 3), "rows_per_s": rows / secs})

@@ -15,6 +15,7 @@
 ``python -m bench.dumps [--only pg|mysql] [--rows N] [--overhead-rows N] ...`` runs it
 standalone and prints the JSON and the markdown.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,13 +33,13 @@ from .dump_load import DATABASES, ChunkRetries, LiveCapture, WriteLoad, bare_loo
 from .engine_runs import SENTINEL_KEY, wait_for
 
 DEFAULTS = {
-    "rows": 5_000_000,             # rows of the dump-at-scale table
+    "rows": 5_000_000,  # rows of the dump-at-scale table
     "chunk_sizes": [1_000, 10_000, 50_000],
-    "baseline_repeat": 3,          # COPY / mariadb --quick and the bare loops: median of N
-    "dump_repeat": 1,              # engine dumps per chunk size and condition (median)
-    "load_rate": 2_000,            # rows/s of the concurrent write load (0: no loaded runs)
-    "load_txn_rows": 20,           # rows per write-load transaction (75 % upd, 20 % ins, 5 % del)
-    "overhead_rows": 1_000_000,    # rows of the watermark-overhead table
+    "baseline_repeat": 3,  # COPY / mariadb --quick and the bare loops: median of N
+    "dump_repeat": 1,  # engine dumps per chunk size and condition (median)
+    "load_rate": 2_000,  # rows/s of the concurrent write load (0: no loaded runs)
+    "load_txn_rows": 20,  # rows per write-load transaction (75 % upd, 20 % ins, 5 % del)
+    "overhead_rows": 1_000_000,  # rows of the watermark-overhead table
     "parts": ["scale", "overhead"],
 }
 TARGETS = {"rows_per_s": 150_000, "ratio": 0.5}  # issue 6: dump >= 150k rows/s and >= 0.5 of COPY
@@ -57,8 +58,16 @@ def _met(run: dict) -> bool:
 
 
 # -- 1. dump at scale ---------------------------------------------------------------------
-def _dump_set(db, cap: LiveCapture, o: dict, rows_now: Callable[[], int], say, kind: str,
-              load: Optional[WriteLoad], retries: ChunkRetries) -> dict:
+def _dump_set(
+    db,
+    cap: LiveCapture,
+    o: dict,
+    rows_now: Callable[[], int],
+    say,
+    kind: str,
+    load: Optional[WriteLoad],
+    retries: ChunkRetries,
+) -> dict:
     cond = "loaded" if load else "idle"
     say(f"{kind}: {cond}: baseline {db.dump_baseline_name} (median of {o['baseline_repeat']})")
     base_s = db.run_dump_baseline(o["baseline_repeat"])
@@ -79,8 +88,10 @@ def _dump_set(db, cap: LiveCapture, o: dict, rows_now: Callable[[], int], say, k
         d["ratio"] = _ratio(d["rows_per_s"], out["baseline"]["rows_per_s"])
         d["met"] = _met(d)
         out["runs"].append(d)
-        say(f"{kind}: {cond}: chunk {size}: {d['rows_per_s']:,.0f} rows/s vs {out['baseline']['rows_per_s']:,.0f} "
-            f"raw (ratio {d['ratio']})" + (f", {d['log_events']:,} log events captured meanwhile" if load else ""))
+        say(
+            f"{kind}: {cond}: chunk {size}: {d['rows_per_s']:,.0f} rows/s vs {out['baseline']['rows_per_s']:,.0f} "
+            f"raw (ratio {d['ratio']})" + (f", {d['log_events']:,} log events captured meanwhile" if load else "")
+        )
     return out
 
 
@@ -99,8 +110,7 @@ def scale(kind: str, o: dict, workdir: str, say) -> dict:
         t0 = time.perf_counter()
         db.create()
         db.fill_dump_table(rows)
-        out: dict = {"rows": rows, "fill_s": round(time.perf_counter() - t0, 1),
-                     "baseline_name": db.dump_baseline_name}
+        out: dict = {"rows": rows, "fill_s": round(time.perf_counter() - t0, 1), "baseline_name": db.dump_baseline_name}
         engine_log.addHandler(retries)
         if engine_log.getEffectiveLevel() > logging.INFO:
             engine_log.setLevel(logging.INFO)
@@ -130,8 +140,10 @@ def scale(kind: str, o: dict, workdir: str, say) -> dict:
             loaded["log_events_total"] = cap.watch.log_events
             # >=: delivery is at least once (a reconnect may write an event again).
             loaded["captured_all"] = cap.watch.log_events >= totals["changes"]
-            say(f"{kind}: write load achieved {totals['achieved_rows_per_s']:,.0f} rows/s; "
-                f"{cap.watch.log_events:,} of its {totals['changes']:,} changes captured")
+            say(
+                f"{kind}: write load achieved {totals['achieved_rows_per_s']:,.0f} rows/s; "
+                f"{cap.watch.log_events:,} of its {totals['changes']:,} changes captured"
+            )
             out["loaded"] = loaded
         ok = True
         return out
@@ -163,15 +175,18 @@ def overhead(kind: str, o: dict, workdir: str, say) -> dict:
         with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
             try:
                 for size in o["chunk_sizes"]:
-                    bare = pool.submit(bare_loops, kind, db.source_config(ids["bare"]), db.dump_table, size,
-                                       o["baseline_repeat"]).result(timeout=3_600)
+                    bare = pool.submit(
+                        bare_loops, kind, db.source_config(ids["bare"]), db.dump_table, size, o["baseline_repeat"]
+                    ).result(timeout=3_600)
                     drv, src = _median(bare["driver"], "rows_per_s"), _median(bare["select_chunk"], "rows_per_s")
                     engs = [cap.dump(db.dump_table, size, max(600.0, rows / 2_000)) for _ in range(o["dump_repeat"])]
                     out["runs"].append(_overhead_run(size, drv, src, _median(engs, "rows_per_s")))
                     r = out["runs"][-1]
-                    say(f"{kind}: chunk {size}: driver {drv['rows_per_s']:,.0f}, select_chunk {src['rows_per_s']:,.0f}, "
+                    say(
+                        f"{kind}: chunk {size}: driver {drv['rows_per_s']:,.0f}, select_chunk {src['rows_per_s']:,.0f}, "
                         f"engine {r['engine']['rows_per_s']:,.0f} rows/s (ratio {r['ratio_to_driver']} / "
-                        f"{r['ratio_to_select_chunk']})")
+                        f"{r['ratio_to_select_chunk']})"
+                    )
             finally:
                 try:
                     pool.submit(close_bare).result(timeout=60)
@@ -184,15 +199,24 @@ def overhead(kind: str, o: dict, workdir: str, say) -> dict:
 
 
 def _overhead_run(size: int, drv: dict, src: dict, eng: dict) -> dict:
-    run = {"chunk_size": size, "driver": drv, "select_chunk": src, "engine": eng,
-           "ratio_to_driver": _ratio(eng["rows_per_s"], drv["rows_per_s"]),
-           "ratio_to_select_chunk": _ratio(eng["rows_per_s"], src["rows_per_s"])}
+    run = {
+        "chunk_size": size,
+        "driver": drv,
+        "select_chunk": src,
+        "engine": eng,
+        "ratio_to_driver": _ratio(eng["rows_per_s"], drv["rows_per_s"]),
+        "ratio_to_select_chunk": _ratio(eng["rows_per_s"], src["rows_per_s"]),
+    }
     # Where a row's time goes (µs/row); the engine side uses its rate between the first and
     # last chunk, so request pick-up and the final flush are not in it.
     eng_rate = eng.get("chunk_phase_rows_per_s") or eng["rows_per_s"]
     us = [1e6 / drv["rows_per_s"], 1e6 / src["rows_per_s"], 1e6 / eng_rate]
-    run["us_per_row"] = {"driver_fetch": round(us[0], 2), "snapshot_and_canonical": round(us[1] - us[0], 2),
-                         "watermarks_log_output": round(us[2] - us[1], 2), "engine_total": round(us[2], 2)}
+    run["us_per_row"] = {
+        "driver_fetch": round(us[0], 2),
+        "snapshot_and_canonical": round(us[1] - us[0], 2),
+        "watermarks_log_output": round(us[2] - us[1], 2),
+        "engine_total": round(us[2], 2),
+    }
     return run
 
 
@@ -231,21 +255,24 @@ def _x(x) -> str:
 def _scale_md(results: dict) -> list[str]:
     o = next((r["opts"] for r in results.values() if "scale" in r), DEFAULTS)
     lines = [
-        f"### Dump at scale ({_n(o['rows'])} rows), with and without a concurrent write load", "",
+        f"### Dump at scale ({_n(o['rows'])} rows), with and without a concurrent write load",
+        "",
         "A narrow table (`id bigint primary key, v int, s` 10 characters) is dumped by a running "
         "in-process capture (Delta changelog, default `EngineConfig`) with each chunk size, timed from "
-        "the dump request to DONE. Baseline: `psql -c \"COPY (SELECT * FROM t ORDER BY id) TO STDOUT\"` / "
-        "`mariadb --quick --batch -e \"SELECT * FROM t ORDER BY id\"` to /dev/null, median of "
+        'the dump request to DONE. Baseline: `psql -c "COPY (SELECT * FROM t ORDER BY id) TO STDOUT"` / '
+        '`mariadb --quick --batch -e "SELECT * FROM t ORDER BY id"` to /dev/null, median of '
         f"{o['baseline_repeat']}, measured in the same run under the same condition. *Loaded*: a separate "
         f"process commits {_n(o['load_rate'])} rows/s in transactions of {o['load_txn_rows']} rows into the "
         "dumped table itself (75 % updates of random existing keys, 20 % inserts beyond the max key, 5 % "
         "deletes) while the capture dumps it and captures those changes; *log events* are the table's "
         "changes written to the changelog during the dump. PostgreSQL fills the table with `INSERT ... "
         "SELECT generate_series`, MariaDB with `INSERT ... SELECT` from the SEQUENCE engine's `seq_1_to_N`. "
-        f"Target (issue 6): ≥ {_n(TARGETS['rows_per_s'])} rows/s and ≥ {TARGETS['ratio']:.2f}× the baseline.", "",
+        f"Target (issue 6): ≥ {_n(TARGETS['rows_per_s'])} rows/s and ≥ {TARGETS['ratio']:.2f}× the baseline.",
+        "",
         "| Source | Write load | Chunk size | Baseline rows/s | DBLog rows/s | Ratio | Rows/s between chunks "
         "| Chunks | Log events captured during the dump | Load rows/s during the dump | Target |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     notes = []
     for kind, r in results.items():
         name = NAMES.get(kind, kind)
@@ -266,7 +293,8 @@ def _scale_md(results: dict) -> list[str]:
                     f"{_n(part['baseline']['rows_per_s'])} | {_n(run['rows_per_s'])} | {_x(run['ratio'])} | "
                     f"{_n(run.get('chunk_phase_rows_per_s'))} | {_n(run['chunks'])} | "
                     f"{_n(run['log_events']) if loaded else ''} | {_n(run['load']['rows_per_s']) if loaded else ''} | "
-                    f"{'met' if run['met'] else 'missed'} |")
+                    f"{'met' if run['met'] else 'missed'} |"
+                )
         ld = sc.get("loaded")
         if ld:
             t = ld["load"]
@@ -278,14 +306,17 @@ def _scale_md(results: dict) -> list[str]:
                 f"{_n(ld['log_events_total'])} log events of the table reached the changelog "
                 f"({'every change' if ld['captured_all'] else 'changes MISSING'}); loaded/idle DBLog rate "
                 + ", ".join(f"{_x(x.get('ratio_to_idle'))} ({_n(x['chunk_size'])})" for x in ld["runs"])
-                + (f"; {retried} chunks re-selected" if retried else "") + ".")
+                + (f"; {retried} chunks re-selected" if retried else "")
+                + "."
+            )
     return lines + [""] + [f"* {n}" for n in notes]
 
 
 def _overhead_md(results: dict) -> list[str]:
     o = next((r["opts"] for r in results.values() if "overhead" in r), DEFAULTS)
     lines = [
-        f"### Watermark overhead ({_n(o['overhead_rows'])} rows)", "",
+        f"### Watermark overhead ({_n(o['overhead_rows'])} rows)",
+        "",
         "The engine's dump (live capture: LW write, chunk SELECT, HW write, the window, the Delta "
         "output; request to DONE) against the bare loop of the same keyset chunk SQL "
         "(`core/chunks.py`, `WHERE id > last ORDER BY id LIMIT n`) in a worker process of its own (no "
@@ -296,11 +327,13 @@ def _overhead_md(results: dict) -> list[str]:
         "then what `select_chunk` adds (snapshot, conversion to canonical values), then what the engine "
         "adds on top (watermarks, window, events, output; its rate between the first and last chunk, so "
         "request pick-up is excluded). The engine's writer thread overlaps the output with the next "
-        "chunk's SELECT, so the split is approximate; a negative difference is within the noise.", "",
+        "chunk's SELECT, so the split is approximate; a negative difference is within the noise.",
+        "",
         "| Source | Chunk size | Driver loop rows/s | select_chunk loop rows/s | DBLog dump rows/s | "
         "DBLog ÷ driver | DBLog ÷ select_chunk | µs/row driver fetch | + snapshot, canonical values | "
         "+ watermarks, log, output |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for kind, r in results.items():
         name = NAMES.get(kind, kind)
         if "error" in r:
@@ -312,7 +345,8 @@ def _overhead_md(results: dict) -> list[str]:
                 f"| {name} | {_n(run['chunk_size'])} | {_n(run['driver']['rows_per_s'])} | "
                 f"{_n(run['select_chunk']['rows_per_s'])} | {_n(run['engine']['rows_per_s'])} | "
                 f"{_x(run['ratio_to_driver'])} | {_x(run['ratio_to_select_chunk'])} | "
-                f"{us['driver_fetch']:.2f} | {us['snapshot_and_canonical']:.2f} | {us['watermarks_log_output']:.2f} |")
+                f"{us['driver_fetch']:.2f} | {us['snapshot_and_canonical']:.2f} | {us['watermarks_log_output']:.2f} |"
+            )
     return lines
 
 
@@ -347,20 +381,37 @@ def plot(results: dict, path: str) -> Optional[str]:
                 w = 0.8 / len(conds)
                 for i, c in enumerate(conds):
                     xs = [j + (i - (len(conds) - 1) / 2) * w for j in range(len(sizes))]
-                    ax.bar(xs, [x["rows_per_s"] for x in sc[c]["runs"]], w, label=f"DBLog dump ({c})",
-                           color=("tab:blue", "tab:orange")[i])
-                    ax.axhline(sc[c]["baseline"]["rows_per_s"], ls="--", color=("tab:blue", "tab:orange")[i],
-                               label=f"raw baseline ({c})")
+                    ax.bar(
+                        xs,
+                        [x["rows_per_s"] for x in sc[c]["runs"]],
+                        w,
+                        label=f"DBLog dump ({c})",
+                        color=("tab:blue", "tab:orange")[i],
+                    )
+                    ax.axhline(
+                        sc[c]["baseline"]["rows_per_s"],
+                        ls="--",
+                        color=("tab:blue", "tab:orange")[i],
+                        label=f"raw baseline ({c})",
+                    )
                 ax.axhline(TARGETS["rows_per_s"], ls=":", color="gray", label="target rows/s")
                 ax.set_title(f"{NAMES.get(kind, kind)}: dump of {sc['rows']:,} rows")
             elif part == "overhead" and "overhead" in r:
                 runs = r["overhead"]["runs"]
                 sizes = [x["chunk_size"] for x in runs]
-                for i, (k, label) in enumerate((("driver", "bare loop, driver cursor"),
-                                                 ("select_chunk", "bare loop, source select_chunk"),
-                                                 ("engine", "DBLog dump (watermarks, output)"))):
-                    ax.bar([j + (i - 1) * 0.27 for j in range(len(sizes))], [x[k]["rows_per_s"] for x in runs],
-                           0.27, label=label)
+                for i, (k, label) in enumerate(
+                    (
+                        ("driver", "bare loop, driver cursor"),
+                        ("select_chunk", "bare loop, source select_chunk"),
+                        ("engine", "DBLog dump (watermarks, output)"),
+                    )
+                ):
+                    ax.bar(
+                        [j + (i - 1) * 0.27 for j in range(len(sizes))],
+                        [x[k]["rows_per_s"] for x in runs],
+                        0.27,
+                        label=label,
+                    )
                 ax.set_title(f"{NAMES.get(kind, kind)}: watermark overhead, {r['overhead']['rows']:,} rows")
             else:
                 ax.set_visible(False)
@@ -380,8 +431,9 @@ def plot(results: dict, path: str) -> Optional[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.dumps", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.dumps", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", choices=sorted(DATABASES))
     p.add_argument("--rows", type=int, default=DEFAULTS["rows"], help="rows of the dump-at-scale table")
     p.add_argument("--overhead-rows", type=int, default=DEFAULTS["overhead_rows"])
@@ -393,10 +445,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--parts", default=",".join(DEFAULTS["parts"]), help="scale,overhead")
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
     a = p.parse_args(argv)
-    opts = {"rows": a.rows, "overhead_rows": a.overhead_rows, "baseline_repeat": a.repeat,
-            "dump_repeat": a.dump_repeat, "load_rate": a.load_rate, "load_txn_rows": a.load_txn_rows,
-            "chunk_sizes": [int(x) for x in a.chunk_sizes.split(",") if x.strip()],
-            "parts": [x.strip() for x in a.parts.split(",") if x.strip()]}
+    opts = {
+        "rows": a.rows,
+        "overhead_rows": a.overhead_rows,
+        "baseline_repeat": a.repeat,
+        "dump_repeat": a.dump_repeat,
+        "load_rate": a.load_rate,
+        "load_txn_rows": a.load_txn_rows,
+        "chunk_sizes": [int(x) for x in a.chunk_sizes.split(",") if x.strip()],
+        "parts": [x.strip() for x in a.parts.split(",") if x.strip()],
+    }
 
     return standalone("dumps", sys.modules[__name__], [a.only] if a.only else list(DATABASES), opts, a.plot)
 

@@ -6,6 +6,7 @@ row in a transaction of its own. The in-process run learns the sentinel's positi
 output's write calls; a capture is done when the source's stored checkpoint (written only
 after the output made everything up to it durable, invariant 5) reaches that position.
 """
+
 from __future__ import annotations
 
 import functools
@@ -83,8 +84,10 @@ class Capture:
         while self.checkpoint() is None:
             if time.monotonic() > end:
                 why = self.db.blockers() if hasattr(self.db, "blockers") else ""
-                raise TimeoutError(f"bench: no checkpoint for {self.source_id} after 90 s"
-                                   + (f"; creating the replication slot waits for: {why}" if why else ""))
+                raise TimeoutError(
+                    f"bench: no checkpoint for {self.source_id} after 90 s"
+                    + (f"; creating the replication slot waits for: {why}" if why else "")
+                )
             self.db.insert_primer(key)
             key -= 1
             try:
@@ -94,8 +97,12 @@ class Capture:
         return key
 
     def wait_checkpoint(self, target: Position, timeout: float) -> float:
-        wait_for(lambda: (cp := self.checkpoint()) is not None and cp >= target, timeout,
-                 f"checkpoint {target} of {self.source_id}", self.check)
+        wait_for(
+            lambda: (cp := self.checkpoint()) is not None and cp >= target,
+            timeout,
+            f"checkpoint {target} of {self.source_id}",
+            self.check,
+        )
         return time.perf_counter()
 
     def dump(self, table: str, chunk_size: int, timeout: float, on_tick: Callable[[], None] = lambda: None) -> dict:
@@ -125,8 +132,13 @@ class Capture:
                 raise TimeoutError(f"bench: dump of {table} not done after {timeout:.0f} s")
             time.sleep(0.02)
         seconds = now - t0
-        out = {"chunk_size": chunk_size, "rows": rows, "chunks": chunks, "seconds": round(seconds, 3),
-               "rows_per_s": rows / seconds}
+        out = {
+            "chunk_size": chunk_size,
+            "rows": rows,
+            "chunks": chunks,
+            "seconds": round(seconds, 3),
+            "rows_per_s": rows / seconds,
+        }
         if first is not None and last[0] > first[0]:
             out["chunk_phase_rows_per_s"] = (last[1] - first[1]) / (last[0] - first[0])
             out["first_chunk_after_s"] = round(first[0] - t0, 3)
@@ -194,8 +206,12 @@ class InProcessCapture(Capture):
         wait_for(lambda: self.watch.position is not None, timeout, f"the sentinel row in {self.source_id}", check)
         t1 = self.wait_checkpoint(self.watch.position, timeout)
         seconds = t1 - t0
-        out = {"events": n_events, "seconds": round(seconds, 3), "events_per_s": n_events / seconds,
-               "sentinel_position": self.watch.position.encode()}
+        out = {
+            "events": n_events,
+            "seconds": round(seconds, 3),
+            "events_per_s": n_events / seconds,
+            "sentinel_position": self.watch.position.encode(),
+        }
         if opened:
             out["startup_s"] = round(opened[0] - t0, 3)
             out["events_per_s_after_startup"] = n_events / (t1 - opened[0])
@@ -221,8 +237,15 @@ class ChildCapture(Capture):
         lines = ["[source]"]
         for k, v in cfg.items():
             lines.append(f"{k} = {json.dumps(v)}")  # JSON strings/lists/ints are valid TOML here
-        lines += ["", "[state]", f"path = {json.dumps(self.state_path)}", "",
-                  "[output]", f"url = {json.dumps(self.lake)}", ""]
+        lines += [
+            "",
+            "[state]",
+            f"path = {json.dumps(self.state_path)}",
+            "",
+            "[output]",
+            f"url = {json.dumps(self.lake)}",
+            "",
+        ]
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write("\n".join(lines))
 
@@ -262,8 +285,7 @@ class ChildCapture(Capture):
     def check(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             tail = open(self.log_path, errors="replace").read()[-2000:]
-            raise RuntimeError(f"bench: capture process of {self.source_id} exited "
-                               f"({self.proc.returncode}):\n{tail}")
+            raise RuntimeError(f"bench: capture process of {self.source_id} exited ({self.proc.returncode}):\n{tail}")
 
     def stop(self, timeout: float = 120) -> None:
         if self.proc is None:

@@ -12,6 +12,7 @@ The baseline is the mean of a and a'. The load runs outside this process in ever
 (pgbench on PostgreSQL; one spawned pymysql process per client on MariaDB), so the GIL of
 the capture cannot throttle it. A sampler thread looks for lock waits every 50 ms.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,19 +27,21 @@ from .lock_waits import LockSampler, row_lock_waits
 from .oltp import MariaLoad, PgLoad
 
 DEFAULTS = {
-    "seconds": 30,             # length of each phase
-    "rows": 2_000_000,         # rows of the dumped table
-    "clients": 4,              # load clients (pgbench -c / pymysql processes)
+    "seconds": 30,  # length of each phase
+    "rows": 2_000_000,  # rows of the dumped table
+    "clients": 4,  # load clients (pgbench -c / pymysql processes)
     "keys_per_client": 10_000,  # rows each client owns and updates (disjoint ranges: no conflicts)
-    "chunk_size": 10_000,      # dump chunk size
-    "baseline_after": True,    # run phase a' after the capture phases
-    "sample_interval": 0.05,   # lock-wait sampling period, seconds
+    "chunk_size": 10_000,  # dump chunk size
+    "baseline_after": True,  # run phase a' after the capture phases
+    "sample_interval": 0.05,  # lock-wait sampling period, seconds
 }
 TARGET_RATIO = 0.9
-PHASES = [("baseline", "a: load alone"), ("capture", "b: capture, log only"),
-          ("capture_dump", "c: capture + full dump"), ("baseline_after", "a': load alone again")]
-
-
+PHASES = [
+    ("baseline", "a: load alone"),
+    ("capture", "b: capture, log only"),
+    ("capture_dump", "c: capture + full dump"),
+    ("baseline_after", "a': load alone again"),
+]
 
 
 class DumpKeeper:
@@ -80,8 +83,17 @@ class DumpKeeper:
 
 
 # -- phases ---------------------------------------------------------------------------------------
-def _phase(name: str, kind: str, db, load, sampler: LockSampler, o: dict, phase_no: int,
-           tick: Callable[[], None] = lambda: None, cap=None) -> dict:
+def _phase(
+    name: str,
+    kind: str,
+    db,
+    load,
+    sampler: LockSampler,
+    o: dict,
+    phase_no: int,
+    tick: Callable[[], None] = lambda: None,
+    cap=None,
+) -> dict:
     import psutil
 
     # the engine's count of log events read (private; skipped if it is ever renamed)
@@ -123,8 +135,10 @@ def run(kind: str, opts: dict, workdir: str, say) -> dict:
     cap = None
     out: dict = {"label": db.label, "opts": o, "phases": {}}
     try:
-        say(f"impact {kind}: creating {db.ns}, {o['clients'] * o['keys_per_client']:,} load rows, "
-            f"{o['rows']:,} rows to dump")
+        say(
+            f"impact {kind}: creating {db.ns}, {o['clients'] * o['keys_per_client']:,} load rows, "
+            f"{o['rows']:,} rows to dump"
+        )
         db.create()
         load.prepare()
         db.fill_dump_table(o["rows"])
@@ -157,11 +171,17 @@ def run(kind: str, opts: dict, workdir: str, say) -> dict:
         ph["capture_dump"] = _phase("capture_dump", kind, db, load, sampler, o, 2, tick, cap)
         tick()
         (t0, r0), (t1, r1) = marks[0], marks[-1]
-        ph["capture_dump"]["dump"] = {"rows_during_load": r1 - r0, "rows_per_s": (r1 - r0) / (t1 - t0),
-                                      "restarts": keeper.restarts, "dumps": len(keeper.ids)}
+        ph["capture_dump"]["dump"] = {
+            "rows_during_load": r1 - r0,
+            "rows_per_s": (r1 - r0) / (t1 - t0),
+            "restarts": keeper.restarts,
+            "dumps": len(keeper.ids),
+        }
         if keeper.restarts:
-            say(f"impact {kind}: WARNING: the dump finished {keeper.restarts}x before the load ended "
-                "(restarted at once); use more --rows")
+            say(
+                f"impact {kind}: WARNING: the dump finished {keeper.restarts}x before the load ended "
+                "(restarted at once); use more --rows"
+            )
         keeper.cancel()
         cap.stop()
         cap = None
@@ -178,10 +198,12 @@ def run(kind: str, opts: dict, workdir: str, say) -> dict:
         out["lock_waits_load_only"] = sum(p["locks"]["waits_load_only"] for p in ph.values())
         if sampler.error:
             out["sampler_error"] = sampler.error
-        say(f"impact {kind}: TPS a {ph['baseline']['tps']:.0f}, b {ph['capture']['tps']:.0f} "
+        say(
+            f"impact {kind}: TPS a {ph['baseline']['tps']:.0f}, b {ph['capture']['tps']:.0f} "
             f"({out['ratio_capture']}x), c {ph['capture_dump']['tps']:.0f} ({out['ratio_capture_dump']}x), "
             f"dump {ph['capture_dump']['dump']['rows_per_s']:.0f} rows/s, "
-            f"lock waits involving the capture {out['lock_waits_capture']}")
+            f"lock waits involving the capture {out['lock_waits_capture']}"
+        )
         return out
     finally:
         load.stop()
@@ -202,29 +224,33 @@ def run(kind: str, opts: dict, workdir: str, say) -> dict:
 # -- report ---------------------------------------------------------------------------------------
 def markdown(results: dict) -> str:
     o = next((r["opts"] for r in results.values() if "opts" in r), DEFAULTS)
-    lines = ["### Source impact: write TPS during a full dump", "",
-             f"A closed-loop OLTP load of {o['clients']} clients runs for {o['seconds']} s per phase against "
-             "a table of the run's schema: each transaction updates two random rows by primary key and "
-             "inserts one new row (pgbench with a custom script on PostgreSQL; a sysbench-like pymysql "
-             "client per process on MariaDB). Every client updates only its own key range and inserts keys "
-             "no other client uses, so its clients never wait for each other's row locks. Phases: (a) the "
-             "load alone, no capture; (b) the capture running in the benchmark process, capturing the load's "
-             f"events; (c) the capture also dumping a {o['rows']:,}-row table in {o['chunk_size']:,}-row "
-             "chunks for the whole phase (restarted if it finishes early); (a') the load alone again. The "
-             "baseline is the mean of a and a'. Lock waits are sampled every 50 ms (PostgreSQL `pg_locks` "
-             "not granted and `pg_stat_activity.wait_event_type = 'Lock'`; MariaDB `INNODB_LOCK_WAITS` and "
-             "`Waiting for ... lock` states in the process list) and each wait is counted once: *involving "
-             "the capture* when a capture session (log reader, watermark write, chunk SELECT) waits or "
-             "blocks, or the lock is on the dumped or the watermark table (zero expected); *load-only* "
-             "when only the load's clients take part (on PostgreSQL, concurrent INSERTs waiting to extend "
-             "the table, which happens without any capture too). Waits of other jobs on the shared server "
-             "are not counted; `Innodb_row_lock_waits` is server-wide and shown for reference. The "
-             "database, the load and the capture share the machine's CPUs, so part of a TPS loss is CPU "
-             "the capture takes rather than interference at the source (its CPU use is shown).", "",
-             "| Source | Baseline TPS (a / a') | Capture TPS | Ratio | Capture + dump TPS | Ratio | "
-             "Dump rows/s during the load | Benchmark process CPU (capture + sampler), cores b / c | "
-             "Lock waits involving the capture (load-only) | Target ≥ 0.9 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "### Source impact: write TPS during a full dump",
+        "",
+        f"A closed-loop OLTP load of {o['clients']} clients runs for {o['seconds']} s per phase against "
+        "a table of the run's schema: each transaction updates two random rows by primary key and "
+        "inserts one new row (pgbench with a custom script on PostgreSQL; a sysbench-like pymysql "
+        "client per process on MariaDB). Every client updates only its own key range and inserts keys "
+        "no other client uses, so its clients never wait for each other's row locks. Phases: (a) the "
+        "load alone, no capture; (b) the capture running in the benchmark process, capturing the load's "
+        f"events; (c) the capture also dumping a {o['rows']:,}-row table in {o['chunk_size']:,}-row "
+        "chunks for the whole phase (restarted if it finishes early); (a') the load alone again. The "
+        "baseline is the mean of a and a'. Lock waits are sampled every 50 ms (PostgreSQL `pg_locks` "
+        "not granted and `pg_stat_activity.wait_event_type = 'Lock'`; MariaDB `INNODB_LOCK_WAITS` and "
+        "`Waiting for ... lock` states in the process list) and each wait is counted once: *involving "
+        "the capture* when a capture session (log reader, watermark write, chunk SELECT) waits or "
+        "blocks, or the lock is on the dumped or the watermark table (zero expected); *load-only* "
+        "when only the load's clients take part (on PostgreSQL, concurrent INSERTs waiting to extend "
+        "the table, which happens without any capture too). Waits of other jobs on the shared server "
+        "are not counted; `Innodb_row_lock_waits` is server-wide and shown for reference. The "
+        "database, the load and the capture share the machine's CPUs, so part of a TPS loss is CPU "
+        "the capture takes rather than interference at the source (its CPU use is shown).",
+        "",
+        "| Source | Baseline TPS (a / a') | Capture TPS | Ratio | Capture + dump TPS | Ratio | "
+        "Dump rows/s during the load | Benchmark process CPU (capture + sampler), cores b / c | "
+        "Lock waits involving the capture (load-only) | Target ≥ 0.9 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     notes = []
     for kind, r in results.items():
         name = NAMES.get(kind, kind)
@@ -235,24 +261,29 @@ def markdown(results: dict) -> str:
         a2 = ph.get("baseline_after", {}).get("tps")
         d = ph["capture_dump"]["dump"]
         waits = f"{r['lock_waits_capture']} ({r['lock_waits_load_only']})"
-        lines.append(f"| {r['label']} | {_n(ph['baseline']['tps'])} / {_n(a2)} | {_n(ph['capture']['tps'])} | "
-                     f"{r['ratio_capture']:.2f}× | {_n(ph['capture_dump']['tps'])} | {r['ratio_capture_dump']:.2f}× | "
-                     f"{_n(d['rows_per_s'])} | {ph['capture']['bench_process_cores']:.2f} / "
-                     f"{ph['capture_dump']['bench_process_cores']:.2f} | {waits} | "
-                     f"{'met' if r['met'] else 'missed'} |")
+        lines.append(
+            f"| {r['label']} | {_n(ph['baseline']['tps'])} / {_n(a2)} | {_n(ph['capture']['tps'])} | "
+            f"{r['ratio_capture']:.2f}× | {_n(ph['capture_dump']['tps'])} | {r['ratio_capture_dump']:.2f}× | "
+            f"{_n(d['rows_per_s'])} | {ph['capture']['bench_process_cores']:.2f} / "
+            f"{ph['capture_dump']['bench_process_cores']:.2f} | {waits} | "
+            f"{'met' if r['met'] else 'missed'} |"
+        )
         if d["restarts"]:
             notes.append(f"{name}: the dump finished {d['restarts']}× during phase c and was restarted at once.")
         srv = [p["locks"].get("innodb_row_lock_waits_server_wide") for p in ph.values()]
         if any(x is not None for x in srv):
-            notes.append(f"{name}: `Innodb_row_lock_waits` (server-wide) per phase: "
-                         + ", ".join(_n(x) for x in srv) + ".")
+            notes.append(
+                f"{name}: `Innodb_row_lock_waits` (server-wide) per phase: " + ", ".join(_n(x) for x in srv) + "."
+            )
         if r.get("sampler_error"):
             notes.append(f"{name}: the lock sampler failed: {r['sampler_error']}.")
         b, c = ph["capture"], ph["capture_dump"]
         if "log_events_read_share" in b:
-            notes.append(f"{name}: log events the capture read while the load ran, per event written: "
-                         f"{b['log_events_read_share']:.0%} (b) / {c.get('log_events_read_share', 0):.0%} (c); "
-                         f"after phase b it needed {b.get('catch_up_s', 0):.1f} s to make a new row durable.")
+            notes.append(
+                f"{name}: log events the capture read while the load ran, per event written: "
+                f"{b['log_events_read_share']:.0%} (b) / {c.get('log_events_read_share', 0):.0%} (c); "
+                f"after phase b it needed {b.get('catch_up_s', 0):.1f} s to make a new row durable."
+            )
         ex = [e for p in ph.values() for e in p["locks"]["examples"]]
         if ex:
             notes.append(f"{name}: lock waits seen, e.g. `{ex[0]}`.")
@@ -283,8 +314,15 @@ def plot(results: dict, path: str) -> Optional[str]:
                 ratio = ok[kind]["ratio_capture" if key == "capture" else "ratio_capture_dump"]
                 ax.text(x, ph[key]["tps"], f"{ratio:.2f}×", ha="center", va="bottom", fontsize=8)
         base = ok[kind]["baseline_tps"]
-        ax.hlines(TARGET_RATIO * base, i - 0.45, i + 0.45, colors="black", linestyles="dashed", lw=0.8,
-                  label=f"target: {TARGET_RATIO}× the baseline (mean of a, a')" if i == 0 else None)
+        ax.hlines(
+            TARGET_RATIO * base,
+            i - 0.45,
+            i + 0.45,
+            colors="black",
+            linestyles="dashed",
+            lw=0.8,
+            label=f"target: {TARGET_RATIO}× the baseline (mean of a, a')" if i == 0 else None,
+        )
     ax.set_xticks(range(len(ok)), [ok[k]["label"] for k in ok])
     ax.set_ylabel("write transactions / s (source)")
     ax.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
@@ -298,8 +336,9 @@ def plot(results: dict, path: str) -> Optional[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.impact", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.impact", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", choices=sorted(DATABASES))
     p.add_argument("--seconds", type=int, default=DEFAULTS["seconds"], help="seconds per phase")
     p.add_argument("--rows", type=int, default=DEFAULTS["rows"], help="rows of the dumped table")
@@ -308,8 +347,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--no-baseline-after", action="store_true", help="skip phase a'")
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
     a = p.parse_args(argv)
-    opts = {"seconds": a.seconds, "rows": a.rows, "clients": a.clients, "chunk_size": a.chunk_size,
-            "baseline_after": not a.no_baseline_after}
+    opts = {
+        "seconds": a.seconds,
+        "rows": a.rows,
+        "clients": a.clients,
+        "chunk_size": a.chunk_size,
+        "baseline_after": not a.no_baseline_after,
+    }
 
     return standalone("impact", sys.modules[__name__], [a.only] if a.only else list(DATABASES), opts, a.plot)
 

@@ -21,6 +21,7 @@ own checkpoint) with the sink replaced by a plain Delta append (``writeStream.fo
 events/s / append rows/s). A small throw-away changelog goes through both jobs and both
 phases first, so neither side pays JVM start-up, class loading or JIT warm-up.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,15 +40,20 @@ from .common import fmt_n as _n
 from .common import standalone
 
 DEFAULTS = {
-    "events": 1_000_000,      # events of the first landing (all creates)
-    "tables": 5,              # source tables they are spread over
-    "update_share": 0.2,      # incremental batch = this share of `events` (updates + deletes)
-    "per_commit": 10_000,     # changelog rows per Delta commit (one capture flush = one commit)
+    "events": 1_000_000,  # events of the first landing (all creates)
+    "tables": 5,  # source tables they are spread over
+    "update_share": 0.2,  # incremental batch = this share of `events` (updates + deletes)
+    "per_commit": 10_000,  # changelog rows per Delta commit (one capture flush = one commit)
     "warmup_events": 20_000,  # throw-away changelog landed and appended first
 }
 MASTER = "local[2]"
-COLUMNS = [("id", "bigint"), ("name", "text"), ("amount", "numeric(12,2)"),
-           ("updated", "timestamp(6) without time zone"), ("flag", "boolean")]
+COLUMNS = [
+    ("id", "bigint"),
+    ("name", "text"),
+    ("amount", "numeric(12,2)"),
+    ("updated", "timestamp(6) without time zone"),
+    ("flag", "boolean"),
+]
 _MERGE_LOG = re.compile(r": (\d+) events in ([0-9.]+) s$")
 
 
@@ -62,8 +68,9 @@ class ChangelogBuilder:
         self.root, self.per_commit, self.arrow_schema = root, per_commit, CHANGELOG_SCHEMA
         out = DeltaChangelogOutput(root)
         out.open()  # creates changelog/ and schemas/
-        self.schemas = [TableSchema(f"bench.t{i}", tuple(Column(n, t) for n, t in COLUMNS), ("id",))
-                        for i in range(tables)]
+        self.schemas = [
+            TableSchema(f"bench.t{i}", tuple(Column(n, t) for n, t in COLUMNS), ("id",)) for i in range(tables)
+        ]
         for s in self.schemas:
             out.register_schema(s)  # the landing job types the mirrors from these
         out.close()
@@ -76,22 +83,37 @@ class ChangelogBuilder:
 
         for lo in range(0, len(plan), self.per_commit):
             cols: dict[str, list] = {f.name: [] for f in self.arrow_schema}
-            for t, op, k in plan[lo:lo + self.per_commit]:
+            for t, op, k in plan[lo : lo + self.per_commit]:
                 self.pos += 1
                 p = self.pos
-                after = None if op == "d" else (
-                    f'{{"id":{k},"name":"n{k}-{p % 97}","amount":"{p % 100000 / 100:.2f}",'
-                    f'"updated":"2024-05-06T07:08:09.123456","flag":{"true" if p % 2 else "false"}}}')
-                for name, value in (("source_id", "bench"), ("table", self.schemas[t].table), ("op", op),
-                                    ("key", f"[{k}]"), ("before", None), ("after", after),
-                                    ("position", f"{p:016X}0000000000.000000000"),
-                                    ("origin", "dump" if op == "r" else "log"),
-                                    ("dump_id", "d1" if op == "r" else None),
-                                    ("schema_id", self.schemas[t].schema_id()), ("commit_ts", self.now + p),
-                                    ("txid", None), ("epoch", None), ("written_at", self.now + p)):
+                after = (
+                    None
+                    if op == "d"
+                    else (
+                        f'{{"id":{k},"name":"n{k}-{p % 97}","amount":"{p % 100000 / 100:.2f}",'
+                        f'"updated":"2024-05-06T07:08:09.123456","flag":{"true" if p % 2 else "false"}}}'
+                    )
+                )
+                for name, value in (
+                    ("source_id", "bench"),
+                    ("table", self.schemas[t].table),
+                    ("op", op),
+                    ("key", f"[{k}]"),
+                    ("before", None),
+                    ("after", after),
+                    ("position", f"{p:016X}0000000000.000000000"),
+                    ("origin", "dump" if op == "r" else "log"),
+                    ("dump_id", "d1" if op == "r" else None),
+                    ("schema_id", self.schemas[t].schema_id()),
+                    ("commit_ts", self.now + p),
+                    ("txid", None),
+                    ("epoch", None),
+                    ("written_at", self.now + p),
+                ):
                     cols[name].append(value)
-            write_deltalake(f"{self.root}/changelog", pa.Table.from_pydict(cols, schema=self.arrow_schema),
-                            mode="append")
+            write_deltalake(
+                f"{self.root}/changelog", pa.Table.from_pydict(cols, schema=self.arrow_schema), mode="append"
+            )
 
 
 def first_plan(events: int, tables: int) -> list[tuple[int, str, int]]:
@@ -105,8 +127,11 @@ def change_plan(events: int, tables: int, keys_per_table: int, seed: int = 1) ->
     """``events`` updates (90 %) and deletes (10 %) of distinct existing keys, shuffled."""
     rng = random.Random(seed)
     per_table = min(events // tables, keys_per_table)
-    plan = [(t, "d" if rng.random() < 0.1 else "u", k)
-            for t in range(tables) for k in rng.sample(range(keys_per_table), per_table)]
+    plan = [
+        (t, "d" if rng.random() < 0.1 else "u", k)
+        for t in range(tables)
+        for k in rng.sample(range(keys_per_table), per_table)
+    ]
     rng.shuffle(plan)
     return plan
 
@@ -115,11 +140,17 @@ def change_plan(events: int, tables: int, keys_per_table: int, seed: int = 1) ->
 def append_job(spark, lake: str, target: str) -> dict:
     """The baseline: the landing job's streaming read, sink = a plain Delta append."""
     t0 = time.perf_counter()
-    q = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1000)
-         .option("skipChangeCommits", "true").load(f"{lake}/changelog")
-         .writeStream.format("delta").outputMode("append")
-         .option("checkpointLocation", f"{target}/_checkpoint")
-         .trigger(availableNow=True).start(f"{target}/table"))
+    q = (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", 1000)
+        .option("skipChangeCommits", "true")
+        .load(f"{lake}/changelog")
+        .writeStream.format("delta")
+        .outputMode("append")
+        .option("checkpointLocation", f"{target}/_checkpoint")
+        .trigger(availableNow=True)
+        .start(f"{target}/table")
+    )
     q.awaitTermination()
     seconds = time.perf_counter() - t0
     rows = sum(int(p.get("numInputRows", 0)) for p in q.recentProgress)
@@ -146,23 +177,35 @@ def landing_job(spark, lake: str) -> dict:
 
 def phase_result(events: int, app: dict, lnd: dict) -> dict:
     if app["rows"] != events or lnd["events"] != events:
-        raise RuntimeError(f"bench.landing: expected {events} rows, the append read {app['rows']} and "
-                           f"the landing job {lnd['events']}")
+        raise RuntimeError(
+            f"bench.landing: expected {events} rows, the append read {app['rows']} and the landing job {lnd['events']}"
+        )
     return {
         "events": events,
-        "land_s": round(lnd["seconds"], 2), "land_events_per_s": round(events / lnd["seconds"]),
-        "append_s": round(app["seconds"], 2), "append_rows_per_s": round(events / app["seconds"]),
+        "land_s": round(lnd["seconds"], 2),
+        "land_events_per_s": round(events / lnd["seconds"]),
+        "append_s": round(app["seconds"], 2),
+        "append_rows_per_s": round(events / app["seconds"]),
         "ratio": round(app["seconds"] / lnd["seconds"], 3),
         # Time inside land_table (schema checks + MERGE) vs the rest (streaming read, the
         # per-batch grouping/persist, offsets and commits of the checkpoint).
-        "merge_s": round(lnd["merge_s"], 2), "read_and_rest_s": round(lnd["seconds"] - lnd["merge_s"], 2),
+        "merge_s": round(lnd["merge_s"], 2),
+        "read_and_rest_s": round(lnd["seconds"] - lnd["merge_s"], 2),
         "merge_events_per_s": round(events / lnd["merge_s"]) if lnd["merge_s"] else None,
         "micro_batches": lnd["micro_batches"],
     }
 
 
-def measure(spark, work: str, events: int, tables: int, update_share: float, per_commit: int,
-            say: Callable[[str], None], label: str) -> dict:
+def measure(
+    spark,
+    work: str,
+    events: int,
+    tables: int,
+    update_share: float,
+    per_commit: int,
+    say: Callable[[str], None],
+    label: str,
+) -> dict:
     lake = os.path.join(work, label, "lake")
     b = ChangelogBuilder(lake, tables, per_commit)
     t0 = time.perf_counter()
@@ -178,8 +221,10 @@ def measure(spark, work: str, events: int, tables: int, update_share: float, per
         app = append_job(spark, lake, os.path.join(work, label, "append"))
         say(f"landing[{label}] {phase}: plain append {n:,} rows in {app['seconds']:.1f} s")
         lnd = landing_job(spark, lake)
-        say(f"landing[{label}] {phase}: landing {n:,} events in {lnd['seconds']:.1f} s "
-            f"(MERGE part {lnd['merge_s']:.1f} s)")
+        say(
+            f"landing[{label}] {phase}: landing {n:,} events in {lnd['seconds']:.1f} s "
+            f"(MERGE part {lnd['merge_s']:.1f} s)"
+        )
         out[phase] = phase_result(n, app, lnd)
     return out
 
@@ -210,20 +255,37 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
     try:
         t0 = time.perf_counter()
         spark = get_session("dblog-bench-landing", master=MASTER)
-        say(f"landing: Spark {spark.version} session up in {time.perf_counter() - t0:.1f} s; warming up "
-            f"with {o['warmup_events']:,} events")
-        measure(spark, work, o["warmup_events"], o["tables"], o["update_share"], o["per_commit"],
-                lambda m: None, "warmup")
+        say(
+            f"landing: Spark {spark.version} session up in {time.perf_counter() - t0:.1f} s; warming up "
+            f"with {o['warmup_events']:,} events"
+        )
+        measure(
+            spark, work, o["warmup_events"], o["tables"], o["update_share"], o["per_commit"], lambda m: None, "warmup"
+        )
         phases = measure(spark, work, o["events"], o["tables"], o["update_share"], o["per_commit"], say, "main")
-        deletes = len([p for p in change_plan(int(o["events"] * o["update_share"]), o["tables"],
-                                              o["events"] // o["tables"]) if p[1] == "d"])
+        deletes = len(
+            [
+                p
+                for p in change_plan(int(o["events"] * o["update_share"]), o["tables"], o["events"] // o["tables"])
+                if p[1] == "d"
+            ]
+        )
         check = check_mirrors(spark, work, o["tables"], o["events"] // o["tables"], deletes)
         if not check["ok"]:
             raise RuntimeError(f"bench.landing: the mirrors are wrong: {check}")
-        return {"name": "Spark landing", "source_agnostic": True, "master": MASTER, "spark": spark.version,
-                "events": o["events"], "tables": o["tables"], "update_share": o["update_share"],
-                "per_commit": o["per_commit"], "phases": phases, "mirrors": check,
-                "seconds": round(time.perf_counter() - t0, 1)}
+        return {
+            "name": "Spark landing",
+            "source_agnostic": True,
+            "master": MASTER,
+            "spark": spark.version,
+            "events": o["events"],
+            "tables": o["tables"],
+            "update_share": o["update_share"],
+            "per_commit": o["per_commit"],
+            "phases": phases,
+            "mirrors": check,
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
     finally:
         if spark is not None and owned:
             spark.stop()
@@ -237,8 +299,10 @@ def _one(results: dict) -> tuple[Optional[dict], list[str]]:
     return (ok[0] if ok else None), errors
 
 
-PHASES = {"first": "First landing: creates into empty mirrors",
-          "incremental": "Incremental: updates/deletes of existing keys"}
+PHASES = {
+    "first": "First landing: creates into empty mirrors",
+    "incremental": "Incremental: updates/deletes of existing keys",
+}
 
 
 def markdown(results: dict) -> str:
@@ -256,20 +320,27 @@ def markdown(results: dict) -> str:
         f"keys) into the full mirrors. Baseline, same run and session: the same streaming read of the "
         f"same changelog versions with a plain Delta append as the sink (no grouping, typing or merge). "
         f"Both jobs ran once on a throw-away changelog first (no JVM start-up or JIT warm-up in the "
-        f"figures). Ratio = append time / landing time. \"MERGE part\" is the time inside the job's "
+        f'figures). Ratio = append time / landing time. "MERGE part" is the time inside the job\'s '
         f"per-table step (schema check + `MERGE`); the rest is the streaming read, the per-batch "
         f"grouping and the checkpoint. Source-agnostic (the changelog is generated), so run once. "
-        f"The issue sets no target for this figure.", "",
+        f"The issue sets no target for this figure.",
+        "",
         "| Phase | Events | Landing events/s (s) | Plain append rows/s (s) | Ratio | MERGE part (s) | "
         "Read + rest (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|"]
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for key, p in r["phases"].items():
-        lines.append(f"| {PHASES.get(key, key)} | {_n(p['events'])} | {_n(p['land_events_per_s'])} "
-                     f"({p['land_s']:.1f}) | {_n(p['append_rows_per_s'])} ({p['append_s']:.1f}) | "
-                     f"{p['ratio']:.2f}× | {p['merge_s']:.1f} | {p['read_and_rest_s']:.1f} |")
+        lines.append(
+            f"| {PHASES.get(key, key)} | {_n(p['events'])} | {_n(p['land_events_per_s'])} "
+            f"({p['land_s']:.1f}) | {_n(p['append_rows_per_s'])} ({p['append_s']:.1f}) | "
+            f"{p['ratio']:.2f}× | {p['merge_s']:.1f} | {p['read_and_rest_s']:.1f} |"
+        )
     m = r["mirrors"]
-    lines += ["", f"Check: the mirrors hold {_n(m['mirror_rows'])} rows, {_n(m['tombstones'])} of them "
-              f"tombstones, as generated.", ""]
+    lines += [
+        "",
+        f"Check: the mirrors hold {_n(m['mirror_rows'])} rows, {_n(m['tombstones'])} of them tombstones, as generated.",
+        "",
+    ]
     if errors:
         lines += [f"Also failed: `{'; '.join(errors)}`", ""]
     return "\n".join(lines)
@@ -280,6 +351,7 @@ def plot(results: dict, path: str) -> Optional[str]:
     if r is None:
         return None
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -291,8 +363,9 @@ def plot(results: dict, path: str) -> Optional[str]:
     ax.bar([i - 0.2 for i in x], app, 0.4, label="plain Delta append (baseline)", color="#bbbbbb")
     bars = ax.bar([i + 0.2 for i in x], land, 0.4, label="landing job (MERGE into mirrors)", color="#1f77b4")
     for b, k in zip(bars, keys):
-        ax.annotate(f"{r['phases'][k]['ratio']:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height()),
-                    ha="center", va="bottom")
+        ax.annotate(
+            f"{r['phases'][k]['ratio']:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom"
+        )
     ax.set_xticks(list(x), [f"{PHASES[k]}\n({r['phases'][k]['events']:,} events)" for k in keys], fontsize=8)
     ax.set_ylabel("events (rows) per second")
     ax.set_title(f"Spark landing vs plain Delta append ({r['master']}, {r['tables']} tables)")
@@ -311,8 +384,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--update-share", type=float, default=DEFAULTS["update_share"])
     p.add_argument("--warmup-events", type=int, default=DEFAULTS["warmup_events"])
     args = p.parse_args(argv)
-    opts = {"events": args.events, "tables": args.tables, "update_share": args.update_share,
-            "warmup_events": args.warmup_events}
+    opts = {
+        "events": args.events,
+        "tables": args.tables,
+        "update_share": args.update_share,
+        "warmup_events": args.warmup_events,
+    }
 
     return standalone("landing", sys.modules[__name__], ["any"], opts)
 

@@ -13,6 +13,7 @@ of its own, the time at which the transaction's commit is read from the log: a p
 logical replication cursor on a pgoutput slot (PostgreSQL) and a pymysqlreplication
 BinLogStreamReader (MariaDB), i.e. the same client libraries the capture is built on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,11 +34,11 @@ from .dbs import DATABASES
 
 DEFAULTS = {
     "rates": [1_000, 10_000],  # target events/s
-    "seconds": 30,             # measured seconds per rate (after the warm-up)
-    "warmup": 5,               # seconds written first and not measured
-    "max_txn_rate": 200,       # transactions/s at most; bigger rates use bigger transactions
-    "drain_timeout": 120,      # seconds to wait for the last measured transaction to arrive
-    "engine": {},              # EngineConfig overrides (e.g. flush_interval), default: none
+    "seconds": 30,  # measured seconds per rate (after the warm-up)
+    "warmup": 5,  # seconds written first and not measured
+    "max_txn_rate": 200,  # transactions/s at most; bigger rates use bigger transactions
+    "drain_timeout": 120,  # seconds to wait for the last measured transaction to arrive
+    "engine": {},  # EngineConfig overrides (e.g. flush_interval), default: none
 }
 TARGET_P99_S, TARGET_RATE = 1.0, 10_000
 
@@ -58,8 +59,9 @@ def _connect(kind: str, conn: dict):
     return pymysql.connect(password=os.environ["DBLOG_MYSQL_PASSWORD"], autocommit=False, **conn)
 
 
-def _writer(kind: str, conn: dict, table: str, first_key: int, rows: int, txn_rate: float, seconds: float,
-            path: str, ready, go) -> None:
+def _writer(
+    kind: str, conn: dict, table: str, first_key: int, rows: int, txn_rate: float, seconds: float, path: str, ready, go
+) -> None:
     """Paced writer (own process): transaction i is due at start + i / txn_rate; a late one
     goes at once, so a writer that cannot keep up shows as a lower achieved rate."""
     c = _connect(kind, conn)
@@ -93,11 +95,17 @@ def _raw_consumer(kind: str, conn: dict, args: dict, path: str, ready) -> None:
 
         import psycopg2.extras
 
-        c = psycopg2.connect(password=os.environ["DBLOG_PG_PASSWORD"],
-                             connection_factory=psycopg2.extras.LogicalReplicationConnection, **conn)
+        c = psycopg2.connect(
+            password=os.environ["DBLOG_PG_PASSWORD"],
+            connection_factory=psycopg2.extras.LogicalReplicationConnection,
+            **conn,
+        )
         cur = c.cursor()
-        cur.start_replication(slot_name=args["slot"], decode=False,
-                              options={"proto_version": "1", "publication_names": args["publication"]})
+        cur.start_replication(
+            slot_name=args["slot"],
+            decode=False,
+            options={"proto_version": "1", "publication_names": args["publication"]},
+        )
         ready.put(1)
         top, fed = None, time.monotonic()
         while True:
@@ -108,7 +116,7 @@ def _raw_consumer(kind: str, conn: dict, args: dict, path: str, ready) -> None:
             p = msg.payload
             if p[:1] == b"I" and p[8:9] == b"t":  # 'I' relid 'N' ncols, first column as text
                 n = int.from_bytes(p[9:13], "big")
-                k = int(p[13:13 + n])
+                k = int(p[13 : 13 + n])
                 top = k if top is None or k > top else top
             elif p[:1] == b"C":
                 if top is not None:
@@ -124,8 +132,14 @@ def _raw_consumer(kind: str, conn: dict, args: dict, path: str, ready) -> None:
 
         stream = BinLogStreamReader(
             connection_settings=dict(conn, passwd=os.environ["DBLOG_MYSQL_PASSWORD"]),
-            server_id=args["server_id"], log_file=args["file"], log_pos=args["pos"], resume_stream=True,
-            blocking=True, only_events=[WriteRowsEvent, XidEvent], only_schemas=[args["schema"]])
+            server_id=args["server_id"],
+            log_file=args["file"],
+            log_pos=args["pos"],
+            resume_stream=True,
+            blocking=True,
+            only_events=[WriteRowsEvent, XidEvent],
+            only_schemas=[args["schema"]],
+        )
         ready.put(1)
         top = None
         for ev in stream:
@@ -233,13 +247,20 @@ def _stats(txns: list, seen: Callable, o: dict, t_go: float, stages: tuple = ())
             lat.append(ts - tc)
     lat.sort()
     span = measured[-1][2] - measured[0][2] if len(measured) > 1 else 0
-    out = {"txns": len(measured), "missing": missing,
-           "achieved_events_per_s": sum(hi - lo + 1 for lo, hi, _ in measured) / span if span else 0.0,
-           "achieved_txns_per_s": (len(measured) - 1) / span if span else 0.0}
+    out = {
+        "txns": len(measured),
+        "missing": missing,
+        "achieved_events_per_s": sum(hi - lo + 1 for lo, hi, _ in measured) / span if span else 0.0,
+        "achieved_txns_per_s": (len(measured) - 1) / span if span else 0.0,
+    }
     if lat:
         out.update({f"p{int(q * 100)}_s": _pct(lat, q) for q in (0.5, 0.9, 0.99)})
-        out.update(max_s=lat[-1], mean_s=sum(lat) / len(lat), min_s=lat[0],
-                   percentiles_s=[round(_pct(lat, i / 100), 4) for i in range(1, 101)])
+        out.update(
+            max_s=lat[-1],
+            mean_s=sum(lat) / len(lat),
+            min_s=lat[0],
+            percentiles_s=[round(_pct(lat, i / 100), 4) for i in range(1, 101)],
+        )
     out["stages"] = {}
     for name, frm, to in stages:
         d = []
@@ -258,8 +279,22 @@ def _write_at(kind, db, rate, first_key, o, workdir, ctx, seen, tick, stages=())
     txn_rate, rows = plan(rate, o["max_txn_rate"])
     path = os.path.join(workdir, f"writer-{kind}-{rate}-{first_key}.json")
     ready, go = ctx.Queue(), ctx.Event()
-    p = ctx.Process(target=_writer, daemon=True, args=(kind, _conn(db, kind), db.event_table, first_key, rows,
-                                                      txn_rate, o["warmup"] + o["seconds"], path, ready, go))
+    p = ctx.Process(
+        target=_writer,
+        daemon=True,
+        args=(
+            kind,
+            _conn(db, kind),
+            db.event_table,
+            first_key,
+            rows,
+            txn_rate,
+            o["warmup"] + o["seconds"],
+            path,
+            ready,
+            go,
+        ),
+    )
     p.start()
     try:
         ready.get(timeout=120)
@@ -286,8 +321,10 @@ def _write_at(kind, db, rate, first_key, o, workdir, ctx, seen, tick, stages=())
 
 def _say_stats(say, kind, who, rate, st) -> None:
     if "p99_s" in st:
-        say(f"latency {kind} {who} @{rate}/s: p50 {st['p50_s'] * 1000:.0f} ms, p99 {st['p99_s'] * 1000:.0f} ms, "
-            f"max {st['max_s'] * 1000:.0f} ms, {st['achieved_events_per_s']:.0f} events/s, {st['txns']} txns")
+        say(
+            f"latency {kind} {who} @{rate}/s: p50 {st['p50_s'] * 1000:.0f} ms, p99 {st['p99_s'] * 1000:.0f} ms, "
+            f"max {st['max_s'] * 1000:.0f} ms, {st['achieved_events_per_s']:.0f} events/s, {st['txns']} txns"
+        )
 
 
 def run(kind: str, opts: dict, workdir: str, say) -> dict:
@@ -299,10 +336,17 @@ def run(kind: str, opts: dict, workdir: str, say) -> dict:
     ctx = multiprocessing.get_context("spawn")  # never fork a process running the engine's threads
     cfg = EngineConfig(**o["engine"])
     cap = raw = None
-    out: dict = {"label": db.label, "opts": o, "engine_config": {k: v for k, v in dataclasses.asdict(cfg).items()
-                                                                  if k in ("poll_batch", "poll_timeout", "writer_batch",
-                                                                           "flush_interval")},
-                 "ours": {}, "raw": {}}
+    out: dict = {
+        "label": db.label,
+        "opts": o,
+        "engine_config": {
+            k: v
+            for k, v in dataclasses.asdict(cfg).items()
+            if k in ("poll_batch", "poll_timeout", "writer_batch", "flush_interval")
+        },
+        "ours": {},
+        "raw": {},
+    }
     try:
         db.create()
         cap = _capture_class()(db, ids["latency"], workdir, cfg)
@@ -310,8 +354,11 @@ def run(kind: str, opts: dict, workdir: str, say) -> dict:
         cap.start().prime(-1)
         w, polled = cap.watch, cap.source.polled
         # commit -> the engine got it from the log -> its output write began -> write returned
-        stages = (("log_to_engine", None, polled.at), ("engine_to_write", polled.at, w.started.at),
-                  ("output_write", w.started.at, w.durable.at))
+        stages = (
+            ("log_to_engine", None, polled.at),
+            ("engine_to_write", polled.at, w.started.at),
+            ("output_write", w.started.at, w.durable.at),
+        )
         key = 1
         for rate in o["rates"]:
             n0 = len(w.writes)
@@ -395,26 +442,33 @@ def _ms(x) -> str:
 
 def markdown(results: dict) -> str:
     o = next((r["opts"] for r in results.values() if "opts" in r), DEFAULTS)
-    plans = ", ".join(f"{r:,} events/s = {plan(r, o['max_txn_rate'])[0]:,.0f} transactions/s of "
-                      f"{plan(r, o['max_txn_rate'])[1]} rows" for r in o["rates"])
-    lines = ["### Latency: commit → durable in the changelog", "",
-             f"A writer in its own process commits inserts into a captured table at a fixed pace ({plans}) "
-             "and notes the wall-clock time right after each COMMIT returned. The capture runs in the "
-             "benchmark process (Delta output, default `EngineConfig`"
-             + (f" with {o['engine']}" if o["engine"] else "") + "); its output is wrapped so that the time "
-             "at which each `write` returned, i.e. the batch is durable in the changelog, is known for every "
-             "row. A transaction's latency is the durable time of its last row minus its commit time (same "
-             f"host clock). {o['warmup']} s of warm-up, then {o['seconds']} s measured per rate. Baseline: "
-             "the same writer with a plain log consumer in a process of its own instead of the capture, "
-             "timed when the transaction's commit is read from the log: a psycopg2 logical replication "
-             "cursor on a pgoutput slot (PostgreSQL) and a pymysqlreplication `BinLogStreamReader` "
-             "(MariaDB), the client libraries the capture itself reads the log with. Ratio = our p99 / the "
-             "baseline's p99. Latencies in milliseconds; the log can deliver a commit before the writer "
-             "process has seen its COMMIT return, so the smallest raw latencies are about 0 or slightly "
-             "negative (kept as measured).", "",
-             "| Source | Target events/s | Achieved events/s | Consumer | p50 | p90 | p99 | max | Transactions | "
-             "p99 ratio | Target p99 ≤ 1 s at 10k/s |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    plans = ", ".join(
+        f"{r:,} events/s = {plan(r, o['max_txn_rate'])[0]:,.0f} transactions/s of {plan(r, o['max_txn_rate'])[1]} rows"
+        for r in o["rates"]
+    )
+    lines = [
+        "### Latency: commit → durable in the changelog",
+        "",
+        f"A writer in its own process commits inserts into a captured table at a fixed pace ({plans}) "
+        "and notes the wall-clock time right after each COMMIT returned. The capture runs in the "
+        "benchmark process (Delta output, default `EngineConfig`"
+        + (f" with {o['engine']}" if o["engine"] else "")
+        + "); its output is wrapped so that the time "
+        "at which each `write` returned, i.e. the batch is durable in the changelog, is known for every "
+        "row. A transaction's latency is the durable time of its last row minus its commit time (same "
+        f"host clock). {o['warmup']} s of warm-up, then {o['seconds']} s measured per rate. Baseline: "
+        "the same writer with a plain log consumer in a process of its own instead of the capture, "
+        "timed when the transaction's commit is read from the log: a psycopg2 logical replication "
+        "cursor on a pgoutput slot (PostgreSQL) and a pymysqlreplication `BinLogStreamReader` "
+        "(MariaDB), the client libraries the capture itself reads the log with. Ratio = our p99 / the "
+        "baseline's p99. Latencies in milliseconds; the log can deliver a commit before the writer "
+        "process has seen its COMMIT return, so the smallest raw latencies are about 0 or slightly "
+        "negative (kept as measured).",
+        "",
+        "| Source | Target events/s | Achieved events/s | Consumer | p50 | p90 | p99 | max | Transactions | "
+        "p99 ratio | Target p99 ≤ 1 s at 10k/s |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for kind, r in results.items():
         if "error" in r:
             lines.append(f"| {NAMES.get(kind, kind)} | failed: {r['error']} | | | | | | | | | |")
@@ -427,10 +481,12 @@ def markdown(results: dict) -> str:
                     target = "met" if s["p99_s"] <= TARGET_P99_S else "missed"
                 miss = f" ({s['missing']} not seen)" if s.get("missing") else ""
                 ratio = f"{s['p99_ratio']:.2f}×" if "p99_ratio" in s else ""
-                lines.append(f"| {r['label'] if who == 'ours' else '″'} | {rate:,} | "
-                             f"{s.get('achieved_events_per_s', 0):,.0f} | {name} | {_ms(s.get('p50_s'))} | "
-                             f"{_ms(s.get('p90_s'))} | {_ms(s.get('p99_s'))} | {_ms(s.get('max_s'))} | "
-                             f"{s.get('txns', 0):,}{miss} | {ratio} | {target} |")
+                lines.append(
+                    f"| {r['label'] if who == 'ours' else '″'} | {rate:,} | "
+                    f"{s.get('achieved_events_per_s', 0):,.0f} | {name} | {_ms(s.get('p50_s'))} | "
+                    f"{_ms(s.get('p90_s'))} | {_ms(s.get('p99_s'))} | {_ms(s.get('max_s'))} | "
+                    f"{s.get('txns', 0):,}{miss} | {ratio} | {target} |"
+                )
     stage_rows = []
     for kind, r in results.items():
         for rate in r.get("opts", {}).get("rates", []):
@@ -438,19 +494,25 @@ def markdown(results: dict) -> str:
             g = s.get("stages", {})
             if g:
                 stage_rows.append(
-                    f"| {NAMES.get(kind, kind)} | {rate:,} | " + " | ".join(
+                    f"| {NAMES.get(kind, kind)} | {rate:,} | "
+                    + " | ".join(
                         f"{_ms(g.get(k, {}).get('p50_s'))} / {_ms(g.get(k, {}).get('p99_s'))}"
-                        for k in ("log_to_engine", "engine_to_write", "output_write"))
-                    + f" | {s.get('events_per_output_write', 0):,.0f} |")
+                        for k in ("log_to_engine", "engine_to_write", "output_write")
+                    )
+                    + f" | {s.get('events_per_output_write', 0):,.0f} |"
+                )
     if stage_rows:
         cfg = next((r["engine_config"] for r in results.values() if "engine_config" in r), {})
-        lines += ["", "Where the time goes, p50 / p99 in ms per transaction: from the commit until the engine "
-                  "received its last row from the log (`poll`), until the writer thread began the Delta commit "
-                  "holding it (the writer gathers events for up to `flush_interval` seconds), and the Delta "
-                  "commit itself (`output.write`). Engine settings: "
-                  + ", ".join(f"{k}={v}" for k, v in cfg.items()) + ".", "",
-                  "| Source | Events/s | Commit → engine | Engine → write start | Delta commit | "
-                  "Events per Delta commit |", "|---|---:|---:|---:|---:|---:|"] + stage_rows
+        lines += [
+            "",
+            "Where the time goes, p50 / p99 in ms per transaction: from the commit until the engine "
+            "received its last row from the log (`poll`), until the writer thread began the Delta commit "
+            "holding it (the writer gathers events for up to `flush_interval` seconds), and the Delta "
+            "commit itself (`output.write`). Engine settings: " + ", ".join(f"{k}={v}" for k, v in cfg.items()) + ".",
+            "",
+            "| Source | Events/s | Commit → engine | Engine → write start | Delta commit | Events per Delta commit |",
+            "|---|---:|---:|---:|---:|---:|",
+        ] + stage_rows
     return "\n".join(lines) + "\n"
 
 
@@ -471,8 +533,13 @@ def plot(results: dict, path: str) -> Optional[str]:
                 s = r[who].get(str(rate), {})
                 if "percentiles_s" in s:
                     # log scale: a commit read before the writer saw its COMMIT return is <= 0
-                    ax.plot([max(x * 1000, 0.1) for x in s["percentiles_s"]], range(1, 101), style,
-                            color=colors[i % len(colors)], label=f"{name}, {rate:,} events/s")
+                    ax.plot(
+                        [max(x * 1000, 0.1) for x in s["percentiles_s"]],
+                        range(1, 101),
+                        style,
+                        color=colors[i % len(colors)],
+                        label=f"{name}, {rate:,} events/s",
+                    )
         ax.axvline(TARGET_P99_S * 1000, color="grey", lw=0.8, ls=":")
         ax.axhline(99, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
@@ -490,13 +557,20 @@ def plot(results: dict, path: str) -> Optional[str]:
 
 def _without_percentiles(result: dict) -> dict:
     """A run's result for printing: the 100 percentiles behind the plot left out."""
-    return {**result, **{who: {rate: {k: v for k, v in st.items() if k != "percentiles_s"}
-                               for rate, st in result[who].items()} for who in ("ours", "raw") if who in result}}
+    return {
+        **result,
+        **{
+            who: {rate: {k: v for k, v in st.items() if k != "percentiles_s"} for rate, st in result[who].items()}
+            for who in ("ours", "raw")
+            if who in result
+        },
+    }
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.latency", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", choices=sorted(DATABASES))
     p.add_argument("--rates", default=",".join(str(r) for r in DEFAULTS["rates"]), help="target events/s")
     p.add_argument("--seconds", type=int, default=DEFAULTS["seconds"], help="measured seconds per rate")
@@ -505,13 +579,24 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--poll-timeout", type=float, help="EngineConfig.poll_timeout override (exploration)")
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
     a = p.parse_args(argv)
-    engine = {k: v for k, v in (("flush_interval", a.flush_interval), ("poll_timeout", a.poll_timeout))
-              if v is not None}
-    opts = {"rates": [int(x) for x in a.rates.split(",") if x.strip()], "seconds": a.seconds,
-            "warmup": a.warmup, "engine": engine}
+    engine = {
+        k: v for k, v in (("flush_interval", a.flush_interval), ("poll_timeout", a.poll_timeout)) if v is not None
+    }
+    opts = {
+        "rates": [int(x) for x in a.rates.split(",") if x.strip()],
+        "seconds": a.seconds,
+        "warmup": a.warmup,
+        "engine": engine,
+    }
 
-    return standalone("latency", sys.modules[__name__], [a.only] if a.only else list(DATABASES), opts, a.plot,
-                      shown=_without_percentiles)
+    return standalone(
+        "latency",
+        sys.modules[__name__],
+        [a.only] if a.only else list(DATABASES),
+        opts,
+        a.plot,
+        shown=_without_percentiles,
+    )
 
 
 if __name__ == "__main__":

@@ -1,24 +1,30 @@
 """Lock-wait sampling for bench/impact.py: every wait seen while a phase runs, classified as
 involving the capture (must be zero), load-only, or other jobs on the shared server."""
+
 from __future__ import annotations
 
 import threading
 import time
 from typing import Optional
 
-PG_WAITS = ("SELECT a.pid, a.application_name, a.wait_event, l.locktype, l.mode, "
-            "l.relation::regclass::text, pg_blocking_pids(a.pid) FROM pg_stat_activity a "
-            "LEFT JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted "
-            "WHERE a.wait_event_type = 'Lock' OR l.pid IS NOT NULL")
+PG_WAITS = (
+    "SELECT a.pid, a.application_name, a.wait_event, l.locktype, l.mode, "
+    "l.relation::regclass::text, pg_blocking_pids(a.pid) FROM pg_stat_activity a "
+    "LEFT JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted "
+    "WHERE a.wait_event_type = 'Lock' OR l.pid IS NOT NULL"
+)
 PG_SESSIONS = "SELECT pid, application_name FROM pg_stat_activity WHERE application_name = ANY(%s)"
-MY_WAITS = ("SELECT r.trx_mysql_thread_id, rp.DB, LEFT(r.trx_query, 300), b.trx_mysql_thread_id, bp.DB, "
-            "LEFT(b.trx_query, 300) FROM information_schema.INNODB_LOCK_WAITS w "
-            "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
-            "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
-            "LEFT JOIN information_schema.PROCESSLIST rp ON rp.ID = r.trx_mysql_thread_id "
-            "LEFT JOIN information_schema.PROCESSLIST bp ON bp.ID = b.trx_mysql_thread_id")
-MY_MDL = ("SELECT ID, DB, STATE, LEFT(INFO, 300) FROM information_schema.PROCESSLIST "
-          "WHERE STATE LIKE 'Waiting for%lock%'")
+MY_WAITS = (
+    "SELECT r.trx_mysql_thread_id, rp.DB, LEFT(r.trx_query, 300), b.trx_mysql_thread_id, bp.DB, "
+    "LEFT(b.trx_query, 300) FROM information_schema.INNODB_LOCK_WAITS w "
+    "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
+    "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
+    "LEFT JOIN information_schema.PROCESSLIST rp ON rp.ID = r.trx_mysql_thread_id "
+    "LEFT JOIN information_schema.PROCESSLIST bp ON bp.ID = b.trx_mysql_thread_id"
+)
+MY_MDL = (
+    "SELECT ID, DB, STATE, LEFT(INFO, 300) FROM information_schema.PROCESSLIST WHERE STATE LIKE 'Waiting for%lock%'"
+)
 
 
 class LockSampler(threading.Thread):
@@ -41,8 +47,14 @@ class LockSampler(threading.Thread):
 
     def set_phase(self, phase: Optional[str]) -> None:
         if phase is not None:
-            self.stats[phase] = {"samples": 0, "samples_with_waits": 0, "examples": [],
-                                 "capture": set(), "load": set(), "other": set()}
+            self.stats[phase] = {
+                "samples": 0,
+                "samples_with_waits": 0,
+                "examples": [],
+                "capture": set(),
+                "load": set(),
+                "other": set(),
+            }
         self.phase = phase
 
     def _sample(self, cur) -> list[tuple[str, tuple]]:
@@ -72,8 +84,10 @@ class LockSampler(threading.Thread):
             mine = r_load or b_load or self.db.tag in " ".join(str(x) for x in row)
             out.append(("load" if r_load and b_load else "capture" if mine else "other", ("row",) + tuple(row)))
         cur.execute(MY_MDL)  # DML never waits for DML on a metadata lock: ours means the capture
-        return out + [("capture" if self.db.tag in " ".join(str(x) for x in row) else "other", ("mdl",) + tuple(row))
-                      for row in cur.fetchall()]
+        return out + [
+            ("capture" if self.db.tag in " ".join(str(x) for x in row) else "other", ("mdl",) + tuple(row))
+            for row in cur.fetchall()
+        ]
 
     def run(self) -> None:
         c = self.db.connect()
@@ -103,10 +117,14 @@ class LockSampler(threading.Thread):
 
     def summary(self, phase: str) -> dict:
         st = self.stats.get(phase, {})
-        return {"samples": st.get("samples", 0), "samples_with_waits": st.get("samples_with_waits", 0),
-                "waits_capture": len(st.get("capture", ())), "waits_load_only": len(st.get("load", ())),
-                "waits_other_jobs": len(st.get("other", ())),
-                "examples": st.get("examples", [])}
+        return {
+            "samples": st.get("samples", 0),
+            "samples_with_waits": st.get("samples_with_waits", 0),
+            "waits_capture": len(st.get("capture", ())),
+            "waits_load_only": len(st.get("load", ())),
+            "waits_other_jobs": len(st.get("other", ())),
+            "examples": st.get("examples", []),
+        }
 
 
 def row_lock_waits(db, kind: str) -> Optional[int]:

@@ -27,6 +27,7 @@ it only once every event of the load is durable (invariant 5).
 Contract (bench/run.py wires it in): run(kind, opts, workdir, say) -> dict, markdown(results),
 plot(results, path). opts: see DEFAULTS. RSS figures are MiB (keys ``*_mb``, as in bench/run.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,9 +66,16 @@ class MemoryPostgresBench(PostgresBench):
 
         c = self.connect()
         try:
-            in_transactions(c, lo, hi, per_txn, lambda a, b: (
-                f"INSERT INTO {self.event_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
-                f"FROM generate_series({a}::bigint, {b}::bigint) g"))
+            in_transactions(
+                c,
+                lo,
+                hi,
+                per_txn,
+                lambda a, b: (
+                    f"INSERT INTO {self.event_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
+                    f"FROM generate_series({a}::bigint, {b}::bigint) g"
+                ),
+            )
             cur = c.cursor()
             # The insert LSN is past the last commit record even with asynchronous commit;
             # index 0 sorts before the first change of any later transaction.
@@ -148,10 +156,17 @@ def _thin(points: list, keep: int = 300) -> list:
 
 def _phase_result(child: TracedChildCapture, phase: str, rows: int, seconds: float, idle: float) -> dict:
     rss, hwm = child.rss_mb()
-    return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds, 1),
-            "peak_rss_mb": round(hwm, 1), "sampled_peak_mb": round(child.phase_peak.get(phase, 0.0), 1),
-            "rss_at_end_mb": round(rss, 1), "over_idle_mb": round(hwm - idle, 1),
-            "peak_vs_idle": round(hwm / idle, 3), "max_buffered_events": child.max_buffered()}
+    return {
+        "rows": rows,
+        "seconds": round(seconds, 3),
+        "rows_per_s": round(rows / seconds, 1),
+        "peak_rss_mb": round(hwm, 1),
+        "sampled_peak_mb": round(child.phase_peak.get(phase, 0.0), 1),
+        "rss_at_end_mb": round(rss, 1),
+        "over_idle_mb": round(hwm - idle, 1),
+        "peak_vs_idle": round(hwm / idle, 3),
+        "max_buffered_events": child.max_buffered(),
+    }
 
 
 def _capture(child: TracedChildCapture, phase: str, target: Position, rows: int, timeout: float, idle: float) -> dict:
@@ -215,8 +230,11 @@ def _wide_dump(kind: str, rows: int, chunk: int, workdir: str, timeout: float, s
         db.fill_event_table(rows)
         child = TracedChildCapture(db, source_id, workdir)
         idle = _prime(child)
-        out = dict(_dump(child, "wide_dump", db.event_table, chunk, timeout, idle), columns=len(COLUMNS),
-                   idle_rss_mb=round(idle, 1))
+        out = dict(
+            _dump(child, "wide_dump", db.event_table, chunk, timeout, idle),
+            columns=len(COLUMNS),
+            idle_rss_mb=round(idle, 1),
+        )
         ok = True
         return out, child.trace.get("wide_dump", [])
     finally:
@@ -241,9 +259,14 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
         child = TracedChildCapture(db, source_id, workdir)
         say(f"{kind} memory: priming {source_id} (dblog capture child process)")
         idle = _prime(child)
-        out: dict = {"label": db.label, "idle_rss_mb": round(idle, 1), "target_mb": TARGET_MB,
-                     "target_mib": round(TARGET_MIB, 1),
-                     "engine_config": {k: getattr(cfg, k) for k in WRITER_SETTINGS}, "phases": {}}
+        out: dict = {
+            "label": db.label,
+            "idle_rss_mb": round(idle, 1),
+            "target_mb": TARGET_MB,
+            "target_mib": round(TARGET_MIB, 1),
+            "engine_config": {k: getattr(cfg, k) for k in WRITER_SETTINGS},
+            "phases": {},
+        }
 
         say(f"{kind} memory: one transaction of {n} rows, written with the capture stopped")
         t0 = time.perf_counter()
@@ -274,8 +297,10 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
             out["txn_minus_control_mb"] = round(extra, 1)
             out["grows_with_txn"] = extra > GROWTH_MB
         for ph, p in phases.items():
-            say(f"{kind} memory: {ph}: peak {p['peak_rss_mb']:.0f} MiB (idle {idle:.0f} MiB), "
-                f"{p['rows_per_s']:,.0f} rows/s, max writer buffer {p['max_buffered_events']}")
+            say(
+                f"{kind} memory: {ph}: peak {p['peak_rss_mb']:.0f} MiB (idle {idle:.0f} MiB), "
+                f"{p['rows_per_s']:,.0f} rows/s, max writer buffer {p['max_buffered_events']}"
+            )
         ok = True
         return out
     finally:
@@ -283,8 +308,12 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
 
 
 # -- reporting ---------------------------------------------------------------------------------
-SCENARIOS = {"txn": "one transaction of {rows} rows", "control": "{rows} rows in 10k-row transactions",
-             "dump": "dump, {chunk} -row chunks", "wide_dump": "dump of 30-column rows, {chunk} -row chunks"}
+SCENARIOS = {
+    "txn": "one transaction of {rows} rows",
+    "control": "{rows} rows in 10k-row transactions",
+    "dump": "dump, {chunk} -row chunks",
+    "wide_dump": "dump of 30-column rows, {chunk} -row chunks",
+}
 
 
 def _scenario(ph: str, p: dict) -> str:
@@ -293,7 +322,8 @@ def _scenario(ph: str, p: dict) -> str:
 
 def markdown(results: dict) -> str:
     lines = [
-        "### Peak memory of `dblog capture` (one huge transaction, chunked dumps)", "",
+        "### Peak memory of `dblog capture` (one huge transaction, chunked dumps)",
+        "",
         "`python -m airflow_provider_dblog.cli capture` as a child process with the default engine "
         "settings, started afresh for each scenario so that the kernel's high-water mark (VmHWM) is that "
         "scenario's exact peak (the RSS is also sampled every 20 ms). *Single transaction*: with the capture "
@@ -302,10 +332,15 @@ def markdown(results: dict) -> str:
         "10k-row transactions, captured the same way (same events, only the transaction size differs: a "
         "source buffering whole transactions would show up as a higher single-transaction peak). *Dump*: a "
         "table filled before the capture existed, dumped by a fresh capture process, timed from the request "
-        "to DONE" + ("; *dump of 30-column rows*: the same on the wide table of the wide-row capture "
-                     "benchmark" if any("wide_dump" in r.get("phases", {}) for r in results.values()) else "")
+        "to DONE"
+        + (
+            "; *dump of 30-column rows*: the same on the wide table of the wide-row capture benchmark"
+            if any("wide_dump" in r.get("phases", {}) for r in results.values())
+            else ""
+        )
         + ". Baseline: the idle RSS of the same process a second after its first commit. RSS in MiB; "
-        "the target is 500 MB = 477 MiB.", "",
+        "the target is 500 MB = 477 MiB.",
+        "",
         f"| Source | Scenario | Rows | Seconds | Rows/s | Idle RSS (MiB) | Peak RSS (MiB) | Peak − idle (MiB) "
         f"| Peak / idle | Max writer buffer (events) | Target < {TARGET_MB} MB ({TARGET_MIB:.0f} MiB) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -318,22 +353,34 @@ def markdown(results: dict) -> str:
             continue
         for ph, p in r["phases"].items():
             met = "met" if p["peak_rss_mb"] < TARGET_MIB else "**missed**"
-            lines.append(f"| {r['label']} | {_scenario(ph, p)} | {_n(p['rows'])} | {p['seconds']:,.1f} | "
-                         f"{_n(p['rows_per_s'])} | {_n(p.get('idle_rss_mb', r['idle_rss_mb']))} | "
-                         f"{_n(p['peak_rss_mb'])} | "
-                         f"{_n(p['over_idle_mb'])} | {p['peak_vs_idle']:.2f}× | {_n(p['max_buffered_events'])} "
-                         f"| {met} |")
+            lines.append(
+                f"| {r['label']} | {_scenario(ph, p)} | {_n(p['rows'])} | {p['seconds']:,.1f} | "
+                f"{_n(p['rows_per_s'])} | {_n(p.get('idle_rss_mb', r['idle_rss_mb']))} | "
+                f"{_n(p['peak_rss_mb'])} | "
+                f"{_n(p['over_idle_mb'])} | {p['peak_vs_idle']:.2f}× | {_n(p['max_buffered_events'])} "
+                f"| {met} |"
+            )
         if "txn_minus_control_mb" in r:
-            verdict = ("memory **grows with the transaction size**" if r["grows_with_txn"]
-                       else "no growth with the transaction size")
-            notes.append(f"{name}: single-transaction peak − control peak = {r['txn_minus_control_mb']:+,.0f} MiB "
-                         f"({verdict}; threshold {GROWTH_MB} MiB).")
+            verdict = (
+                "memory **grows with the transaction size**"
+                if r["grows_with_txn"]
+                else "no growth with the transaction size"
+            )
+            notes.append(
+                f"{name}: single-transaction peak − control peak = {r['txn_minus_control_mb']:+,.0f} MiB "
+                f"({verdict}; threshold {GROWTH_MB} MiB)."
+            )
     cfg = next((r["engine_config"] for r in results.values() if "engine_config" in r), None)
     if cfg:
-        notes.append("Writer settings in force (EngineConfig defaults): "
-                     + ", ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in cfg.items()) + ".")
-    notes.append("Max writer buffer is the largest `buffered=` of the capture's status lines (printed every 5 s), "
-                 "so short peaks between two lines are not seen.")
+        notes.append(
+            "Writer settings in force (EngineConfig defaults): "
+            + ", ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in cfg.items())
+            + "."
+        )
+    notes.append(
+        "Max writer buffer is the largest `buffered=` of the capture's status lines (printed every 5 s), "
+        "so short peaks between two lines are not seen."
+    )
     return "\n".join(lines + [""] + notes) + "\n"
 
 
@@ -352,8 +399,12 @@ def plot(results: dict, path: str) -> Optional[str]:
         for ph, pts in r["trace"].items():
             if pts:
                 p = r["phases"].get(ph, {})
-                ax.plot([t for t, _ in pts], [v for _, v in pts], color=colours.get(ph),
-                        label=f"{_scenario(ph, p) if p else ph} (peak {_n(p.get('peak_rss_mb'))} MiB)")
+                ax.plot(
+                    [t for t, _ in pts],
+                    [v for _, v in pts],
+                    color=colours.get(ph),
+                    label=f"{_scenario(ph, p) if p else ph} (peak {_n(p.get('peak_rss_mb'))} MiB)",
+                )
         ax.axhline(r["idle_rss_mb"], color="#7f7f7f", linestyle="--", label=f"idle baseline {_n(r['idle_rss_mb'])} MiB")
         ax.axhline(TARGET_MIB, color="black", linestyle=":", label=f"target {TARGET_MB} MB ({TARGET_MIB:.0f} MiB)")
         ax.set_title(f"{r['label']}")
@@ -369,22 +420,47 @@ def plot(results: dict, path: str) -> Optional[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.memory", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", choices=sorted(MEMORY), help="one database only")
-    p.add_argument("--txn-rows", type=int, default=DEFAULTS["txn_rows"], help="rows of the single transaction (default %(default)s)")
-    p.add_argument("--dump-rows", type=int, default=DEFAULTS["dump_rows"], help="rows of the dumped table (default %(default)s)")
-    p.add_argument("--chunk-size", type=int, default=DEFAULTS["chunk_size"], help="dump chunk size (default %(default)s)")
+    p.add_argument(
+        "--txn-rows",
+        type=int,
+        default=DEFAULTS["txn_rows"],
+        help="rows of the single transaction (default %(default)s)",
+    )
+    p.add_argument(
+        "--dump-rows", type=int, default=DEFAULTS["dump_rows"], help="rows of the dumped table (default %(default)s)"
+    )
+    p.add_argument(
+        "--chunk-size", type=int, default=DEFAULTS["chunk_size"], help="dump chunk size (default %(default)s)"
+    )
     p.add_argument("--no-control", action="store_true", help="skip the 10k-row-transaction control")
-    p.add_argument("--wide-dump-rows", type=int, default=DEFAULTS["wide_dump_rows"],
-                   help="also dump this many 30-column rows (default %(default)s: off)")
+    p.add_argument(
+        "--wide-dump-rows",
+        type=int,
+        default=DEFAULTS["wide_dump_rows"],
+        help="also dump this many 30-column rows (default %(default)s: off)",
+    )
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
     args = p.parse_args(argv)
-    opts = {"txn_rows": args.txn_rows, "dump_rows": args.dump_rows, "chunk_size": args.chunk_size,
-            "control": not args.no_control, "wide_dump_rows": args.wide_dump_rows}
+    opts = {
+        "txn_rows": args.txn_rows,
+        "dump_rows": args.dump_rows,
+        "chunk_size": args.chunk_size,
+        "control": not args.no_control,
+        "wide_dump_rows": args.wide_dump_rows,
+    }
 
-    return standalone("memory", sys.modules[__name__], [args.only] if args.only else list(MEMORY), opts, args.plot,
-                      shown=lambda r: {k: v for k, v in r.items() if k != "trace"})
+    return standalone(
+        "memory",
+        sys.modules[__name__],
+        [args.only] if args.only else list(MEMORY),
+        opts,
+        args.plot,
+        shown=lambda r: {k: v for k, v in r.items() if k != "trace"},
+    )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ Baseline: the schedule itself. A row waits on average period/2 for the next run,
 then needs its duration to commit, so expected p50 ~ period/2 + mean landing duration;
 ratio = measured p50 / that.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,10 +47,10 @@ from .dbs import DATABASES
 from .engine_runs import SENTINEL_KEY, InProcessCapture
 
 DEFAULTS = {
-    "period": 60.0,     # seconds between scheduled landing runs
-    "minutes": 4.0,     # how long the paced writer writes
-    "rate": 1000,       # events/s the writer aims at
-    "txn_rows": 50,     # rows per writer transaction (so rate / txn_rows commits per second)
+    "period": 60.0,  # seconds between scheduled landing runs
+    "minutes": 4.0,  # how long the paced writer writes
+    "rate": 1000,  # events/s the writer aims at
+    "txn_rows": 50,  # rows per writer transaction (so rate / txn_rows commits per second)
     "runner": "session",  # "session": in-process Spark session; "process": a child process per run
 }
 UPDATE_EVERY = 10  # every 10th transaction updates the keys of the transaction 5 before it
@@ -61,12 +62,22 @@ def _connect(kind: str):
     if kind == "pg":
         import psycopg2
 
-        return psycopg2.connect(host=e["DBLOG_PG_HOST"], port=int(e["DBLOG_PG_PORT"]), user=e["DBLOG_PG_USER"],
-                                password=e["DBLOG_PG_PASSWORD"], dbname=e["DBLOG_PG_DATABASE"])
+        return psycopg2.connect(
+            host=e["DBLOG_PG_HOST"],
+            port=int(e["DBLOG_PG_PORT"]),
+            user=e["DBLOG_PG_USER"],
+            password=e["DBLOG_PG_PASSWORD"],
+            dbname=e["DBLOG_PG_DATABASE"],
+        )
     import pymysql
 
-    return pymysql.connect(host=e["DBLOG_MYSQL_HOST"], port=int(e["DBLOG_MYSQL_PORT"]), user=e["DBLOG_MYSQL_USER"],
-                           password=e["DBLOG_MYSQL_PASSWORD"], autocommit=False)
+    return pymysql.connect(
+        host=e["DBLOG_MYSQL_HOST"],
+        port=int(e["DBLOG_MYSQL_PORT"]),
+        user=e["DBLOG_MYSQL_USER"],
+        password=e["DBLOG_MYSQL_PASSWORD"],
+        autocommit=False,
+    )
 
 
 def paced_writer(kind: str, table: str, rate: float, txn_rows: int, seconds: float, started, out_path: str) -> None:
@@ -96,11 +107,14 @@ def paced_writer(kind: str, table: str, rate: float, txn_rows: int, seconds: flo
             next_key = hi + 1
             ranges.append((lo, hi))
             if kind == "pg":
-                cur.execute(f"INSERT INTO {table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
-                            f"FROM generate_series({lo}, {hi}) g")
+                cur.execute(
+                    f"INSERT INTO {table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
+                    f"FROM generate_series({lo}, {hi}) g"
+                )
             else:
-                cur.execute(f"INSERT INTO {table} VALUES " + ",".join(
-                    f"({k},{k % 1000},'{k:010x}')" for k in range(lo, hi + 1)))
+                cur.execute(
+                    f"INSERT INTO {table} VALUES " + ",".join(f"({k},{k % 1000},'{k:010x}')" for k in range(lo, hi + 1))
+                )
             op = "c"
         conn.commit()
         txns.append((time.time(), lo, hi, op))  # the commit is durable once commit() returned
@@ -121,8 +135,12 @@ def land_once(runner: str, spark, lake: str) -> dict:
 
         events = land(spark, lake, register=False, log=lambda m: None)["events"]
     else:
-        proc = subprocess.run([sys.executable, "-m", "airflow_provider_dblog.spark.land_changelog",
-                               "--lake", lake, "--no-register"], capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(
+            [sys.executable, "-m", "airflow_provider_dblog.spark.land_changelog", "--lake", lake, "--no-register"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"landing job exited {proc.returncode}: {proc.stderr[-1500:]}")
         events = json.loads(proc.stdout.strip().splitlines()[-1])["events"]
@@ -132,12 +150,24 @@ def land_once(runner: str, spark, lake: str) -> dict:
 def sentinel_landed(spark, path: str) -> bool:
     from delta.tables import DeltaTable
 
-    return (DeltaTable.isDeltaTable(spark, path)
-            and spark.read.format("delta").load(path).where(f"id = {SENTINEL_KEY}").limit(1).count() > 0)
+    return (
+        DeltaTable.isDeltaTable(spark, path)
+        and spark.read.format("delta").load(path).where(f"id = {SENTINEL_KEY}").limit(1).count() > 0
+    )
 
 
-def scheduled_landings(cap: InProcessCapture, runner: str, spark, lake: str, mirror: str, period: float,
-                       writer, first_slot: float, write_end: float, say: Callable[[str], None]) -> list[dict]:
+def scheduled_landings(
+    cap: InProcessCapture,
+    runner: str,
+    spark,
+    lake: str,
+    mirror: str,
+    period: float,
+    writer,
+    first_slot: float,
+    write_end: float,
+    say: Callable[[str], None],
+) -> list[dict]:
     """Land on the grid first_slot + k*period until the writer's sentinel row (its last
     commit) is in the mirror, i.e. the run that landed the tail."""
     runs: list[dict] = []
@@ -155,8 +185,10 @@ def scheduled_landings(cap: InProcessCapture, runner: str, spark, lake: str, mir
         r = land_once(runner, spark, lake)
         r["slot"], r["late_s"] = slot, round(r["start"] - slot, 3)
         runs.append(r)
-        say(f"landing run {len(runs)} at +{r['start'] - first_slot + period:.0f} s: {r['events']:,} events "
-            f"in {r['end'] - r['start']:.1f} s")
+        say(
+            f"landing run {len(runs)} at +{r['start'] - first_slot + period:.0f} s: {r['events']:,} events "
+            f"in {r['end'] - r['start']:.1f} s"
+        )
         # The sentinel is the writer's last commit: look for it once the writer is (nearly) done.
         if (writer_gone is not None or r["start"] >= write_end) and sentinel_landed(spark, mirror):
             return runs
@@ -173,7 +205,7 @@ def expected_commits(txns: list) -> tuple[dict, int]:
     hi = max(t[2] for t in txns)
     when, op = np.full(hi + 1, np.nan), np.zeros(hi + 1, dtype="<U1")
     for t, lo, h, o in txns:  # in commit order: a later write of a key wins
-        when[lo:h + 1], op[lo:h + 1] = t, o
+        when[lo : h + 1], op[lo : h + 1] = t, o
     return {"when": when, "op": op}, hi
 
 
@@ -186,14 +218,28 @@ def analyse(spark, lake: str, source_id: str, table: str, txns: list) -> dict:
 
     exp, hi = expected_commits(txns)
     path = mirror_path(f"{lake}/mirrors", source_id, table)
-    changelog = (spark.read.format("delta").load(f"{lake}/changelog").where(F.col("table") == table)
-                 .select(F.col("position").alias("_position"), "written_at"))
-    rows = (spark.read.format("delta").load(path).where(F.col("id").between(1, hi))
-            .select("id", "_op", "_position", F.unix_micros("_landed_at").alias("landed"))
-            .join(changelog, "_position", "left")
-            .select("id", "_op", "landed", F.unix_micros("written_at").alias("written")).toArrow())
-    commits = (DeltaTable.forPath(spark, path).history().where("operation = 'MERGE'")
-               .select(F.unix_millis("timestamp").alias("ts")).toArrow())
+    changelog = (
+        spark.read.format("delta")
+        .load(f"{lake}/changelog")
+        .where(F.col("table") == table)
+        .select(F.col("position").alias("_position"), "written_at")
+    )
+    rows = (
+        spark.read.format("delta")
+        .load(path)
+        .where(F.col("id").between(1, hi))
+        .select("id", "_op", "_position", F.unix_micros("_landed_at").alias("landed"))
+        .join(changelog, "_position", "left")
+        .select("id", "_op", "landed", F.unix_micros("written_at").alias("written"))
+        .toArrow()
+    )
+    commits = (
+        DeltaTable.forPath(spark, path)
+        .history()
+        .where("operation = 'MERGE'")
+        .select(F.unix_millis("timestamp").alias("ts"))
+        .toArrow()
+    )
     visible = np.sort(np.asarray(commits.column("ts"), dtype="float64") / 1e3)
     ids = np.asarray(rows.column("id"), dtype="int64")
     landed = np.asarray(rows.column("landed"), dtype="float64") / 1e6
@@ -212,14 +258,24 @@ def analyse(spark, lake: str, source_id: str, table: str, txns: list) -> dict:
         if not len(a):
             return {}
         p = np.percentile(a, [50, 99, 100])
-        return {"p50": round(float(p[0]), 3), "p99": round(float(p[1]), 3), "max": round(float(p[2]), 3),
-                "mean": round(float(a.mean()), 3)}
+        return {
+            "p50": round(float(p[0]), 3),
+            "p99": round(float(p[1]), 3),
+            "max": round(float(p[2]), 3),
+            "mean": round(float(a.mean()), 3),
+        }
 
-    return {"rows": int(written_keys.sum()), "mirror_rows": len(ids),
-            "missing_rows": int(written_keys.sum()) - len(ids), "stale_rows": stale,
-            "unmatched_commit": int((~ok).sum()),
-            "latency_s": stats(lat), "latency_landed_at_s": stats(lat_landed), "changelog_lag_s": stats(lag),
-            "cdf_s": [round(float(x), 3) for x in np.nanpercentile(lat, list(range(101)))] if ok.any() else []}
+    return {
+        "rows": int(written_keys.sum()),
+        "mirror_rows": len(ids),
+        "missing_rows": int(written_keys.sum()) - len(ids),
+        "stale_rows": stale,
+        "unmatched_commit": int((~ok).sum()),
+        "latency_s": stats(lat),
+        "latency_landed_at_s": stats(lat_landed),
+        "changelog_lag_s": stats(lag),
+        "cdf_s": [round(float(x), 3) for x in np.nanpercentile(lat, list(range(101)))] if ok.any() else [],
+    }
 
 
 # -- integration contract -------------------------------------------------------------------
@@ -243,28 +299,36 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
         lake = os.path.join(cap.dir, "lake")
         spark = get_session("dblog-bench-mirror-latency", master="local[2]")
         warm = land_once(o["runner"], spark, lake)  # creates the mirror (primer rows); warms the JVM
-        say(f"{kind}: warm-up landing {warm['end'] - warm['start']:.1f} s; writing {o['rate']:,} events/s for "
-            f"{o['minutes']} min, landing every {o['period']:.0f} s ({o['runner']} runner)")
+        say(
+            f"{kind}: warm-up landing {warm['end'] - warm['start']:.1f} s; writing {o['rate']:,} events/s for "
+            f"{o['minutes']} min, landing every {o['period']:.0f} s ({o['runner']} runner)"
+        )
 
         out_path = os.path.join(cap.dir, "writer.json")
         ctx = mp.get_context("spawn")  # never fork a process that hosts a JVM gateway
         started = ctx.Queue()
-        writer = ctx.Process(target=paced_writer, name="dblog-bench-writer", daemon=True,
-                             args=(kind, db.event_table, o["rate"], o["txn_rows"], o["minutes"] * 60, started,
-                                   out_path))
+        writer = ctx.Process(
+            target=paced_writer,
+            name="dblog-bench-writer",
+            daemon=True,
+            args=(kind, db.event_table, o["rate"], o["txn_rows"], o["minutes"] * 60, started, out_path),
+        )
         writer.start()
         t0 = started.get(timeout=120)
         mirror = mirror_path(f"{lake}/mirrors", sid, db.event_table)
-        runs = scheduled_landings(cap, o["runner"], spark, lake, mirror, o["period"], writer, t0 + o["period"],
-                                  t0 + o["minutes"] * 60, say)
+        runs = scheduled_landings(
+            cap, o["runner"], spark, lake, mirror, o["period"], writer, t0 + o["period"], t0 + o["minutes"] * 60, say
+        )
         writer.join(60)  # it may still be writing its record of commit times
         with open(out_path) as f:
             w = json.load(f)
         events = sum(t[2] - t[1] + 1 for t in w["txns"])
         res = analyse(spark, lake, sid, db.event_table, w["txns"])
         if res["missing_rows"] or res["stale_rows"] or res["unmatched_commit"]:
-            raise RuntimeError(f"bench: the mirror does not match the writes: {res['missing_rows']} missing, "
-                               f"{res['stale_rows']} stale, {res['unmatched_commit']} without a mirror commit")
+            raise RuntimeError(
+                f"bench: the mirror does not match the writes: {res['missing_rows']} missing, "
+                f"{res['stale_rows']} stale, {res['unmatched_commit']} without a mirror commit"
+            )
         durations = [r["end"] - r["start"] for r in runs]
         # Runs that found nothing new (a slot right after the previous run) say nothing about
         # how long landing takes.
@@ -278,14 +342,30 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
         effective = sum(gaps) / len(gaps) if gaps else o["period"]
         ok = True
         return {
-            "label": db.label, "period_s": o["period"], "minutes": o["minutes"], "runner": o["runner"],
-            "writer": {"events": events, "txns": len(w["txns"]), "txn_rows": o["txn_rows"],
-                       "events_per_s": round(events / (w["ended"] - w["started"])),
-                       "target_events_per_s": o["rate"], "max_behind_s": round(w["max_behind_s"], 3)},
+            "label": db.label,
+            "period_s": o["period"],
+            "minutes": o["minutes"],
+            "runner": o["runner"],
+            "writer": {
+                "events": events,
+                "txns": len(w["txns"]),
+                "txn_rows": o["txn_rows"],
+                "events_per_s": round(events / (w["ended"] - w["started"])),
+                "target_events_per_s": o["rate"],
+                "max_behind_s": round(w["max_behind_s"], 3),
+            },
             "warmup_landing_s": round(warm["end"] - warm["start"], 2),
-            "runs": [{"at_s": round(r["start"] - t0, 1), "late_s": r["late_s"], "seconds": round(d, 2),
-                      "events": r["events"]} for r, d in zip(runs, durations)],
-            "landing_s_mean": round(mean_d, 2), "landing_s_max": round(max(durations), 2),
+            "runs": [
+                {
+                    "at_s": round(r["start"] - t0, 1),
+                    "late_s": r["late_s"],
+                    "seconds": round(d, 2),
+                    "events": r["events"],
+                }
+                for r, d in zip(runs, durations)
+            ],
+            "landing_s_mean": round(mean_d, 2),
+            "landing_s_max": round(max(durations), 2),
             "baseline_s": round(expected, 2),
             "ratio": round(res["latency_s"]["p50"] / expected, 3),
             "effective_period_s": round(effective, 2),
@@ -319,43 +399,56 @@ def markdown(results: dict) -> str:
     good = {k: r for k, r in results.items() if "error" not in r}
     any_r = next(iter(good.values()), {})
     period = any_r.get("period_s", DEFAULTS["period"])
-    lines = [f"### Commit → mirror latency (landing every {period:.0f} s)", "",
-             "A paced writer (its own process) commits ~1k events/s (50-row transactions, 90 % inserts, 10 % "
-             "updates) for several minutes; the capture (in-process) writes the changelog; the landing job "
-             "(`land_changelog.land`) runs on a fixed grid of one period from the writer's start, never "
-             "overlapping (a late run delays the next, like a one-minute cron with `max_active_runs=1`). "
-             + ("It runs in one long-lived in-process Spark session (local[2], warm JVM; a real "
-                "`SparkSubmitOperator` run would also pay JVM start-up). "
-                if any_r.get("runner", "session") == "session" else
-                "Each run is a fresh `python -m ...land_changelog` process (a new JVM, as with spark-submit). ")
-             + "Per written key, latency = the Delta commit time of the mirror MERGE that wrote its last "
-             "write − the writer's commit time; every key was checked to be present with its last write. "
-             "Baseline: the schedule itself, period/2 + mean landing duration (the average wait for the "
-             "next run plus the run); ratio = p50 / baseline. The issue sets no target here (its 1 s p99 "
-             "target is for commit → changelog, shown as \"changelog p99\").", "",
-             "| Source | Written events/s | Landing runs | Landing duration mean / max (s) | Baseline (s) | "
-             "p50 (s) | p99 (s) | max (s) | Ratio p50 / baseline | Changelog p99 (s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"### Commit → mirror latency (landing every {period:.0f} s)",
+        "",
+        "A paced writer (its own process) commits ~1k events/s (50-row transactions, 90 % inserts, 10 % "
+        "updates) for several minutes; the capture (in-process) writes the changelog; the landing job "
+        "(`land_changelog.land`) runs on a fixed grid of one period from the writer's start, never "
+        "overlapping (a late run delays the next, like a one-minute cron with `max_active_runs=1`). "
+        + (
+            "It runs in one long-lived in-process Spark session (local[2], warm JVM; a real "
+            "`SparkSubmitOperator` run would also pay JVM start-up). "
+            if any_r.get("runner", "session") == "session"
+            else "Each run is a fresh `python -m ...land_changelog` process (a new JVM, as with spark-submit). "
+        )
+        + "Per written key, latency = the Delta commit time of the mirror MERGE that wrote its last "
+        "write − the writer's commit time; every key was checked to be present with its last write. "
+        "Baseline: the schedule itself, period/2 + mean landing duration (the average wait for the "
+        "next run plus the run); ratio = p50 / baseline. The issue sets no target here (its 1 s p99 "
+        'target is for commit → changelog, shown as "changelog p99").',
+        "",
+        "| Source | Written events/s | Landing runs | Landing duration mean / max (s) | Baseline (s) | "
+        "p50 (s) | p99 (s) | max (s) | Ratio p50 / baseline | Changelog p99 (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for k, r in results.items():
         if "error" in r:
             lines.append(f"| {NAMES.get(k, k)} | failed: `{r['error'][:200]}` | | | | | | | | |")
             continue
         lat = r["latency_s"]
-        lines.append(f"| {r['label']} | {r['writer']['events_per_s']:,} | {len(r['runs'])} | "
-                     f"{_s(r['landing_s_mean'])} / {_s(r['landing_s_max'])} | {_s(r['baseline_s'])} | "
-                     f"{_s(lat['p50'])} | {_s(lat['p99'])} | {_s(lat['max'])} | {r['ratio']:.2f}× | "
-                     f"{r['changelog_lag_s'].get('p99', 0):.2f} |")
+        lines.append(
+            f"| {r['label']} | {r['writer']['events_per_s']:,} | {len(r['runs'])} | "
+            f"{_s(r['landing_s_mean'])} / {_s(r['landing_s_max'])} | {_s(r['baseline_s'])} | "
+            f"{_s(lat['p50'])} | {_s(lat['p99'])} | {_s(lat['max'])} | {r['ratio']:.2f}× | "
+            f"{r['changelog_lag_s'].get('p99', 0):.2f} |"
+        )
     lines.append("")
     for k, r in good.items():
-        lines.append(f"{NAMES.get(k, k)} landing runs (start after the writer's start, duration, events): "
-                     + "; ".join(f"+{x['at_s']:.0f} s {x['seconds']:.1f} s {x['events']:,}" for x in r["runs"])
-                     + f". Warm-up landing before the writer: {r['warmup_landing_s']:.1f} s."
-                     + (f" The runs overran the {r['period_s']:.0f} s schedule: they started every "
-                        f"{r['effective_period_s']:.1f} s on average; against that period/2 + duration the "
-                        f"ratio is {r['ratio_effective']:.2f}×."
-                        if r["effective_period_s"] > 1.1 * r["period_s"] else "")
-                     + f" By `_landed_at` (taken when the MERGE starts) p50 is "
-                       f"{_s(r['latency_landed_at_s'].get('p50'))} s.")
+        lines.append(
+            f"{NAMES.get(k, k)} landing runs (start after the writer's start, duration, events): "
+            + "; ".join(f"+{x['at_s']:.0f} s {x['seconds']:.1f} s {x['events']:,}" for x in r["runs"])
+            + f". Warm-up landing before the writer: {r['warmup_landing_s']:.1f} s."
+            + (
+                f" The runs overran the {r['period_s']:.0f} s schedule: they started every "
+                f"{r['effective_period_s']:.1f} s on average; against that period/2 + duration the "
+                f"ratio is {r['ratio_effective']:.2f}×."
+                if r["effective_period_s"] > 1.1 * r["period_s"]
+                else ""
+            )
+            + f" By `_landed_at` (taken when the MERGE starts) p50 is "
+            f"{_s(r['latency_landed_at_s'].get('p50'))} s."
+        )
     lines.append("")
     return "\n".join(lines)
 
@@ -365,14 +458,19 @@ def plot(results: dict, path: str) -> Optional[str]:
     if not good:
         return None
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for (k, r), color in zip(good.items(), ("#1f77b4", "#d62728", "#2ca02c")):
         ax.plot(r["cdf_s"], [i / 100 for i in range(101)], color=color, label=f"{NAMES.get(k, k)}: measured")
-        ax.axvline(r["baseline_s"], color=color, linestyle="--",
-                   label=f"{NAMES.get(k, k)}: baseline period/2 + landing = {r['baseline_s']:.1f} s")
+        ax.axvline(
+            r["baseline_s"],
+            color=color,
+            linestyle="--",
+            label=f"{NAMES.get(k, k)}: baseline period/2 + landing = {r['baseline_s']:.1f} s",
+        )
     ax.set_xlabel("commit → visible in the mirror (s)")
     ax.set_ylabel("share of rows")
     period = next(iter(good.values()))["period_s"]
@@ -394,8 +492,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--txn-rows", type=int, default=DEFAULTS["txn_rows"])
     p.add_argument("--runner", choices=["session", "process"], default=DEFAULTS["runner"])
     args = p.parse_args(argv)
-    opts = {"period": args.period, "minutes": args.minutes, "rate": args.rate, "txn_rows": args.txn_rows,
-            "runner": args.runner}
+    opts = {
+        "period": args.period,
+        "minutes": args.minutes,
+        "rate": args.rate,
+        "txn_rows": args.txn_rows,
+        "runner": args.runner,
+    }
 
     return standalone("mirror_latency", sys.modules[__name__], [args.only] if args.only else list(DATABASES), opts)
 

@@ -1,6 +1,7 @@
 """The OLTP write load of bench/impact.py: pgbench (PostgreSQL) or one pymysql process per
 client (MariaDB), each client on its own key range so that clients never wait for each
 other's row locks; runs outside the benchmark process so the capture's GIL cannot throttle it."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -22,24 +23,47 @@ class PgLoad:
         self.script = os.path.join(workdir, f"impact-{db.tag}.sql")
         t = db.event_table
         with open(self.script, "w") as f:
-            f.write("\\set uid :client_id * :span + random(1, :span)\n"
-                    "\\set uid2 :client_id * :span + random(1, :span)\n"
-                    f"BEGIN;\nUPDATE {t} SET v = v + 1 WHERE id = :uid;\n"
-                    f"UPDATE {t} SET v = v - 1 WHERE id = :uid2;\n"
-                    f"INSERT INTO {t} VALUES (nextval('{db.ns}.ev_ins'), :client_id, 'ins');\nEND;\n")
+            f.write(
+                "\\set uid :client_id * :span + random(1, :span)\n"
+                "\\set uid2 :client_id * :span + random(1, :span)\n"
+                f"BEGIN;\nUPDATE {t} SET v = v + 1 WHERE id = :uid;\n"
+                f"UPDATE {t} SET v = v - 1 WHERE id = :uid2;\n"
+                f"INSERT INTO {t} VALUES (nextval('{db.ns}.ev_ins'), :client_id, 'ins');\nEND;\n"
+            )
 
     def prepare(self) -> None:
-        self.db._run(f"INSERT INTO {self.db.event_table} SELECT g, 0, 'load' "
-                     f"FROM generate_series(1, {self.clients * self.span}) g",
-                     f"CREATE SEQUENCE {self.db.ns}.ev_ins START 10000000000")
+        self.db._run(
+            f"INSERT INTO {self.db.event_table} SELECT g, 0, 'load' "
+            f"FROM generate_series(1, {self.clients * self.span}) g",
+            f"CREATE SEQUENCE {self.db.ns}.ev_ins START 10000000000",
+        )
         self.db._run(f"VACUUM ANALYZE {self.db.event_table}", autocommit=True)
 
     def start(self, seconds: int, phase_no: int) -> None:
         db = self.db
-        cmd = [find_tool("pgbench"), "-n", "-M", "prepared", "-c", str(self.clients),
-               "-j", str(min(self.clients, os.cpu_count() or 2)), "-T", str(seconds),
-               "-D", f"span={self.span}", "-f", self.script,
-               "-h", db.host, "-p", str(db.port), "-U", db.user, db.db]
+        cmd = [
+            find_tool("pgbench"),
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            str(self.clients),
+            "-j",
+            str(min(self.clients, os.cpu_count() or 2)),
+            "-T",
+            str(seconds),
+            "-D",
+            f"span={self.span}",
+            "-f",
+            self.script,
+            "-h",
+            db.host,
+            "-p",
+            str(db.port),
+            "-U",
+            db.user,
+            db.db,
+        ]
         env = dict(os.environ, PGPASSWORD=db.password, PGAPPNAME=self.app)
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -53,8 +77,11 @@ class PgLoad:
         tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
         n = re.search(r"number of transactions actually processed: (\d+)", out)
         failed = re.search(r"number of failed transactions: (\d+)", out)
-        return {"tps": float(tps.group(1)), "transactions": int(n.group(1)),
-                "failed": int(failed.group(1)) if failed else 0}
+        return {
+            "tps": float(tps.group(1)),
+            "transactions": int(n.group(1)),
+            "failed": int(failed.group(1)) if failed else 0,
+        }
 
     def stop(self) -> None:
         if getattr(self, "proc", None) is not None and self.proc.poll() is None:
@@ -62,8 +89,9 @@ class PgLoad:
             self.proc.wait()
 
 
-def _mysql_client(conn: dict, table: str, client: int, span: int, key_base: int, seconds: float,
-                  ready, go, out) -> None:
+def _mysql_client(
+    conn: dict, table: str, client: int, span: int, key_base: int, seconds: float, ready, go, out
+) -> None:
     """One sysbench-like client in its own process; the password comes from the environment."""
     import random
 
@@ -108,9 +136,14 @@ class MariaLoad:
         conn = {"host": db.host, "port": db.port, "user": db.user, "database": db.ns}
         self.ready, self.go, self.out = self.ctx.Queue(), self.ctx.Event(), self.ctx.Queue()
         base = 10**10 + phase_no * 10**9  # insert keys unique across phases and clients
-        self.procs = [self.ctx.Process(target=_mysql_client, daemon=True, args=(
-            conn, db.event_table, c, self.span, base, seconds, self.ready, self.go, self.out))
-            for c in range(self.clients)]
+        self.procs = [
+            self.ctx.Process(
+                target=_mysql_client,
+                daemon=True,
+                args=(conn, db.event_table, c, self.span, base, seconds, self.ready, self.go, self.out),
+            )
+            for c in range(self.clients)
+        ]
         for p in self.procs:
             p.start()
         for _ in self.procs:  # all connected before the clock starts
@@ -128,8 +161,11 @@ class MariaLoad:
             self.results.append(self.out.get(timeout=120))
         for p in self.procs:
             p.join(30)
-        return {"tps": sum(r[0] / r[2] for r in self.results), "transactions": sum(r[0] for r in self.results),
-                "failed": sum(r[1] for r in self.results)}
+        return {
+            "tps": sum(r[0] / r[2] for r in self.results),
+            "transactions": sum(r[0] for r in self.results),
+            "failed": sum(r[1] for r in self.results),
+        }
 
     def stop(self) -> None:
         for p in self.procs:

@@ -9,6 +9,7 @@ Times are wall clock: a thread blocked in a lock, ``select`` or a socket read sh
 self time of the blocking call. Those calls are reported separately as *waiting*, so the hot
 spots list only where a thread was busy.
 """
+
 from __future__ import annotations
 
 import collections
@@ -99,16 +100,30 @@ class ThreadProfiles:
             th["waiting_s"] += walk(root, ())
         thread_busy = {k: v["wall_s"] - v["waiting_s"] for k, v in threads.items()}
         return {
-            "threads": {k: {"wall_s": round(v["wall_s"], 2), "waiting_s": round(v["waiting_s"], 2)}
-                        for k, v in threads.items()},
-            "hot_spots": [{"thread": t, "function": w, "via": list(reversed(v)), "self_s": round(s, 2),
-                           "share_of_thread": round(s / thread_busy[t], 3) if thread_busy[t] > 0 else 0.0}
-                          for (t, w, v), s in busy.most_common(top)],
+            "threads": {
+                k: {"wall_s": round(v["wall_s"], 2), "waiting_s": round(v["waiting_s"], 2)} for k, v in threads.items()
+            },
+            "hot_spots": [
+                {
+                    "thread": t,
+                    "function": w,
+                    "via": list(reversed(v)),
+                    "self_s": round(s, 2),
+                    "share_of_thread": round(s / thread_busy[t], 3) if thread_busy[t] > 0 else 0.0,
+                }
+                for (t, w, v), s in busy.most_common(top)
+            ],
             "waits": [{"thread": t, "function": w, "self_s": round(s, 2)} for (t, w), s in waiting.most_common(5)],
-            "project": [{"thread": t, "function": w, "busy_s": round(s, 2),
-                         "share_of_thread": round(s / thread_busy[t], 3) if thread_busy[t] > 0 else 0.0}
-                        for (t, w), s in project.most_common()
-                        if thread_busy[t] > 0 and s < 0.9 * thread_busy[t]][:top],
+            "project": [
+                {
+                    "thread": t,
+                    "function": w,
+                    "busy_s": round(s, 2),
+                    "share_of_thread": round(s / thread_busy[t], 3) if thread_busy[t] > 0 else 0.0,
+                }
+                for (t, w), s in project.most_common()
+                if thread_busy[t] > 0 and s < 0.9 * thread_busy[t]
+            ][:top],
         }
 
     def write_text(self, path: str) -> None:

@@ -1,4 +1,5 @@
 """Console summary and docs/benchmarks.md, both from one result dict (bench/results/*.json)."""
+
 from __future__ import annotations
 
 import os
@@ -32,17 +33,27 @@ def print_summary(result: dict) -> None:
             print(f"  {name}: FAILED {r['error']}")
             continue
         c, d = r["capture"], r["dump"]
-        print(f"  {name} capture: {_n(c['in_process']['events_per_s'])} events/s vs "
-              f"{_n(c['baseline']['events_per_s'])} raw ({c['baseline']['name']}): ratio "
-              f"{_r(c['in_process']['ratio'])}; target {_n(c['target'])}: {_met(c['met'])}")
+        print(
+            f"  {name} capture: {_n(c['in_process']['events_per_s'])} events/s vs "
+            f"{_n(c['baseline']['events_per_s'])} raw ({c['baseline']['name']}): ratio "
+            f"{_r(c['in_process']['ratio'])}; target {_n(c['target'])}: {_met(c['met'])}"
+        )
         for run in d["runs"]:
-            print(f"  {name} dump chunk {run['chunk_size']}: {_n(run['rows_per_s'])} rows/s vs "
-                  f"{_n(d['baseline']['rows_per_s'])} raw: ratio {_r(run['ratio'])}"
-                  + (f"; target {_n(d['target'])}: {_met(d['met'])}" if run["chunk_size"] == result["targets"]["dump_chunk_size"] else ""))
+            print(
+                f"  {name} dump chunk {run['chunk_size']}: {_n(run['rows_per_s'])} rows/s vs "
+                f"{_n(d['baseline']['rows_per_s'])} raw: ratio {_r(run['ratio'])}"
+                + (
+                    f"; target {_n(d['target'])}: {_met(d['met'])}"
+                    if run["chunk_size"] == result["targets"]["dump_chunk_size"]
+                    else ""
+                )
+            )
         m = r.get("memory")
         if m:
-            print(f"  {name} peak RSS: capture {m['capture_peak_rss_mb']:.0f} MiB, dump {m['dump_peak_rss_mb']:.0f} MiB, "
-                  f"idle {m['idle_rss_mb']:.0f} MiB (writer_buffer={m['writer_buffer']}, writer_batch={m['writer_batch']})")
+            print(
+                f"  {name} peak RSS: capture {m['capture_peak_rss_mb']:.0f} MiB, dump {m['dump_peak_rss_mb']:.0f} MiB, "
+                f"idle {m['idle_rss_mb']:.0f} MiB (writer_buffer={m['writer_buffer']}, writer_batch={m['writer_batch']})"
+            )
     print()
 
 
@@ -187,14 +198,19 @@ def write_docs(result: dict, path: str) -> None:
     if result.get("runs"):
         lines += [f"* Run {r['date']} (UTC): `{r['command']}` ({', '.join(r['parts'])})" for r in result["runs"]]
     else:
-        lines += [f"* Date: {result['date']} (UTC), total run time {result.get('duration_s', 0):.0f} s",
-                  f"* Command: `{result['command']}`"]
-    lines += [f"* Machine: {m['cpus']} CPUs ({m['cpu'] or 'unknown CPU'}), Python {m['python']}, {m['platform']}",
-              f"* Sizes: {result['sizes']['events']:,} log events, {result['sizes']['rows']:,} dumped rows",
-              "* Engine settings (EngineConfig defaults): " + ", ".join(
-                  f"{k}={v}" for k, v in result["engine_config"].items() if k != "window_delay"),
-              "* Servers: PostgreSQL 15 and MariaDB 10.11 from `scripts/services`, on the same machine as the "
-              "capture (they share its CPUs)", ""]
+        lines += [
+            f"* Date: {result['date']} (UTC), total run time {result.get('duration_s', 0):.0f} s",
+            f"* Command: `{result['command']}`",
+        ]
+    lines += [
+        f"* Machine: {m['cpus']} CPUs ({m['cpu'] or 'unknown CPU'}), Python {m['python']}, {m['platform']}",
+        f"* Sizes: {result['sizes']['events']:,} log events, {result['sizes']['rows']:,} dumped rows",
+        "* Engine settings (EngineConfig defaults): "
+        + ", ".join(f"{k}={v}" for k, v in result["engine_config"].items() if k != "window_delay"),
+        "* Servers: PostgreSQL 15 and MariaDB 10.11 from `scripts/services`, on the same machine as the "
+        "capture (they share its CPUs)",
+        "",
+    ]
     dbs = {k: v for k, v in result["databases"].items() if "error" not in v}
     for k, v in result["databases"].items():
         if "error" in v:
@@ -205,65 +221,105 @@ def write_docs(result: dict, path: str) -> None:
     if png:
         lines += ["![capture and dump against raw baselines](img/bench-core.png)", ""]
 
-    lines += ["### Capture throughput (narrow rows, into the Delta changelog)", "",
-              "| Source | Raw baseline | Baseline events/s | DBLog events/s (in-process) | Ratio | "
-              "DBLog events/s (child process) | Ratio | Target ≥ 60k/s and ≥ 0.5× raw |",
-              "|---|---|---:|---:|---:|---:|---:|---|"]
+    lines += [
+        "### Capture throughput (narrow rows, into the Delta changelog)",
+        "",
+        "| Source | Raw baseline | Baseline events/s | DBLog events/s (in-process) | Ratio | "
+        "DBLog events/s (child process) | Ratio | Target ≥ 60k/s and ≥ 0.5× raw |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
     for r in dbs.values():
         c = r["capture"]
         ch = c.get("child_process", {})
-        lines.append(f"| {r['label']} | {c['baseline']['name']} | {_n(c['baseline']['events_per_s'])} | "
-                     f"{_n(c['in_process']['events_per_s'])} | {_r(c['in_process']['ratio'])} | "
-                     f"{_n(ch.get('events_per_s'))} | {_r(ch.get('ratio'))} | {'met' if c['met'] else 'missed'} |")
+        lines.append(
+            f"| {r['label']} | {c['baseline']['name']} | {_n(c['baseline']['events_per_s'])} | "
+            f"{_n(c['in_process']['events_per_s'])} | {_r(c['in_process']['ratio'])} | "
+            f"{_n(ch.get('events_per_s'))} | {_r(ch.get('ratio'))} | {'met' if c['met'] else 'missed'} |"
+        )
         if "baseline_library" in c:
             b = c["baseline_library"]
-            lines.append(f"| ″ | {b['name']} | {_n(b['events_per_s'])} | ″ | "
-                         f"{_r(c['in_process']['events_per_s'] / b['events_per_s'])} | | | |")
+            lines.append(
+                f"| ″ | {b['name']} | {_n(b['events_per_s'])} | ″ | "
+                f"{_r(c['in_process']['events_per_s'] / b['events_per_s'])} | | | |"
+            )
         if "baseline_decoded" in c:
             b = c["baseline_decoded"]
-            lines.append(f"| ″ | {b['name']} | {_n(b['events_per_s'])} | ″ | "
-                         f"{_r(c['in_process']['events_per_s'] / b['events_per_s'])} | | | |")
-    lines += ["", "Start-up (connect, open the Delta tables) is inside these times: " + "; ".join(
-        f"{NAMES.get(k, k)} {r['capture']['in_process'].get('startup_s', 0):.1f} s, "
-        f"{_n(r['capture']['in_process'].get('events_per_s_after_startup'))} events/s without it"
-        for k, r in dbs.items()) + ".", ""]
+            lines.append(
+                f"| ″ | {b['name']} | {_n(b['events_per_s'])} | ″ | "
+                f"{_r(c['in_process']['events_per_s'] / b['events_per_s'])} | | | |"
+            )
+    lines += [
+        "",
+        "Start-up (connect, open the Delta tables) is inside these times: "
+        + "; ".join(
+            f"{NAMES.get(k, k)} {r['capture']['in_process'].get('startup_s', 0):.1f} s, "
+            f"{_n(r['capture']['in_process'].get('events_per_s_after_startup'))} events/s without it"
+            for k, r in dbs.items()
+        )
+        + ".",
+        "",
+    ]
 
-    lines += ["### Dump throughput", "",
-              "| Source | Chunk size | Baseline rows/s | DBLog rows/s | Ratio | Rows/s between first and last chunk | "
-              "Target ≥ 150k/s and ≥ 0.5× (10k chunks) |",
-              "|---|---:|---:|---:|---:|---:|---|"]
+    lines += [
+        "### Dump throughput",
+        "",
+        "| Source | Chunk size | Baseline rows/s | DBLog rows/s | Ratio | Rows/s between first and last chunk | "
+        "Target ≥ 150k/s and ≥ 0.5× (10k chunks) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for r in dbs.values():
         d = r["dump"]
         for run in d["runs"]:
             tgt = ("met" if d["met"] else "missed") if run["chunk_size"] == result["targets"]["dump_chunk_size"] else ""
-            lines.append(f"| {r['label']} | {run['chunk_size']:,} | {_n(d['baseline']['rows_per_s'])} | "
-                         f"{_n(run['rows_per_s'])} | {_r(run['ratio'])} | {_n(run.get('chunk_phase_rows_per_s'))} | {tgt} |")
+            lines.append(
+                f"| {r['label']} | {run['chunk_size']:,} | {_n(d['baseline']['rows_per_s'])} | "
+                f"{_n(run['rows_per_s'])} | {_r(run['ratio'])} | {_n(run.get('chunk_phase_rows_per_s'))} | {tgt} |"
+            )
         if "child_process" in d:
             cp = d["child_process"]
-            lines.append(f"| ″ (child process) | {cp['chunk_size']:,} | ″ | {_n(cp['rows_per_s'])} | "
-                         f"{_r(cp['ratio'])} | {_n(cp.get('chunk_phase_rows_per_s'))} | |")
-    lines += ["", f"Baselines: {'; '.join(NAMES.get(k, k) + ' ' + r['dump']['baseline']['name'] for k, r in dbs.items())}.", ""]
+            lines.append(
+                f"| ″ (child process) | {cp['chunk_size']:,} | ″ | {_n(cp['rows_per_s'])} | "
+                f"{_r(cp['ratio'])} | {_n(cp.get('chunk_phase_rows_per_s'))} | |"
+            )
+    lines += [
+        "",
+        f"Baselines: {'; '.join(NAMES.get(k, k) + ' ' + r['dump']['baseline']['name'] for k, r in dbs.items())}.",
+        "",
+    ]
 
     mem = {k: r["memory"] for k, r in dbs.items() if r.get("memory")}
     if mem:
-        lines += ["### Peak memory of `dblog capture`", "",
-                  "| Source | Idle RSS (MiB) | Peak RSS, capture of the backlog (MiB) | Peak RSS during the dump (MiB) | "
-                  "writer_buffer / writer_batch / poll_batch (events) |",
-                  "|---|---:|---:|---:|---|"]
+        lines += [
+            "### Peak memory of `dblog capture`",
+            "",
+            "| Source | Idle RSS (MiB) | Peak RSS, capture of the backlog (MiB) | Peak RSS during the dump (MiB) | "
+            "writer_buffer / writer_batch / poll_batch (events) |",
+            "|---|---:|---:|---:|---|",
+        ]
         for k, x in mem.items():
-            lines.append(f"| {dbs[k]['label']} | {x['idle_rss_mb']:.0f} | {x['capture_peak_rss_mb']:.0f} | "
-                         f"{x['dump_peak_rss_mb']:.0f} | {x['writer_buffer']:,} / {x['writer_batch']:,} / {x['poll_batch']:,} |")
-        lines += ["", "The baseline for memory is the idle RSS of the same process (interpreter, pyarrow, "
-                  "deltalake and the driver loaded, no backlog).", ""]
+            lines.append(
+                f"| {dbs[k]['label']} | {x['idle_rss_mb']:.0f} | {x['capture_peak_rss_mb']:.0f} | "
+                f"{x['dump_peak_rss_mb']:.0f} | {x['writer_buffer']:,} / {x['writer_batch']:,} / {x['poll_batch']:,} |"
+            )
+        lines += [
+            "",
+            "The baseline for memory is the idle RSS of the same process (interpreter, pyarrow, "
+            "deltalake and the driver loaded, no backlog).",
+            "",
+        ]
 
     lines += scenario_sections(result, docs_dir)
-    lines += ["## Where the time goes", "",
-              "When a target is missed, the same scenario runs again in-process under pyinstrument, one "
-              "profiler per thread (engine loop, writer, and for MariaDB the binlog reader thread). "
-              "Caveats: pyinstrument roughly halves the throughput (it hooks every Python call, so "
-              "call-heavy code looks more expensive than it is), and all threads share one GIL, so a "
-              "thread's wall time includes time it was runnable but waiting for the GIL; only blocking "
-              "calls (locks, `select`, socket reads) are counted as *waiting*.", ""]
+    lines += [
+        "## Where the time goes",
+        "",
+        "When a target is missed, the same scenario runs again in-process under pyinstrument, one "
+        "profiler per thread (engine loop, writer, and for MariaDB the binlog reader thread). "
+        "Caveats: pyinstrument roughly halves the throughput (it hooks every Python call, so "
+        "call-heavy code looks more expensive than it is), and all threads share one GIL, so a "
+        "thread's wall time includes time it was runnable but waiting for the GIL; only blocking "
+        "calls (locks, `select`, socket reads) are counted as *waiting*.",
+        "",
+    ]
     profiled = [(k, ph, p) for k, r in dbs.items() for ph, p in (r.get("profile") or {}).items()]
     if not profiled:
         lines += ["Every target was met in this run, so nothing was profiled (`--profile always` forces it).", ""]
@@ -271,26 +327,43 @@ def write_docs(result: dict, path: str) -> None:
         rate = p.get("events_per_s_profiled") or p.get("rows_per_s_profiled")
         unit = "events/s" if phase == "capture" else "rows/s"
         busiest = max(p["threads"].items(), key=lambda kv: 1 - kv[1]["waiting_s"] / max(kv[1]["wall_s"], 1e-9))
-        lines += [f"### {dbs[k]['label']}: {phase} (pyinstrument, {_n(rate)} {unit} while profiled)", "",
-                  "Wall time per thread (waiting = blocked in a lock, `select` or a socket read): " + "; ".join(
-                      f"{t} {v['wall_s']:.1f} s ({v['waiting_s']:.1f} s waiting)" for t, v in p["threads"].items())
-                  + f". The pipeline is bound by the busiest thread: **{busiest[0]}**.",
-                  "", "Top 10 by self time (time in the function itself; *via* = the project functions "
-                  "that called into it, innermost first):", "",
-                  "| # | Thread | Function | Via | Self time (s) | Share of the thread's busy time |",
-                  "|---:|---|---|---|---:|---:|"]
+        lines += [
+            f"### {dbs[k]['label']}: {phase} (pyinstrument, {_n(rate)} {unit} while profiled)",
+            "",
+            "Wall time per thread (waiting = blocked in a lock, `select` or a socket read): "
+            + "; ".join(f"{t} {v['wall_s']:.1f} s ({v['waiting_s']:.1f} s waiting)" for t, v in p["threads"].items())
+            + f". The pipeline is bound by the busiest thread: **{busiest[0]}**.",
+            "",
+            "Top 10 by self time (time in the function itself; *via* = the project functions "
+            "that called into it, innermost first):",
+            "",
+            "| # | Thread | Function | Via | Self time (s) | Share of the thread's busy time |",
+            "|---:|---|---|---|---:|---:|",
+        ]
         for i, h in enumerate(p["hot_spots"], 1):
             via = " ← ".join(f"`{_short(v)}`" for v in h.get("via", []))
-            lines.append(f"| {i} | {h['thread']} | `{_short(h['function'])}` | {via} | {h['self_s']:.2f} | "
-                         f"{h['share_of_thread'] * 100:.0f} % |")
-        lines += ["", "Project functions by busy time (inclusive, waits below them subtracted; share of "
-                  "their thread's busy time):", "",
-                  "| Thread | Function | Busy (s) | Share |", "|---|---|---:|---:|"]
+            lines.append(
+                f"| {i} | {h['thread']} | `{_short(h['function'])}` | {via} | {h['self_s']:.2f} | "
+                f"{h['share_of_thread'] * 100:.0f} % |"
+            )
+        lines += [
+            "",
+            "Project functions by busy time (inclusive, waits below them subtracted; share of "
+            "their thread's busy time):",
+            "",
+            "| Thread | Function | Busy (s) | Share |",
+            "|---|---|---:|---:|",
+        ]
         for h in p["project"][:8]:
-            lines.append(f"| {h['thread']} | `{_short(h['function'])}` | {h['busy_s']:.2f} | "
-                         f"{h['share_of_thread'] * 100:.0f} % |")
+            lines.append(
+                f"| {h['thread']} | `{_short(h['function'])}` | {h['busy_s']:.2f} | "
+                f"{h['share_of_thread'] * 100:.0f} % |"
+            )
         lines.append("")
-    lines += ["The full pyinstrument trees of a run are in `bench/results/profile-<timestamp>-<db>-<phase>.txt` "
-              "(not committed).", ""]
+    lines += [
+        "The full pyinstrument trees of a run are in `bench/results/profile-<timestamp>-<db>-<phase>.txt` "
+        "(not committed).",
+        "",
+    ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))

@@ -18,6 +18,7 @@ without write load and the watermark overhead (bench/dumps.py), source impact
 Three sources (each its own slot / checkpoint) are primed before the load is written, so
 each reads the same log range once: in-process, child process, and a spare for profiling.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,38 +45,69 @@ from .report import print_summary, write_docs
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 # Issue 6's targets for this 2-core machine (printed, never enforced).
-TARGETS = {"capture_events_per_s": 60_000, "capture_ratio": 0.5, "dump_rows_per_s": 150_000, "dump_ratio": 0.5,
-           "dump_chunk_size": 10_000}
+TARGETS = {
+    "capture_events_per_s": 60_000,
+    "capture_ratio": 0.5,
+    "dump_rows_per_s": 150_000,
+    "dump_ratio": 0.5,
+    "dump_chunk_size": 10_000,
+}
 # Scenario modules, in run order: name -> module (each has DEFAULTS, run, markdown, plot).
-SCENARIOS = {"wide": "bench.wide", "memory": "bench.memory", "dumps": "bench.dumps", "impact": "bench.impact",
-             "latency": "bench.latency", "landing": "bench.landing", "mirror_latency": "bench.mirror_latency"}
+SCENARIOS = {
+    "wide": "bench.wide",
+    "memory": "bench.memory",
+    "dumps": "bench.dumps",
+    "impact": "bench.impact",
+    "latency": "bench.latency",
+    "landing": "bench.landing",
+    "mirror_latency": "bench.mirror_latency",
+}
 # Scenarios run once, on the first database: landing does not read a source at all, and
 # mirror_latency's landing side does not depend on it (its capture + writer run on PostgreSQL).
 SOURCE_AGNOSTIC = {"landing", "mirror_latency"}
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--events", type=int, default=300_000, help="log events to capture (default 300000)")
     p.add_argument("--rows", type=int, default=500_000, help="rows of the dumped table (default 500000)")
     p.add_argument("--only", choices=sorted(DATABASES), help="benchmark one database only")
-    p.add_argument("--chunk-sizes", default="10000,1000,50000",
-                   help="comma-separated dump chunk sizes (default 10000,1000,50000; 10000 is always run)")
-    p.add_argument("--profile", choices=["auto", "always", "never"], default="auto",
-                   help="pyinstrument the capture/dump when a target is missed (auto), always or never")
+    p.add_argument(
+        "--chunk-sizes",
+        default="10000,1000,50000",
+        help="comma-separated dump chunk sizes (default 10000,1000,50000; 10000 is always run)",
+    )
+    p.add_argument(
+        "--profile",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="pyinstrument the capture/dump when a target is missed (auto), always or never",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the child-process (peak RSS) runs")
-    p.add_argument("--scenarios", default="core," + ",".join(SCENARIOS),
-                   help="comma-separated: core (capture/dump/memory above), " + ", ".join(SCENARIOS)
-                   + " (default: all)")
-    p.add_argument("--set", action="append", default=[], metavar="SCENARIO.KEY=VALUE",
-                   help="override a scenario module's DEFAULTS, e.g. --set dumps.rows=1000000 (JSON values)")
+    p.add_argument(
+        "--scenarios",
+        default="core," + ",".join(SCENARIOS),
+        help="comma-separated: core (capture/dump/memory above), " + ", ".join(SCENARIOS) + " (default: all)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SCENARIO.KEY=VALUE",
+        help="override a scenario module's DEFAULTS, e.g. --set dumps.rows=1000000 (JSON values)",
+    )
     p.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     p.add_argument("--results", default=os.path.join(HERE, "results"), help="directory for the JSON results")
-    p.add_argument("--from-json", metavar="FILE", nargs="+",
-                   help="measure nothing: print and write docs/benchmarks.md from earlier results files "
-                   "(several: later files' databases and scenarios replace earlier ones', e.g. a "
-                   "repeated core run on a quiet machine)")
+    p.add_argument(
+        "--from-json",
+        metavar="FILE",
+        nargs="+",
+        help="measure nothing: print and write docs/benchmarks.md from earlier results files "
+        "(several: later files' databases and scenarios replace earlier ones', e.g. a "
+        "repeated core run on a quiet machine)",
+    )
     args = p.parse_args(argv)
     args.chunk_sizes = [int(x) for x in args.chunk_sizes.split(",") if x.strip()]
     args.scenarios = [x.strip() for x in args.scenarios.split(",") if x.strip()]
@@ -147,16 +179,27 @@ def bench_database(kind: str, args, workdir: str, results_dir: str, stamp: str) 
         # -- 1. capture throughput ------------------------------------------------------
         say(f"{kind}: baseline {db.log_baseline_name}")
         base_s = db.run_log_baseline()
-        capture: dict = {"baseline": {"name": db.log_baseline_name, "seconds": round(base_s, 3),
-                                      "events_per_s": args.events / base_s}}
+        capture: dict = {
+            "baseline": {
+                "name": db.log_baseline_name,
+                "seconds": round(base_s, 3),
+                "events_per_s": args.events / base_s,
+            }
+        }
         say(f"{kind}: baseline {db.library_baseline_name}")
         lib_s = db.run_library_baseline()
-        capture["baseline_library"] = {"name": db.library_baseline_name, "seconds": round(lib_s, 3),
-                                       "events_per_s": args.events / lib_s}
+        capture["baseline_library"] = {
+            "name": db.library_baseline_name,
+            "seconds": round(lib_s, 3),
+            "events_per_s": args.events / lib_s,
+        }
         if kind == "mysql":
             dec_s = db.run_log_baseline(verbose=True)
-            capture["baseline_decoded"] = {"name": "mariadb-binlog --verbose (rows decoded)",
-                                           "seconds": round(dec_s, 3), "events_per_s": args.events / dec_s}
+            capture["baseline_decoded"] = {
+                "name": "mariadb-binlog --verbose (rows decoded)",
+                "seconds": round(dec_s, 3),
+                "events_per_s": args.events / dec_s,
+            }
         say(f"{kind}: capture in-process")
         run = inproc.capture_until_sentinel(args.events, timeout)
         run["ratio"] = ratio(run["events_per_s"], capture["baseline"]["events_per_s"])
@@ -165,21 +208,32 @@ def bench_database(kind: str, args, workdir: str, results_dir: str, stamp: str) 
         capture["target"] = TARGETS["capture_events_per_s"]
         capture["met"] = run["events_per_s"] >= capture["target"] and run["ratio"] >= TARGETS["capture_ratio"]
         target_pos = inproc.watch.position
-        say(f"{kind}: capture {run['events_per_s']:.0f} events/s (baseline "
-            f"{capture['baseline']['events_per_s']:.0f}, ratio {run['ratio']})")
+        say(
+            f"{kind}: capture {run['events_per_s']:.0f} events/s (baseline "
+            f"{capture['baseline']['events_per_s']:.0f}, ratio {run['ratio']})"
+        )
 
         # -- 2. dump throughput (same engine, now idle) -----------------------------------
         say(f"{kind}: baseline {db.dump_baseline_name}")
         dbase_s = db.run_dump_baseline()
-        dump: dict = {"rows": args.rows, "baseline": {"name": db.dump_baseline_name, "seconds": round(dbase_s, 3),
-                                                      "rows_per_s": args.rows / dbase_s}, "runs": []}
+        dump: dict = {
+            "rows": args.rows,
+            "baseline": {
+                "name": db.dump_baseline_name,
+                "seconds": round(dbase_s, 3),
+                "rows_per_s": args.rows / dbase_s,
+            },
+            "runs": [],
+        }
         for size in args.chunk_sizes:
             say(f"{kind}: dump of {args.rows} rows, chunk size {size}")
             d = inproc.dump(db.dump_table, size, timeout)
             d["ratio"] = ratio(d["rows_per_s"], dump["baseline"]["rows_per_s"])
             dump["runs"].append(d)
-            say(f"{kind}: dump {d['rows_per_s']:.0f} rows/s (baseline {dump['baseline']['rows_per_s']:.0f}, "
-                f"ratio {d['ratio']})")
+            say(
+                f"{kind}: dump {d['rows_per_s']:.0f} rows/s (baseline {dump['baseline']['rows_per_s']:.0f}, "
+                f"ratio {d['ratio']})"
+            )
         dump["target"] = TARGETS["dump_rows_per_s"]
         main_run = next(r for r in dump["runs"] if r["chunk_size"] == TARGETS["dump_chunk_size"])
         dump["met"] = main_run["rows_per_s"] >= dump["target"] and main_run["ratio"] >= TARGETS["dump_ratio"]
@@ -210,10 +264,14 @@ def bench_database(kind: str, args, workdir: str, results_dir: str, stamp: str) 
                 "dump_peak_rss_mb": round(child.phase_peak.get("dump", 0.0), 1),
                 "overall_peak_rss_mb": round(hwm_end, 1),
                 "rss_after_dump_mb": round(rss_end, 1),
-                "writer_buffer": cfg.writer_buffer, "writer_batch": cfg.writer_batch, "poll_batch": cfg.poll_batch,
+                "writer_buffer": cfg.writer_buffer,
+                "writer_batch": cfg.writer_batch,
+                "poll_batch": cfg.poll_batch,
             }
-            say(f"{kind}: peak RSS capture {hwm_capture:.0f} MiB, dump {out['memory']['dump_peak_rss_mb']:.0f} MiB "
-                f"(idle {idle_rss:.0f} MiB)")
+            say(
+                f"{kind}: peak RSS capture {hwm_capture:.0f} MiB, dump {out['memory']['dump_peak_rss_mb']:.0f} MiB "
+                f"(idle {idle_rss:.0f} MiB)"
+            )
 
         # -- profile what missed its target -----------------------------------------------
         want = {"always": True, "never": False}.get(args.profile)
@@ -259,8 +317,13 @@ def merge_results(paths: list[str]) -> dict:
     for path in paths:
         with open(path, encoding="utf-8") as f:
             r = json.load(f)
-        runs += r.get("runs") or [{"date": r["date"], "command": r["command"],
-                                   "parts": (["core"] if r.get("databases") else []) + list(r.get("scenarios") or {})}]
+        runs += r.get("runs") or [
+            {
+                "date": r["date"],
+                "command": r["command"],
+                "parts": (["core"] if r.get("databases") else []) + list(r.get("scenarios") or {}),
+            }
+        ]
         if not result:
             result = r
             continue
@@ -289,8 +352,7 @@ def machine() -> dict:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
         pass
-    return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "platform": platform.platform()}
+    return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "platform": platform.platform()}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

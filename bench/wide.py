@@ -18,6 +18,7 @@ The range is the server's whole log, so writes of other sessions during the load
 Contract (bench/run.py wires it in): run(kind, opts, workdir, say) -> dict, markdown(results),
 plot(results, path). opts: see DEFAULTS.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,54 +49,142 @@ COLUMNS = [
     ("status", "int NOT NULL", "int NOT NULL", "(g % 6)::int", "g % 6"),
     ("store_id", "int", "int", "(g % 400)::int", "g % 400"),
     ("version", "int NOT NULL", "int NOT NULL", "1", "1"),
-    ("amount", "numeric(12,2) NOT NULL", "decimal(12,2) NOT NULL",
-     "((g % 9999999) / 100.0)::numeric(12,2)", "CAST((g % 9999999) / 100 AS DECIMAL(12,2))"),
-    ("tax", "numeric(12,2) NOT NULL", "decimal(12,2) NOT NULL",
-     "((g % 9999999) / 500.0)::numeric(12,2)", "CAST((g % 9999999) / 500 AS DECIMAL(12,2))"),
-    ("discount", "numeric(12,2)", "decimal(12,2)",
-     "CASE WHEN g % 4 = 0 THEN NULL ELSE ((g % 500) / 100.0)::numeric(12,2) END",
-     "IF(g % 4 = 0, NULL, CAST((g % 500) / 100 AS DECIMAL(12,2)))"),
-    ("balance", "numeric(12,2) NOT NULL", "decimal(12,2) NOT NULL",
-     "(((g % 2000000) - 1000000) / 100.0)::numeric(12,2)", "CAST(((g % 2000000) - 1000000) / 100 AS DECIMAL(12,2))"),
-    ("email", "varchar(64) NOT NULL", "varchar(64) NOT NULL",
-     "'user' || g || '@example' || (g % 97) || '.com'", "CONCAT('user', g, '@example', g % 97, '.com')"),
-    ("first_name", "varchar(40) NOT NULL", "varchar(40) NOT NULL",
-     "substr(md5(g::text), 1, 8)", "SUBSTR(MD5(g), 1, 8)"),
-    ("last_name", "varchar(40) NOT NULL", "varchar(40) NOT NULL",
-     "substr(md5((g + 1)::text), 1, 12)", "SUBSTR(MD5(g + 1), 1, 12)"),
-    ("street", "varchar(64)", "varchar(64)",
-     "(abs(g) % 999 + 1) || ' ' || substr(md5(g::text), 9, 16) || ' Street'",
-     "CONCAT(ABS(g) % 999 + 1, ' ', SUBSTR(MD5(g), 9, 16), ' Street')"),
+    (
+        "amount",
+        "numeric(12,2) NOT NULL",
+        "decimal(12,2) NOT NULL",
+        "((g % 9999999) / 100.0)::numeric(12,2)",
+        "CAST((g % 9999999) / 100 AS DECIMAL(12,2))",
+    ),
+    (
+        "tax",
+        "numeric(12,2) NOT NULL",
+        "decimal(12,2) NOT NULL",
+        "((g % 9999999) / 500.0)::numeric(12,2)",
+        "CAST((g % 9999999) / 500 AS DECIMAL(12,2))",
+    ),
+    (
+        "discount",
+        "numeric(12,2)",
+        "decimal(12,2)",
+        "CASE WHEN g % 4 = 0 THEN NULL ELSE ((g % 500) / 100.0)::numeric(12,2) END",
+        "IF(g % 4 = 0, NULL, CAST((g % 500) / 100 AS DECIMAL(12,2)))",
+    ),
+    (
+        "balance",
+        "numeric(12,2) NOT NULL",
+        "decimal(12,2) NOT NULL",
+        "(((g % 2000000) - 1000000) / 100.0)::numeric(12,2)",
+        "CAST(((g % 2000000) - 1000000) / 100 AS DECIMAL(12,2))",
+    ),
+    (
+        "email",
+        "varchar(64) NOT NULL",
+        "varchar(64) NOT NULL",
+        "'user' || g || '@example' || (g % 97) || '.com'",
+        "CONCAT('user', g, '@example', g % 97, '.com')",
+    ),
+    (
+        "first_name",
+        "varchar(40) NOT NULL",
+        "varchar(40) NOT NULL",
+        "substr(md5(g::text), 1, 8)",
+        "SUBSTR(MD5(g), 1, 8)",
+    ),
+    (
+        "last_name",
+        "varchar(40) NOT NULL",
+        "varchar(40) NOT NULL",
+        "substr(md5((g + 1)::text), 1, 12)",
+        "SUBSTR(MD5(g + 1), 1, 12)",
+    ),
+    (
+        "street",
+        "varchar(64)",
+        "varchar(64)",
+        "(abs(g) % 999 + 1) || ' ' || substr(md5(g::text), 9, 16) || ' Street'",
+        "CONCAT(ABS(g) % 999 + 1, ' ', SUBSTR(MD5(g), 9, 16), ' Street')",
+    ),
     ("city", "varchar(40)", "varchar(40)", "'City ' || (abs(g) % 1000)", "CONCAT('City ', ABS(g) % 1000)"),
-    ("country", "varchar(32) NOT NULL", "varchar(32) NOT NULL",
-     "(ARRAY['Germany', 'France', 'United States', 'Italy', 'Spain'])[abs(g) % 5 + 1]",
-     "ELT(ABS(g) % 5 + 1, 'Germany', 'France', 'United States', 'Italy', 'Spain')"),
-    ("sku", "varchar(24) NOT NULL", "varchar(24) NOT NULL",
-     "'SKU-' || lpad((abs(g) % 100000)::text, 8, '0')", "CONCAT('SKU-', LPAD(ABS(g) % 100000, 8, '0'))"),
-    ("tracking_code", "varchar(32)", "varchar(32)",
-     "upper(substr(md5((g * 3)::text), 1, 20))", "UPPER(SUBSTR(MD5(g * 3), 1, 20))"),
-    ("note", "text", "text",
-     "CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || md5(g::text) END", "IF(g % 3 = 0, NULL, CONCAT('note ', MD5(g)))"),
-    ("created_at", "timestamp NOT NULL", "datetime(6) NOT NULL",
-     "timestamp '2024-01-01' + (g % 31536000) * interval '1 second'",
-     "TIMESTAMP'2024-01-01 00:00:00' + INTERVAL (g % 31536000) SECOND"),
-    ("updated_at", "timestamptz", "timestamp(6) NULL DEFAULT NULL",
-     "timestamptz '2024-06-01 00:00:00+00' + (g % 86400000) * interval '1 millisecond'",
-     "TIMESTAMP'2024-06-01 00:00:00' + INTERVAL (g % 86400000) * 1000 MICROSECOND"),
-    ("shipped_at", "timestamp", "datetime(6) NULL",
-     "CASE WHEN g % 5 = 0 THEN NULL ELSE timestamp '2024-02-01' + (g % 1000000) * interval '1 second' END",
-     "IF(g % 5 = 0, NULL, TIMESTAMP'2024-02-01 00:00:00' + INTERVAL (g % 1000000) SECOND)"),
-    ("birth_date", "date", "date", "date '1950-01-01' + (g % 20000)::int",
-     "DATE'1950-01-01' + INTERVAL (g % 20000) DAY"),
-    ("due_date", "date NOT NULL", "date NOT NULL", "date '2024-01-01' + (g % 365)::int",
-     "DATE'2024-01-01' + INTERVAL (g % 365) DAY"),
+    (
+        "country",
+        "varchar(32) NOT NULL",
+        "varchar(32) NOT NULL",
+        "(ARRAY['Germany', 'France', 'United States', 'Italy', 'Spain'])[abs(g) % 5 + 1]",
+        "ELT(ABS(g) % 5 + 1, 'Germany', 'France', 'United States', 'Italy', 'Spain')",
+    ),
+    (
+        "sku",
+        "varchar(24) NOT NULL",
+        "varchar(24) NOT NULL",
+        "'SKU-' || lpad((abs(g) % 100000)::text, 8, '0')",
+        "CONCAT('SKU-', LPAD(ABS(g) % 100000, 8, '0'))",
+    ),
+    (
+        "tracking_code",
+        "varchar(32)",
+        "varchar(32)",
+        "upper(substr(md5((g * 3)::text), 1, 20))",
+        "UPPER(SUBSTR(MD5(g * 3), 1, 20))",
+    ),
+    (
+        "note",
+        "text",
+        "text",
+        "CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || md5(g::text) END",
+        "IF(g % 3 = 0, NULL, CONCAT('note ', MD5(g)))",
+    ),
+    (
+        "created_at",
+        "timestamp NOT NULL",
+        "datetime(6) NOT NULL",
+        "timestamp '2024-01-01' + (g % 31536000) * interval '1 second'",
+        "TIMESTAMP'2024-01-01 00:00:00' + INTERVAL (g % 31536000) SECOND",
+    ),
+    (
+        "updated_at",
+        "timestamptz",
+        "timestamp(6) NULL DEFAULT NULL",
+        "timestamptz '2024-06-01 00:00:00+00' + (g % 86400000) * interval '1 millisecond'",
+        "TIMESTAMP'2024-06-01 00:00:00' + INTERVAL (g % 86400000) * 1000 MICROSECOND",
+    ),
+    (
+        "shipped_at",
+        "timestamp",
+        "datetime(6) NULL",
+        "CASE WHEN g % 5 = 0 THEN NULL ELSE timestamp '2024-02-01' + (g % 1000000) * interval '1 second' END",
+        "IF(g % 5 = 0, NULL, TIMESTAMP'2024-02-01 00:00:00' + INTERVAL (g % 1000000) SECOND)",
+    ),
+    (
+        "birth_date",
+        "date",
+        "date",
+        "date '1950-01-01' + (g % 20000)::int",
+        "DATE'1950-01-01' + INTERVAL (g % 20000) DAY",
+    ),
+    (
+        "due_date",
+        "date NOT NULL",
+        "date NOT NULL",
+        "date '2024-01-01' + (g % 365)::int",
+        "DATE'2024-01-01' + INTERVAL (g % 365) DAY",
+    ),
     ("is_active", "boolean NOT NULL", "boolean NOT NULL", "g % 2 = 0", "g % 2 = 0"),
-    ("is_vip", "boolean", "boolean", "CASE WHEN g % 7 = 0 THEN NULL ELSE g % 10 = 1 END",
-     "IF(g % 7 = 0, NULL, g % 10 = 1)"),
-    ("attrs", "jsonb", "JSON",
-     "jsonb_build_object('src', 'web', 'n', g % 1000, 'tags', jsonb_build_array('a' || (g % 10), 'b'), "
-     "'ok', g % 2 = 0)",
-     "JSON_OBJECT('src', 'web', 'n', g % 1000, 'tags', JSON_ARRAY(CONCAT('a', g % 10), 'b'), 'ok', g % 2 = 0)"),
+    (
+        "is_vip",
+        "boolean",
+        "boolean",
+        "CASE WHEN g % 7 = 0 THEN NULL ELSE g % 10 = 1 END",
+        "IF(g % 7 = 0, NULL, g % 10 = 1)",
+    ),
+    (
+        "attrs",
+        "jsonb",
+        "JSON",
+        "jsonb_build_object('src', 'web', 'n', g % 1000, 'tags', jsonb_build_array('a' || (g % 10), 'b'), "
+        "'ok', g % 2 = 0)",
+        "JSON_OBJECT('src', 'web', 'n', g % 1000, 'tags', JSON_ARRAY(CONCAT('a', g % 10), 'b'), 'ok', g % 2 = 0)",
+    ),
 ]
 assert len(COLUMNS) == 30
 
@@ -139,11 +228,23 @@ class WidePostgresBench(PostgresBench):
         c = self.connect()
         t0 = time.perf_counter()
         try:
-            in_transactions(c, 1, inserts, INSERT_TXN,
-                            lambda lo, hi: self._insert(f"generate_series({lo}::bigint, {hi}::bigint) AS s(g)"))
-            in_transactions(c, 1, updates, INSERT_TXN, lambda lo, hi: (
-                f"UPDATE {self.event_table} SET quantity = quantity + 1, version = version + 1, "
-                f"updated_at = updated_at + interval '1 second' WHERE id BETWEEN {lo} AND {hi}"))
+            in_transactions(
+                c,
+                1,
+                inserts,
+                INSERT_TXN,
+                lambda lo, hi: self._insert(f"generate_series({lo}::bigint, {hi}::bigint) AS s(g)"),
+            )
+            in_transactions(
+                c,
+                1,
+                updates,
+                INSERT_TXN,
+                lambda lo, hi: (
+                    f"UPDATE {self.event_table} SET quantity = quantity + 1, version = version + 1, "
+                    f"updated_at = updated_at + interval '1 second' WHERE id BETWEEN {lo} AND {hi}"
+                ),
+            )
             cur = c.cursor()
             cur.execute("SELECT pg_current_wal_lsn()::text")
             self.end_lsn = cur.fetchone()[0]
@@ -182,11 +283,23 @@ class WideMariaDBBench(MariaDBBench):
         c = self.connect()
         try:
             # The Sequence engine's virtual table seq_<lo>_to_<hi> (any database holds it).
-            in_transactions(c, 1, inserts, INSERT_TXN, lambda lo, hi: self._insert(
-                f"(SELECT CAST(seq AS SIGNED) AS g FROM {self.ns}.seq_{lo}_to_{hi}) s"))
-            in_transactions(c, 1, updates, INSERT_TXN, lambda lo, hi: (
-                f"UPDATE {self.event_table} SET quantity = quantity + 1, version = version + 1, "
-                f"updated_at = updated_at + INTERVAL 1 SECOND WHERE id BETWEEN {lo} AND {hi}"))
+            in_transactions(
+                c,
+                1,
+                inserts,
+                INSERT_TXN,
+                lambda lo, hi: self._insert(f"(SELECT CAST(seq AS SIGNED) AS g FROM {self.ns}.seq_{lo}_to_{hi}) s"),
+            )
+            in_transactions(
+                c,
+                1,
+                updates,
+                INSERT_TXN,
+                lambda lo, hi: (
+                    f"UPDATE {self.event_table} SET quantity = quantity + 1, version = version + 1, "
+                    f"updated_at = updated_at + INTERVAL 1 SECOND WHERE id BETWEEN {lo} AND {hi}"
+                ),
+            )
         finally:
             c.close()
         self.end = self._master_status()
@@ -206,8 +319,11 @@ def _dir_bytes(path: str) -> int:
 
 
 def _rate(n: int, seconds: float, log_bytes: int) -> dict:
-    return {"seconds": round(seconds, 3), "events_per_s": round(n / seconds, 1),
-            "mb_per_s": round(log_bytes / 2**20 / seconds, 2)}
+    return {
+        "seconds": round(seconds, 3),
+        "events_per_s": round(n / seconds, 1),
+        "mb_per_s": round(log_bytes / 2**20 / seconds, 2),
+    }
 
 
 def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
@@ -230,15 +346,21 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
         gen = db.generate(n)
         db.insert_primer(SENTINEL_KEY)  # the end marker, a transaction of its own
         log_bytes = db.log_bytes()
-        out: dict = {"label": db.label, "columns": len(COLUMNS), "events": n,
-                     "load": {k: round(v, 2) if isinstance(v, float) else v for k, v in gen.items()},
-                     "log_name": db.log_name, "log_bytes": log_bytes}
+        out: dict = {
+            "label": db.label,
+            "columns": len(COLUMNS),
+            "events": n,
+            "load": {k: round(v, 2) if isinstance(v, float) else v for k, v in gen.items()},
+            "log_name": db.log_name,
+            "log_bytes": log_bytes,
+        }
 
         say(f"{kind} wide: baseline {db.log_baseline_name}")
         out["baseline"] = dict(name=db.log_baseline_name, **_rate(n, db.run_log_baseline(), log_bytes))
         if kind == "mysql":
-            out["baseline_decoded"] = dict(name="mariadb-binlog --verbose (rows decoded)",
-                                           **_rate(n, db.run_log_baseline(verbose=True), log_bytes))
+            out["baseline_decoded"] = dict(
+                name="mariadb-binlog --verbose (rows decoded)", **_rate(n, db.run_log_baseline(verbose=True), log_bytes)
+            )
         say(f"{kind} wide: capture in-process")
         r = cap.capture_until_sentinel(n, timeout)
         cap.stop()
@@ -251,8 +373,10 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
         out["ratio"] = round(dblog["events_per_s"] / out["baseline"]["events_per_s"], 4)
         if "baseline_decoded" in out:
             out["ratio_decoded"] = round(dblog["events_per_s"] / out["baseline_decoded"]["events_per_s"], 4)
-        say(f"{kind} wide: {dblog['events_per_s']:,.0f} events/s ({dblog['mb_per_s']} MB/s of {db.log_name}) vs "
-            f"{out['baseline']['events_per_s']:,.0f} raw: ratio {out['ratio']}")
+        say(
+            f"{kind} wide: {dblog['events_per_s']:,.0f} events/s ({dblog['mb_per_s']} MB/s of {db.log_name}) vs "
+            f"{out['baseline']['events_per_s']:,.0f} raw: ratio {out['ratio']}"
+        )
         ok = True
         return out
     finally:
@@ -281,7 +405,8 @@ def _mb(b) -> str:
 
 def markdown(results: dict) -> str:
     lines = [
-        "### Capture throughput, wide rows (30 columns)", "",
+        "### Capture throughput, wide rows (30 columns)",
+        "",
         "The narrow-row capture above, repeated on a 30-column table: bigint key, ints and bigints, "
         "numeric(12,2), strings of 10-40 characters, timestamps (one with time zone), dates, booleans, "
         "a JSON column (jsonb / MariaDB JSON) and NULLs in about one of five nullable values. With the "
@@ -291,7 +416,8 @@ def markdown(results: dict) -> str:
         "(everything durable in the Delta changelog). Baseline: the same log range read by `pg_recvlogical` "
         "(own pgoutput slot and publication, to /dev/null) or `mariadb-binlog --read-from-remote-server` "
         "(median of 3, also with `--verbose`, which decodes the rows). MB/s = bytes of the log range (WAL / "
-        "binlog; writes of other sessions during the load included) per second of each reader.", "",
+        "binlog; writes of other sessions during the load included) per second of each reader.",
+        "",
         "| Source | Raw baseline | Events | Log MB | Baseline events/s | Baseline MB/s | DBLog events/s "
         "| DBLog MB/s | Ratio | Delta changelog MB |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -302,16 +428,23 @@ def markdown(results: dict) -> str:
             lines.append(f"| {name} | failed: {r['error']} | | | | | | | | |")
             continue
         b, d = r["baseline"], r["dblog"]
-        lines.append(f"| {r['label']} | {b['name']} | {_n(r['events'])} | {_mb(r['log_bytes'])} | "
-                     f"{_n(b['events_per_s'])} | {b['mb_per_s']:,.1f} | {_n(d['events_per_s'])} | "
-                     f"{d['mb_per_s']:,.1f} | {_r(r['ratio'])} | {_mb(d['changelog_bytes'])} |")
+        lines.append(
+            f"| {r['label']} | {b['name']} | {_n(r['events'])} | {_mb(r['log_bytes'])} | "
+            f"{_n(b['events_per_s'])} | {b['mb_per_s']:,.1f} | {_n(d['events_per_s'])} | "
+            f"{d['mb_per_s']:,.1f} | {_r(r['ratio'])} | {_mb(d['changelog_bytes'])} |"
+        )
         if "baseline_decoded" in r:
             bd = r["baseline_decoded"]
-            lines.append(f"| ″ | {bd['name']} | ″ | ″ | {_n(bd['events_per_s'])} | {bd['mb_per_s']:,.1f} | ″ | ″ "
-                         f"| {_r(r['ratio_decoded'])} | |")
-    starts = [f"{NAMES.get(k, k)} {r['dblog']['startup_s']} s "
-              f"({_n(r['dblog']['events_per_s_after_startup'])} events/s without it)"
-              for k, r in results.items() if "error" not in r and "startup_s" in r["dblog"]]
+            lines.append(
+                f"| ″ | {bd['name']} | ″ | ″ | {_n(bd['events_per_s'])} | {bd['mb_per_s']:,.1f} | ″ | ″ "
+                f"| {_r(r['ratio_decoded'])} | |"
+            )
+    starts = [
+        f"{NAMES.get(k, k)} {r['dblog']['startup_s']} s "
+        f"({_n(r['dblog']['events_per_s_after_startup'])} events/s without it)"
+        for k, r in results.items()
+        if "error" not in r and "startup_s" in r["dblog"]
+    ]
     if starts:
         lines += ["", "Start-up (connect, open the Delta tables) is inside these times: " + "; ".join(starts) + "."]
     return "\n".join(lines) + "\n"
@@ -351,15 +484,17 @@ def plot(results: dict, path: str) -> Optional[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.wide", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.wide", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", choices=sorted(WIDE), help="one database only")
     p.add_argument("--events", type=int, default=DEFAULTS["events"], help="log events (default %(default)s)")
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
     args = p.parse_args(argv)
 
-    return standalone("wide", sys.modules[__name__], [args.only] if args.only else list(WIDE),
-                      {"events": args.events}, args.plot)
+    return standalone(
+        "wide", sys.modules[__name__], [args.only] if args.only else list(WIDE), {"events": args.events}, args.plot
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_BACKFILL_CHUNK_SIZE   rows per chunk (default 10000)
   DBLOG_BACKFILL_DELAY_MS     pause between chunks, to throttle the source (default 0)
 """
+
 from __future__ import annotations
 
 import datetime as dt

@@ -14,6 +14,7 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
   DBLOG_CAPTURE_SESSION_SECONDS length of one session (default 3600)
   DBLOG_CHANGELOG_ASSET         name of the changelog's Airflow asset (default ``dblog_changelog``)
 """
+
 from __future__ import annotations
 
 import datetime as dt

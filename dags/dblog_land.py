@@ -15,6 +15,7 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_LAND_SOURCE           land only this source id (default: every source)
   DBLOG_CHANGELOG_ASSET       as in dblog_capture
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -33,7 +34,7 @@ def lake_root() -> str:
     if os.environ.get("DBLOG_LAKE"):
         return os.environ["DBLOG_LAKE"]
     changelog = os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake")
-    return changelog[len("delta://"):] if changelog.startswith("delta://") else changelog
+    return changelog[len("delta://") :] if changelog.startswith("delta://") else changelog
 
 
 def land_job_path() -> str:

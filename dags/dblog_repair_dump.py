@@ -14,6 +14,7 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_DUMP_POLL_INTERVAL  seconds between progress checks (default 2)
   DBLOG_CHANGELOG_ASSET  the asset emitted when the dump is done (default ``dblog_changelog``)
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -31,8 +32,12 @@ TABLES = [t.strip() for t in os.environ.get("DBLOG_REPAIR_TABLES", "").split(","
 if TABLES:
     table_param = Param(TABLES[0], type="string", enum=TABLES, title="Table", description="The table to repair.")
 else:
-    table_param = Param(type="string", pattern=r"^[^.\s]+\.[^.\s]+$", title="Table",
-                        description="schema.table (PostgreSQL) or database.table (MySQL).")
+    table_param = Param(
+        type="string",
+        pattern=r"^[^.\s]+\.[^.\s]+$",
+        title="Table",
+        description="schema.table (PostgreSQL) or database.table (MySQL).",
+    )
 
 with DAG(
     dag_id="dblog_repair_dump",
@@ -43,14 +48,30 @@ with DAG(
     max_active_runs=4,
     tags=["dblog"],
     params={
-        "source": Param(SOURCE_CONN_ID, type="string", minLength=1, title="Source connection",
-                        description="Airflow connection id of the source database."),
+        "source": Param(
+            SOURCE_CONN_ID,
+            type="string",
+            minLength=1,
+            title="Source connection",
+            description="Airflow connection id of the source database.",
+        ),
         "table": table_param,
-        "keys": Param("", type=["null", "string"], format="multiline", title="Keys, one per line",
-                      description='Each line a key: 42, "abc", ["eu", 7] (composite, in key order) or '
-                                  '{"region": "eu", "order_no": 7}. Empty: the whole table.'),
-        "chunk_size": Param(1000, type="integer", minimum=1, maximum=1_000_000, title="Chunk size",
-                            description="Rows per chunk (between a low and a high watermark)."),
+        "keys": Param(
+            "",
+            type=["null", "string"],
+            format="multiline",
+            title="Keys, one per line",
+            description='Each line a key: 42, "abc", ["eu", 7] (composite, in key order) or '
+            '{"region": "eu", "order_no": 7}. Empty: the whole table.',
+        ),
+        "chunk_size": Param(
+            1000,
+            type="integer",
+            minimum=1,
+            maximum=1_000_000,
+            title="Chunk size",
+            description="Rows per chunk (between a low and a high watermark).",
+        ),
     },
     render_template_as_native_obj=True,
 ) as dag:

@@ -8,6 +8,7 @@ so the three deployments cannot drift apart (tests/unit/test_docker_compose.py).
 No pytest in here: failures raise ``AirflowError`` (an AssertionError, so tests read well).
 Import it as ``scripts.airflow_stack`` from the repository root.
 """
+
 from __future__ import annotations
 
 import json
@@ -85,8 +86,13 @@ class Proc:
 
     def start(self) -> None:
         log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "airflow", *self.args], env=self.environ,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow", *self.args],
+            env=self.environ,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
 
     def alive(self) -> bool:
@@ -155,8 +161,9 @@ class Airflow:
         logs = home / "proc-logs"
         logs.mkdir(exist_ok=True)
         self.procs = {
-            "api-server": Proc("api-server", ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
-                               self.environ, logs),
+            "api-server": Proc(
+                "api-server", ["api-server", "--port", str(self.port), "--host", "127.0.0.1"], self.environ, logs
+            ),
             "scheduler": Proc("scheduler", ["scheduler"], self.environ, logs),
             "dag-processor": Proc("dag-processor", ["dag-processor"], self.environ, logs),
             "triggerer": Proc("triggerer", ["triggerer"], self.environ, logs),
@@ -164,8 +171,13 @@ class Airflow:
         self._token: Optional[str] = None
 
     def migrate(self) -> None:
-        out = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self.environ,
-                             capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            env=self.environ,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if out.returncode != 0:
             raise AirflowError(f"airflow db migrate failed:\n{out.stderr[-3000:]}")
 
@@ -187,18 +199,28 @@ class Airflow:
 
     def wait_ready(self, dag_ids: tuple[str, ...], timeout: float = 90) -> None:
         """The api-server answers and the dag-processor has parsed ``dag_ids``."""
-        wait_for(self.ready, timeout, "the api-server", alive=self.assert_alive, detail=self.tails,
-                 error=AirflowError)
-        wait_for(lambda: all(self.dag_known(d) for d in dag_ids), timeout, "the dag-processor to parse dags/",
-                 alive=self.assert_alive, detail=self.tails, interval=1, error=AirflowError)
+        wait_for(self.ready, timeout, "the api-server", alive=self.assert_alive, detail=self.tails, error=AirflowError)
+        wait_for(
+            lambda: all(self.dag_known(d) for d in dag_ids),
+            timeout,
+            "the dag-processor to parse dags/",
+            alive=self.assert_alive,
+            detail=self.tails,
+            interval=1,
+            error=AirflowError,
+        )
 
     # -- REST ------------------------------------------------------------------------------
     def request(self, method: str, path: str, body: Optional[dict] = None, auth: bool = True) -> dict:
         headers = {"Content-Type": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
-        req = urllib.request.Request(self.base + path, method=method, headers=headers,
-                                     data=json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(
+            self.base + path,
+            method=method,
+            headers=headers,
+            data=json.dumps(body).encode() if body is not None else None,
+        )
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 return json.loads(resp.read() or b"{}")
@@ -208,8 +230,9 @@ class Airflow:
     def token(self) -> str:
         """The simple auth manager's ``POST /auth/token`` with a configured user's password."""
         if self._token is None:
-            self._token = self.request("POST", "/auth/token", {"username": self.user, "password": self.password},
-                                       auth=False)["access_token"]
+            self._token = self.request(
+                "POST", "/auth/token", {"username": self.user, "password": self.password}, auth=False
+            )["access_token"]
         return self._token
 
     def ready(self) -> bool:
@@ -231,16 +254,24 @@ class Airflow:
             raise AirflowError(f"{dag_id} is still paused")
 
     def trigger(self, dag_id: str, conf: dict) -> str:
-        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})[
+            "dag_run_id"
+        ]
 
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 120) -> str:
         """Wait until the run has finished; its final state."""
-        wait_for(lambda: self.run_state(dag_id, run_id) in ("success", "failed"), timeout,
-                 f"run {run_id} of {dag_id} to finish", alive=self.assert_alive, detail=self.tails, interval=0.5,
-                 error=AirflowError)
+        wait_for(
+            lambda: self.run_state(dag_id, run_id) in ("success", "failed"),
+            timeout,
+            f"run {run_id} of {dag_id} to finish",
+            alive=self.assert_alive,
+            detail=self.tails,
+            interval=0.5,
+            error=AirflowError,
+        )
         return self.run_state(dag_id, run_id)
 
     def task_state(self, dag_id: str, task_id: str) -> Optional[str]:
@@ -254,8 +285,10 @@ class Airflow:
         """The capture children the CaptureTrigger started, from its task log lines."""
         pids = []
         for log in (self.home / "logs" / "dag_id=dblog_capture").rglob("*trigger*"):
-            pids += [int(m) for m in re.findall(r"capture session \d+ of source \S+: pid (\d+)",
-                                                log.read_text(errors="replace"))]
+            pids += [
+                int(m)
+                for m in re.findall(r"capture session \d+ of source \S+: pid (\d+)", log.read_text(errors="replace"))
+            ]
         return pids
 
 

@@ -2,6 +2,7 @@
 
 Run through `make demo` (which starts the servers and sets the DBLOG_* variables).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,12 +35,22 @@ def connect(kind: str):
     if kind == "postgres":
         import psycopg2
 
-        return psycopg2.connect(host=e["DBLOG_PG_HOST"], port=e["DBLOG_PG_PORT"], user=e["DBLOG_PG_USER"],
-                                password=e["DBLOG_PG_PASSWORD"], dbname=e["DBLOG_PG_DATABASE"])
+        return psycopg2.connect(
+            host=e["DBLOG_PG_HOST"],
+            port=e["DBLOG_PG_PORT"],
+            user=e["DBLOG_PG_USER"],
+            password=e["DBLOG_PG_PASSWORD"],
+            dbname=e["DBLOG_PG_DATABASE"],
+        )
     import pymysql
 
-    return pymysql.connect(host=e["DBLOG_MYSQL_HOST"], port=int(e["DBLOG_MYSQL_PORT"]), user=e["DBLOG_MYSQL_USER"],
-                           password=e["DBLOG_MYSQL_PASSWORD"], database=e["DBLOG_MYSQL_DATABASE"])
+    return pymysql.connect(
+        host=e["DBLOG_MYSQL_HOST"],
+        port=int(e["DBLOG_MYSQL_PORT"]),
+        user=e["DBLOG_MYSQL_USER"],
+        password=e["DBLOG_MYSQL_PASSWORD"],
+        database=e["DBLOG_MYSQL_DATABASE"],
+    )
 
 
 def create_tables(kind: str, ns: str, rows: int) -> None:
@@ -49,24 +60,38 @@ def create_tables(kind: str, ns: str, rows: int) -> None:
         cur.execute(f"DROP SCHEMA IF EXISTS {ns} CASCADE")
         cur.execute(f"CREATE SCHEMA {ns}")
         cur.execute(f"CREATE TABLE {ns}.customers (id bigint PRIMARY KEY, name text, email text, since date)")
-        cur.execute(f"CREATE TABLE {ns}.orders (id bigint PRIMARY KEY, customer_id bigint, amount numeric(10,2), "
-                    "status text, created timestamptz DEFAULT now())")
-        cur.execute(f"INSERT INTO {ns}.customers SELECT g, 'customer ' || g, 'c' || g || '@example.com', "
-                    f"date '2020-01-01' + (g % 1000) FROM generate_series(1, {rows}) g")
-        cur.execute(f"INSERT INTO {ns}.orders SELECT g, 1 + g % {rows}, (g % 10000) / 100.0, 'new', now() "
-                    f"FROM generate_series(1, {rows}) g")
+        cur.execute(
+            f"CREATE TABLE {ns}.orders (id bigint PRIMARY KEY, customer_id bigint, amount numeric(10,2), "
+            "status text, created timestamptz DEFAULT now())"
+        )
+        cur.execute(
+            f"INSERT INTO {ns}.customers SELECT g, 'customer ' || g, 'c' || g || '@example.com', "
+            f"date '2020-01-01' + (g % 1000) FROM generate_series(1, {rows}) g"
+        )
+        cur.execute(
+            f"INSERT INTO {ns}.orders SELECT g, 1 + g % {rows}, (g % 10000) / 100.0, 'new', now() "
+            f"FROM generate_series(1, {rows}) g"
+        )
     else:
         cur.execute(f"DROP DATABASE IF EXISTS {ns}")
         cur.execute(f"CREATE DATABASE {ns}")
-        cur.execute(f"CREATE TABLE {ns}.customers (id bigint PRIMARY KEY, name varchar(100), email varchar(100), since date)")
-        cur.execute(f"CREATE TABLE {ns}.orders (id bigint PRIMARY KEY, customer_id bigint, amount decimal(10,2), "
-                    "status varchar(20), created timestamp(6) DEFAULT CURRENT_TIMESTAMP(6))")
+        cur.execute(
+            f"CREATE TABLE {ns}.customers (id bigint PRIMARY KEY, name varchar(100), email varchar(100), since date)"
+        )
+        cur.execute(
+            f"CREATE TABLE {ns}.orders (id bigint PRIMARY KEY, customer_id bigint, amount decimal(10,2), "
+            "status varchar(20), created timestamp(6) DEFAULT CURRENT_TIMESTAMP(6))"
+        )
         for lo in range(1, rows + 1, 1000):
             hi = min(rows, lo + 999)
-            cur.executemany(f"INSERT INTO {ns}.customers VALUES (%s,%s,%s,%s)",
-                            [(g, f"customer {g}", f"c{g}@example.com", f"2020-01-{1 + g % 28:02d}") for g in range(lo, hi + 1)])
-            cur.executemany(f"INSERT INTO {ns}.orders (id, customer_id, amount, status) VALUES (%s,%s,%s,%s)",
-                            [(g, 1 + g % rows, f"{(g % 10000) / 100:.2f}", "new") for g in range(lo, hi + 1)])
+            cur.executemany(
+                f"INSERT INTO {ns}.customers VALUES (%s,%s,%s,%s)",
+                [(g, f"customer {g}", f"c{g}@example.com", f"2020-01-{1 + g % 28:02d}") for g in range(lo, hi + 1)],
+            )
+            cur.executemany(
+                f"INSERT INTO {ns}.orders (id, customer_id, amount, status) VALUES (%s,%s,%s,%s)",
+                [(g, 1 + g % rows, f"{(g % 10000) / 100:.2f}", "new") for g in range(lo, hi + 1)],
+            )
     c.commit()
     c.close()
 
@@ -79,13 +104,20 @@ def live_load(kind: str, ns: str, rows: int, stop: threading.Event, counter: lis
     while not stop.is_set():
         r = rng.random()
         if r < 0.4:
-            cur.execute(f"INSERT INTO {ns}.orders (id, customer_id, amount, status) VALUES (%s,%s,%s,%s)",
-                        (next_id, rng.randint(1, rows), f"{rng.random() * 500:.2f}", "new"))
+            cur.execute(
+                f"INSERT INTO {ns}.orders (id, customer_id, amount, status) VALUES (%s,%s,%s,%s)",
+                (next_id, rng.randint(1, rows), f"{rng.random() * 500:.2f}", "new"),
+            )
             next_id += 1
         elif r < 0.8:
-            cur.execute(f"UPDATE {ns}.orders SET status=%s WHERE id=%s", (rng.choice(["paid", "sent"]), rng.randint(1, next_id)))
+            cur.execute(
+                f"UPDATE {ns}.orders SET status=%s WHERE id=%s", (rng.choice(["paid", "sent"]), rng.randint(1, next_id))
+            )
         elif r < 0.9:
-            cur.execute(f"UPDATE {ns}.customers SET email=%s WHERE id=%s", (f"new{rng.random():.6f}@example.com", rng.randint(1, rows)))
+            cur.execute(
+                f"UPDATE {ns}.customers SET email=%s WHERE id=%s",
+                (f"new{rng.random():.6f}@example.com", rng.randint(1, rows)),
+            )
         else:
             cur.execute(f"DELETE FROM {ns}.orders WHERE id=%s", (rng.randint(1, next_id),))
         c.commit()
@@ -103,23 +135,51 @@ def main(kind: str) -> None:
     work.mkdir(parents=True)
     e = os.environ
     if kind == "postgres":
-        src = {"type": "postgres", "id": "demo_pg", "host": e["DBLOG_PG_HOST"], "port": int(e["DBLOG_PG_PORT"]),
-               "user": e["DBLOG_PG_USER"], "database": e["DBLOG_PG_DATABASE"], "password_env": "DBLOG_PG_PASSWORD"}
+        src = {
+            "type": "postgres",
+            "id": "demo_pg",
+            "host": e["DBLOG_PG_HOST"],
+            "port": int(e["DBLOG_PG_PORT"]),
+            "user": e["DBLOG_PG_USER"],
+            "database": e["DBLOG_PG_DATABASE"],
+            "password_env": "DBLOG_PG_PASSWORD",
+        }
     else:
-        src = {"type": "mysql", "id": "demo_my", "host": e["DBLOG_MYSQL_HOST"], "port": int(e["DBLOG_MYSQL_PORT"]),
-               "user": e["DBLOG_MYSQL_USER"], "password_env": "DBLOG_MYSQL_PASSWORD"}
+        src = {
+            "type": "mysql",
+            "id": "demo_my",
+            "host": e["DBLOG_MYSQL_HOST"],
+            "port": int(e["DBLOG_MYSQL_PORT"]),
+            "user": e["DBLOG_MYSQL_USER"],
+            "password_env": "DBLOG_MYSQL_PASSWORD",
+        }
     src["tables"] = [f"{ns}.customers", f"{ns}.orders"]
     CONFIG = work / "dblog.toml"
-    CONFIG.write_text("[source]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in src.items())
-                      + f"\n[state]\npath = {json.dumps(str(work / 'state.db'))}\n"
-                      + f"\n[output]\nurl = {json.dumps('delta://' + str(work / 'lake'))}\n")
+    CONFIG.write_text(
+        "[source]\n"
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in src.items())
+        + f"\n[state]\npath = {json.dumps(str(work / 'state.db'))}\n"
+        + f"\n[output]\nurl = {json.dumps('delta://' + str(work / 'lake'))}\n"
+    )
     print(f"\n=== DBLog demo on {kind}: {rows} customers and {rows} orders, config {CONFIG}", flush=True)
     drop_slot(kind, src["id"])
     create_tables(kind, ns, rows)
 
     log = open(work / "capture.log", "w")
-    capture = subprocess.Popen([sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(CONFIG),
-                                "capture", "--status-interval", "2"], stdout=log, stderr=subprocess.STDOUT)
+    capture = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_dblog.cli",
+            "--config",
+            str(CONFIG),
+            "capture",
+            "--status-interval",
+            "2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     stop, counter = threading.Event(), [0]
     loader = threading.Thread(target=live_load, args=(kind, ns, rows, stop, counter), daemon=True)
     try:
@@ -130,12 +190,20 @@ def main(kind: str) -> None:
         while True:
             if capture.poll() is not None:
                 sys.exit(f"capture exited:\n{(work / 'capture.log').read_text()[-3000:]}")
-            st = json.loads(subprocess.run(
-                [sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(CONFIG), "status", "--json"],
-                capture_output=True, text=True, check=True).stdout)
+            st = json.loads(
+                subprocess.run(
+                    [sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(CONFIG), "status", "--json"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
             d = next(x for x in st["dumps"] if x["dump_id"] == dump_id)
-            print(f"  dump {dump_id}: {d['status']} rows={d['rows']} chunks={d['chunks']} "
-                  f"(live load: {counter[0]} transactions)", flush=True)
+            print(
+                f"  dump {dump_id}: {d['status']} rows={d['rows']} chunks={d['chunks']} "
+                f"(live load: {counter[0]} transactions)",
+                flush=True,
+            )
             if d["status"] == "done":
                 break
             if d["status"] in ("failed", "cancelled") or time.time() - t0 > 600:
@@ -153,8 +221,11 @@ def main(kind: str) -> None:
     result = sh("verify", check=False)
     if result.returncode != 0:
         sys.exit("demo FAILED: the changelog does not match the source")
-    print(f"=== {kind}: the changelog replays to exactly the source tables (0 mismatches); "
-          f"changelog at {work / 'lake' / 'changelog'}\n", flush=True)
+    print(
+        f"=== {kind}: the changelog replays to exactly the source tables (0 mismatches); "
+        f"changelog at {work / 'lake' / 'changelog'}\n",
+        flush=True,
+    )
 
 
 def wait_for_sentinel(kind: str, ns: str, source_id: str, work: Path) -> None:
@@ -183,8 +254,10 @@ def drop_slot(kind: str, source_id: str) -> None:
     c = connect(kind)
     c.autocommit = True
     cur = c.cursor()
-    cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name=%s",
-                (f"dblog_{source_id}",))
+    cur.execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name=%s",
+        (f"dblog_{source_id}",),
+    )
     # the demo recreates its tables, so the publication of an earlier run would name dropped ones
     cur.execute(f'DROP PUBLICATION IF EXISTS "dblog_{source_id}"')
     c.close()

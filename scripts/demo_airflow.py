@@ -8,6 +8,7 @@ the repaired rows in the changelog and ends with `dblog verify` (0 mismatches). 
 started is stopped at the end. Run through `make demo` (servers up, DBLOG_* variables set), or
 as ``python -m scripts.demo_airflow`` from the repository root.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,13 @@ def connect():
     import pymysql
 
     e = os.environ
-    return pymysql.connect(host=e["DBLOG_MYSQL_HOST"], port=int(e["DBLOG_MYSQL_PORT"]), user=e["DBLOG_MYSQL_USER"],
-                           password=e["DBLOG_MYSQL_PASSWORD"], autocommit=True)
+    return pymysql.connect(
+        host=e["DBLOG_MYSQL_HOST"],
+        port=int(e["DBLOG_MYSQL_PORT"]),
+        user=e["DBLOG_MYSQL_USER"],
+        password=e["DBLOG_MYSQL_PASSWORD"],
+        autocommit=True,
+    )
 
 
 def create_tables() -> None:
@@ -48,12 +54,18 @@ def create_tables() -> None:
     cur.execute(f"DROP DATABASE IF EXISTS {NS}")
     cur.execute(f"CREATE DATABASE {NS}")
     cur.execute(f"CREATE TABLE {NS}.customers (id bigint PRIMARY KEY, name varchar(100), email varchar(100))")
-    cur.execute(f"CREATE TABLE {NS}.orders (id bigint PRIMARY KEY, customer_id bigint, amount decimal(10,2), "
-                "status varchar(20))")
-    cur.executemany(f"INSERT INTO {NS}.customers VALUES (%s,%s,%s)",
-                    [(i, f"customer {i}", f"c{i}@example.com") for i in range(1, ROWS + 1)])
-    cur.executemany(f"INSERT INTO {NS}.orders VALUES (%s,%s,%s,%s)",
-                    [(i, 1 + i % ROWS, f"{(i % 10000) / 100:.2f}", "new") for i in range(1, ROWS + 1)])
+    cur.execute(
+        f"CREATE TABLE {NS}.orders (id bigint PRIMARY KEY, customer_id bigint, amount decimal(10,2), "
+        "status varchar(20))"
+    )
+    cur.executemany(
+        f"INSERT INTO {NS}.customers VALUES (%s,%s,%s)",
+        [(i, f"customer {i}", f"c{i}@example.com") for i in range(1, ROWS + 1)],
+    )
+    cur.executemany(
+        f"INSERT INTO {NS}.orders VALUES (%s,%s,%s,%s)",
+        [(i, 1 + i % ROWS, f"{(i % 10000) / 100:.2f}", "new") for i in range(1, ROWS + 1)],
+    )
     c.close()
 
 
@@ -67,7 +79,9 @@ def live_load(stop: threading.Event, counter: list) -> None:
             cur.execute(f"INSERT INTO {NS}.orders VALUES (%s,%s,%s,%s)", (next_id, rng.randint(1, ROWS), "9.99", "new"))
             next_id += 1
         elif r < 0.9:
-            cur.execute(f"UPDATE {NS}.orders SET status=%s WHERE id=%s", (rng.choice(["paid", "sent"]), rng.randint(1, next_id)))
+            cur.execute(
+                f"UPDATE {NS}.orders SET status=%s WHERE id=%s", (rng.choice(["paid", "sent"]), rng.randint(1, next_id))
+            )
         else:
             cur.execute(f"DELETE FROM {NS}.orders WHERE id=%s", (rng.randint(REPAIR_KEYS[-1] + 1, next_id),))
         counter[0] += 1
@@ -78,13 +92,22 @@ def live_load(stop: threading.Event, counter: list) -> None:
 def write_config() -> Path:
     """A dblog config for the same source, state and changelog: for `dblog verify`."""
     e = os.environ
-    src = {"type": "mysql", "id": SOURCE_ID, "host": e["DBLOG_MYSQL_HOST"], "port": int(e["DBLOG_MYSQL_PORT"]),
-           "user": e["DBLOG_MYSQL_USER"], "password_env": "DBLOG_MYSQL_PASSWORD",
-           "tables": [f"{NS}.customers", f"{NS}.orders"]}
+    src = {
+        "type": "mysql",
+        "id": SOURCE_ID,
+        "host": e["DBLOG_MYSQL_HOST"],
+        "port": int(e["DBLOG_MYSQL_PORT"]),
+        "user": e["DBLOG_MYSQL_USER"],
+        "password_env": "DBLOG_MYSQL_PASSWORD",
+        "tables": [f"{NS}.customers", f"{NS}.orders"],
+    }
     path = WORK / "dblog.toml"
-    path.write_text("[source]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in src.items())
-                    + f"\n[state]\npath = {json.dumps(str(WORK / 'state.db'))}\n"
-                    + f"\n[output]\nurl = {json.dumps('delta://' + str(WORK / 'lake'))}\n")
+    path.write_text(
+        "[source]\n"
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in src.items())
+        + f"\n[state]\npath = {json.dumps(str(WORK / 'state.db'))}\n"
+        + f"\n[output]\nurl = {json.dumps('delta://' + str(WORK / 'lake'))}\n"
+    )
     return path
 
 
@@ -108,11 +131,14 @@ def dump_through_rest(af: stack.Airflow, table: str, keys: list, chunk_size: int
     state = af.wait_run("dblog_repair_dump", run_id, timeout=300)
     if state != "success":
         raise stack.AirflowError(f"run {run_id} ended {state}\n{af.tails()}")
-    result = af.request("GET", f"/api/v2/dags/dblog_repair_dump/dagRuns/{run_id}/taskInstances/dump"
-                               "/xcomEntries/return_value")["value"]
+    result = af.request(
+        "GET", f"/api/v2/dags/dblog_repair_dump/dagRuns/{run_id}/taskInstances/dump/xcomEntries/return_value"
+    )["value"]
     result = json.loads(result) if isinstance(result, str) else result
-    say(f"  run {run_id}: success; dump {result['dump_id']}: {result['rows']} rows in {result['chunks']} "
-        f"chunks, {result['duration_s']:.1f} s")
+    say(
+        f"  run {run_id}: success; dump {result['dump_id']}: {result['rows']} rows in {result['chunks']} "
+        f"chunks, {result['duration_s']:.1f} s"
+    )
     return result
 
 
@@ -122,8 +148,13 @@ def wait_for_sentinel(lake: str) -> None:
     c = connect()
     c.cursor().execute(f"UPDATE {NS}.customers SET email=%s WHERE id=1", (mark,))
     c.close()
-    wait_for(lambda: any((e.after or {}).get("email") == mark for e in changelog_events(lake, f"{NS}.customers")),
-             120, "the capture to reach the last write", interval=0.5, error=stack.AirflowError)
+    wait_for(
+        lambda: any((e.after or {}).get("email") == mark for e in changelog_events(lake, f"{NS}.customers")),
+        120,
+        "the capture to reach the last write",
+        interval=0.5,
+        error=stack.AirflowError,
+    )
 
 
 def main() -> None:
@@ -132,17 +163,32 @@ def main() -> None:
     WORK.mkdir(parents=True)
     lake = f"delta://{WORK / 'lake'}"
     tables = [f"{NS}.customers", f"{NS}.orders"]
-    print(f"\n=== DBLog demo through Airflow: MariaDB {NS}.customers/orders ({ROWS} rows each), "
-          f"changelog {WORK / 'lake'}", flush=True)
+    print(
+        f"\n=== DBLog demo through Airflow: MariaDB {NS}.customers/orders ({ROWS} rows each), "
+        f"changelog {WORK / 'lake'}",
+        flush=True,
+    )
     create_tables()
     settings = stack.dag_env(
-        source_conn={"conn_type": "mysql", "host": e["DBLOG_MYSQL_HOST"], "port": int(e["DBLOG_MYSQL_PORT"]),
-                     "login": e["DBLOG_MYSQL_USER"], "password": e["DBLOG_MYSQL_PASSWORD"],
-                     "extra": {"source_id": SOURCE_ID, "tables": tables}},
+        source_conn={
+            "conn_type": "mysql",
+            "host": e["DBLOG_MYSQL_HOST"],
+            "port": int(e["DBLOG_MYSQL_PORT"]),
+            "login": e["DBLOG_MYSQL_USER"],
+            "password": e["DBLOG_MYSQL_PASSWORD"],
+            "extra": {"source_id": SOURCE_ID, "tables": tables},
+        },
         state_conn={"conn_type": "dblog_state", "host": str(WORK / "state.db")},
-        changelog=lake, repair_tables=tables)
-    with stack.metadata_database(e["DBLOG_PG_HOST"], int(e["DBLOG_PG_PORT"]), e["DBLOG_PG_SUPERUSER"],
-                                 e["DBLOG_PG_SUPERUSER_PASSWORD"], prefix="airflow_demo") as sql_conn:
+        changelog=lake,
+        repair_tables=tables,
+    )
+    with stack.metadata_database(
+        e["DBLOG_PG_HOST"],
+        int(e["DBLOG_PG_PORT"]),
+        e["DBLOG_PG_SUPERUSER"],
+        e["DBLOG_PG_SUPERUSER_PASSWORD"],
+        prefix="airflow_demo",
+    ) as sql_conn:
         af = stack.Airflow(WORK / "airflow-home", sql_conn, settings)
         stop, counter = threading.Event(), [0]
         loader = threading.Thread(target=live_load, args=(stop, counter), daemon=True)
@@ -163,13 +209,25 @@ def main() -> None:
                 c = connect()
                 c.cursor().execute(f"INSERT INTO {NS}.customers VALUES (%s,%s,%s)", (i, f"probe {i}", None))
                 c.close()
-                return any(ev.key[0] > 900000 for ev in changelog_events(lake, f"{NS}.customers")
-                           if ev.op.value == "c") if (WORK / "lake").exists() else False
+                return (
+                    any(ev.key[0] > 900000 for ev in changelog_events(lake, f"{NS}.customers") if ev.op.value == "c")
+                    if (WORK / "lake").exists()
+                    else False
+                )
 
-            wait_for(captured, 180, "the capture to write a first row", alive=af.assert_alive,
-                     detail=af.tails, interval=1, error=stack.AirflowError)
-            say(f"dblog_capture is running: task state {af.task_state('dblog_capture', 'capture')!r}, "
-                f"capture child pid {af.capture_pids()}")
+            wait_for(
+                captured,
+                180,
+                "the capture to write a first row",
+                alive=af.assert_alive,
+                detail=af.tails,
+                interval=1,
+                error=stack.AirflowError,
+            )
+            say(
+                f"dblog_capture is running: task state {af.task_state('dblog_capture', 'capture')!r}, "
+                f"capture child pid {af.capture_pids()}"
+            )
             loader.start()
             say("live write load started (inserts, updates, deletes on orders)")
             for table in tables:  # the full state first, so that verify can compare every row
@@ -190,13 +248,19 @@ def main() -> None:
             say("stopping Airflow")
             af.stop()
     print("$ dblog verify", flush=True)
-    p = subprocess.run([sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(write_config()), "verify"],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(write_config()), "verify"],
+        capture_output=True,
+        text=True,
+    )
     print(p.stdout.rstrip(), flush=True)
     if p.returncode != 0:
         sys.exit(f"demo FAILED: the changelog does not match the source\n{p.stderr[-2000:]}")
-    print("=== airflow: capture and dumps run by Airflow; the changelog replays to exactly the source "
-          "tables (0 mismatches)\n", flush=True)
+    print(
+        "=== airflow: capture and dumps run by Airflow; the changelog replays to exactly the source "
+        "tables (0 mismatches)\n",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

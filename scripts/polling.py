@@ -7,6 +7,7 @@ production code waits this way; scripts/ is already what tests, demo and benchma
 Each caller picks the exception it raises on timeout (``error``): AssertionError in tests,
 AirflowError for the stack, TimeoutError with a "bench:" prefix in the benchmarks.
 """
+
 from __future__ import annotations
 
 import time

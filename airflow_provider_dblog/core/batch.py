@@ -7,6 +7,7 @@ chunk as two lists (keys, rows); ``EventBatch`` is what ``Output.write`` receive
 ``Sequence[ChangeEvent]`` for any output that iterates it (events are made on the fly), while
 an output that knows the blocks (the Delta changelog) builds its columns per block.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,9 +51,20 @@ class DumpRows:
         return head, tail
 
     def event(self, i: int) -> ChangeEvent:
-        return ChangeEvent(self.source_id, self.table, Op.READ, self.keys[i], None, self.rows[i],
-                           self.hw.with_sub(self.first_sub + i), None, None, Origin.DUMP, self.dump_id,
-                           self.schema_id)
+        return ChangeEvent(
+            self.source_id,
+            self.table,
+            Op.READ,
+            self.keys[i],
+            None,
+            self.rows[i],
+            self.hw.with_sub(self.first_sub + i),
+            None,
+            None,
+            Origin.DUMP,
+            self.dump_id,
+            self.schema_id,
+        )
 
     def events(self) -> list[ChangeEvent]:
         sid, table, dump_id, schema_id = self.source_id, self.table, self.dump_id, self.schema_id

@@ -5,6 +5,7 @@ the key type, and works for composite keys: PostgreSQL compares row values nativ
 the index; MySQL/MariaDB are given the equivalent expanded predicate, which their range
 optimiser turns into an index range (it does not always do so for row constructors).
 """
+
 from __future__ import annotations
 
 import dataclasses

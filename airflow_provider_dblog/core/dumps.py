@@ -6,6 +6,7 @@ overwrite each other's fields:
   DumpControl  pause / cancel / chunk size / delay (written by users, read by the engine)
   status + TableProgress  lifecycle and the last key of the last *durable* chunk (engine)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -144,9 +145,7 @@ class TableProgress:
     def from_json(cls, text: str) -> "TableProgress":
         d = json.loads(text)
         lk = d.get("last_key")
-        return cls(
-            tuple(lk) if lk is not None else None, d["rows"], d["chunks"], d["done"], d.get("keys_done", 0)
-        )
+        return cls(tuple(lk) if lk is not None else None, d["rows"], d["chunks"], d["done"], d.get("keys_done", 0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,8 +247,7 @@ def key_from_value(value: Any, schema: TableSchema, shown: Any = None) -> Key:
     for c, v in zip(cols, parts):
         if v is None or isinstance(v, (dict, list)):
             raise RequestError(
-                f"key {shown} for table {schema.table}: column {c} must be a scalar, got "
-                f"{json.dumps(v)}.",
+                f"key {shown} for table {schema.table}: column {c} must be a scalar, got {json.dumps(v)}.",
                 "key values are numbers or strings (dates, decimals and uuids as strings).",
             )
     return tuple(parts)

@@ -21,6 +21,7 @@ With a leader lease (invariant 7) the engine first waits as standby until it hol
 then runs with the lease's epoch; the lease is checked before every output commit and every
 checkpoint, and losing it stops the engine at once with StaleEpochError.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -96,8 +97,9 @@ class Engine:
         self.on_standby = on_standby
         self.source_id = source.source_id
         self.window = WatermarkWindow()
-        self.scheduler = DumpScheduler(state, self.source_id, source.tables, source.estimate_rows,
-                                       self.config.control_interval)
+        self.scheduler = DumpScheduler(
+            state, self.source_id, source.tables, source.estimate_rows, self.config.control_interval
+        )
         self.schemas: dict[str, TableSchema] = {}
         self.durable: Optional[Position] = None  # last checkpoint stored
         self.last_seen: Optional[Position] = None
@@ -147,8 +149,12 @@ class Engine:
                 lost.__cause__ = exc
                 return lost
             except Exception as unreachable:  # noqa: BLE001 - logged; the original error matters more
-                log.warning("capture of %s: could not ask the coordinator whether the lease is still "
-                            "held (%s); reporting the original error", self.source_id, unreachable)
+                log.warning(
+                    "capture of %s: could not ask the coordinator whether the lease is still "
+                    "held (%s); reporting the original error",
+                    self.source_id,
+                    unreachable,
+                )
         return exc
 
     def _fence(self) -> None:
@@ -277,8 +283,11 @@ class Engine:
                 continue
             self._last_item_at = time.monotonic()
             self.scheduler.wake()
-            log.warning("capture of %s: reconnected, reading the log after %s", self.source_id,
-                        resume or "the source's bookmark")
+            log.warning(
+                "capture of %s: reconnected, reading the log after %s",
+                self.source_id,
+                resume or "the source's bookmark",
+            )
             return
 
     # -- log ------------------------------------------------------------------------------
@@ -343,8 +352,16 @@ class Engine:
         chunk: _OpenChunk = done.context
         plan = chunk.plan
         # One block for the chunk's rows (subs 1..n at HW), not an event per row.
-        rows = DumpRows(self.source_id, plan.table, plan.dump_id, self.schemas[plan.table].schema_id(),
-                        done.hw, 1, done.keys, done.rows)
+        rows = DumpRows(
+            self.source_id,
+            plan.table,
+            plan.dump_id,
+            self.schemas[plan.table].schema_id(),
+            done.hw,
+            1,
+            done.keys,
+            done.rows,
+        )
         return [rows, self.scheduler.emitted(plan, chunk.progress, len(rows))]
 
     def _dump_step(self, writer: Writer) -> None:
@@ -420,7 +437,8 @@ class Engine:
             "window": self.window.state.value,
             # seconds between the newest processed commit and now (0 when the log is idle)
             "lag_seconds": round(max(0.0, time.time() - self._last_commit_ts / 1e6), 3)
-            if self._last_commit_ts and rate > 0 else 0.0,
+            if self._last_commit_ts and rate > 0
+            else 0.0,
             "lag_bytes": src.get("lag_bytes"),  # log bytes written but not yet read
             "warnings": list(src.get("warnings") or []),
             "heartbeats": self.heartbeats,

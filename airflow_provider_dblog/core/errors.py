@@ -1,4 +1,5 @@
 """User-facing errors: each names the cause and the fix (DESIGN invariant 8)."""
+
 from __future__ import annotations
 
 
@@ -44,7 +45,8 @@ class SourceUnavailable(DBLogError):
     def __init__(self, cause: str, fix: str = ""):
         super().__init__(
             cause,
-            fix or "check that the database is up and reachable; the capture reconnects by itself "
+            fix
+            or "check that the database is up and reachable; the capture reconnects by itself "
             "and a restarted capture resumes from its checkpoint without loss.",
         )
 

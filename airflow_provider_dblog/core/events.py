@@ -8,6 +8,7 @@ bool -> bool; text -> str; bytes -> {"$b64": "..."}; date -> "YYYY-MM-DD";
 timestamp -> ISO-8601 "YYYY-MM-DDTHH:MM:SS[.ffffff]" (with "+00:00" when the column has a
 time zone, always normalised to UTC); uuid -> lowercase str; json -> parsed JSON value.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -97,8 +98,13 @@ class Position(tuple[str, int]):
         per position (a chunk's rows take consecutive subs at its HW)."""
         if first < 0 or first + count > 10**SUB_WIDTH:
             raise ValueError(f"position subs out of range: {first}..{first + count - 1}")
-        return list(map(tuple.__new__, itertools.repeat(Position, count),
-                        zip(itertools.repeat(self[0], count), range(first, first + count))))
+        return list(
+            map(
+                tuple.__new__,
+                itertools.repeat(Position, count),
+                zip(itertools.repeat(self[0], count), range(first, first + count)),
+            )
+        )
 
     def with_sub(self, sub: int) -> "Position":
         if not 0 <= sub < 10**SUB_WIDTH:

@@ -1,4 +1,5 @@
 """Fencing of a deposed leader's writes (DESIGN invariant 7)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence

@@ -4,6 +4,7 @@ The engine puts a marker into the writer's stream after the items it covers; ``W
 returns it only after the output acknowledged all of them. Only then are the checkpoint and
 the dump progress it carries stored.
 """
+
 from __future__ import annotations
 
 import dataclasses

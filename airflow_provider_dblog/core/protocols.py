@@ -3,6 +3,7 @@
 Sources (sources/), outputs (outputs/) and state stores and leases (state/) implement these;
 the engine (core/engine.py) knows nothing else about them.
 """
+
 from __future__ import annotations
 
 import dataclasses

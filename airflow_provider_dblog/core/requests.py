@@ -10,6 +10,7 @@ A request is checked in full before anything is recorded: chunk size and delay, 
 one-table rule of a key list, every table against the source's catalog (RequestError for an
 unknown table) and every key against its table's key columns (core/dumps.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -134,9 +135,7 @@ def dump_status(state: StateStore, dump_id: str) -> dict[str, Any]:
     return result
 
 
-def read_status(
-    state: StateStore, source_id: Optional[str], leader: Optional[dict[str, Any]] = None
-) -> dict[str, Any]:
+def read_status(state: StateStore, source_id: Optional[str], leader: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """What ``dblog status`` prints: the checkpoint, the capture's last report (with its age),
     lag, warnings, and every dump of the source with the capture's live rates and ETAs.
 
@@ -149,8 +148,7 @@ def read_status(
     report = capture or {}
     checkpoint = state.get_checkpoint(source_id) if source_id else None
     live = report.get("dumps") or {}  # rates and ETAs of the dumps the capture runs
-    dumps = [dict(d.to_dict(report.get("estimates")), **live.get(d.dump_id, {}))
-             for d in state.list_dumps(source_id)]
+    dumps = [dict(d.to_dict(report.get("estimates")), **live.get(d.dump_id, {})) for d in state.list_dumps(source_id)]
     return {
         "source_id": source_id,
         "checkpoint": checkpoint.encode() if checkpoint else None,

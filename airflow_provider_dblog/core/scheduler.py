@@ -11,6 +11,7 @@ delay; a back-off after an aborted chunk) and keeps each table's progress twice:
 
 It does no source I/O of its own: the engine selects the chunk the plan describes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -198,11 +199,19 @@ class DumpScheduler:
             if d.dump_id in self._finished:
                 continue
             rows = sum(p.rows for p in self._emitted.get(d.dump_id, {}).values())
-            total = len(d.spec.keys) if d.spec.keys is not None else \
-                sum(self.estimates.get(t, 0) for t in self._tables_of(d))
+            total = (
+                len(d.spec.keys)
+                if d.spec.keys is not None
+                else sum(self.estimates.get(t, 0) for t in self._tables_of(d))
+            )
             t0, rows0 = self._rate_base.setdefault(d.dump_id, (now, rows))
             rate = (rows - rows0) / (now - t0) if now > t0 else 0.0
             eta = round(max(0, total - rows) / rate, 1) if rate > 0 and total else None
-            out[d.dump_id] = {"rows": rows, "estimated_total": total, "rows_per_s": round(rate, 1),
-                              "eta_seconds": eta, "paused": d.control.paused}
+            out[d.dump_id] = {
+                "rows": rows,
+                "estimated_total": total,
+                "rows_per_s": round(rate, 1),
+                "eta_seconds": eta,
+                "paused": d.control.paused,
+            }
         return out

@@ -3,6 +3,7 @@
 Replay rule (the changelog's public contract): per key, the event with the highest position
 wins; a delete removes the key. Dump rows and log rows are treated alike.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,13 +31,16 @@ class Mismatch:
     def describe(self) -> str:
         if self.kind == "different":
             cols = sorted(
-                c for c in set(self.source or {}) | set(self.changelog or {})
+                c
+                for c in set(self.source or {}) | set(self.changelog or {})
                 if (self.source or {}).get(c) != (self.changelog or {}).get(c)
             )
             src, out = self.source or {}, self.changelog or {}
             diffs = ", ".join(f"{c}: source={src.get(c)!r} changelog={out.get(c)!r}" for c in cols)
             return f"key {list(self.key)}: different ({diffs})"
-        return f"key {list(self.key)}: {self.kind} " + ("in the changelog" if self.kind == "missing" else "(deleted in the source)")
+        return f"key {list(self.key)}: {self.kind} " + (
+            "in the changelog" if self.kind == "missing" else "(deleted in the source)"
+        )
 
 
 def compare(source_rows: dict[Key, Row], mirror: dict[Key, Row]) -> list[Mismatch]:

@@ -18,6 +18,7 @@ can still be invisible to the chunk SELECT. The source reports such transactions
 when they come before LW, and if one of them was already passed on before the window was
 opened the chunk is discarded (``ChunkAborted``) and selected again.
 """
+
 from __future__ import annotations
 
 import collections
@@ -119,8 +120,7 @@ class WatermarkWindow:
             self.state = WindowState.OPEN
             return []
         if self.state is WindowState.OPEN and wm.uuid == self._hw:
-            done = ChunkDone(wm.position, list(self._rows.values()), self._selected, self._context,
-                             list(self._rows))
+            done = ChunkDone(wm.position, list(self._rows.values()), self._selected, self._context, list(self._rows))
             self._reset()
             return [done]
         if self.state is WindowState.AWAITING_LW and wm.uuid == self._hw:

@@ -14,6 +14,7 @@ makes each durable with one ``Output.write`` call. Items:
 Backpressure: ``put`` blocks while the buffer holds ``max_buffer`` events, so a slow output
 slows the log reader instead of growing memory without bound.
 """
+
 from __future__ import annotations
 
 import collections

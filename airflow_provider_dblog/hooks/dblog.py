@@ -17,6 +17,7 @@ configure the engine. That is all the hook does: requesting, controlling and rea
 is ``core/requests.py``, shared with the ``dblog`` command. The password never enters those dicts: in this process it reaches the
 source object in memory, and the capture child gets it through its environment (invariant 8).
 """
+
 from __future__ import annotations
 
 import json

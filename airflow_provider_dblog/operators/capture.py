@@ -6,6 +6,7 @@ triggerer restart costs at most one session (the engine resumes from its checkpo
 the task stops the child (the trigger's ``cleanup``), and a crash of the engine fails the task
 with the engine's own error message (cause and fix).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -65,19 +66,35 @@ class CaptureOperator(BaseOperator):
 
     def _trigger(self, session: int) -> CaptureTrigger:
         return CaptureTrigger(
-            self.source_conn_id, state_conn_id=self.state_conn_id, state=self.state, output=self.changelog,
-            output_conn_id=self.changelog_conn_id, source_id=self.source_id,
-            session_seconds=self.session_seconds, status_interval=self.status_interval, session=session,
+            self.source_conn_id,
+            state_conn_id=self.state_conn_id,
+            state=self.state,
+            output=self.changelog,
+            output_conn_id=self.changelog_conn_id,
+            source_id=self.source_id,
+            session_seconds=self.session_seconds,
+            status_interval=self.status_interval,
+            session=session,
         )
 
     def execute(self, context: Any) -> None:
         # Fail here, in the worker, on a connection that cannot describe a source: clearer
         # than a trigger error, and nothing is started.
-        hook = DBLogHook(self.source_conn_id, self.state_conn_id, state=self.state, output=self.changelog,
-                         output_conn_id=self.changelog_conn_id, source_id=self.source_id)
+        hook = DBLogHook(
+            self.source_conn_id,
+            self.state_conn_id,
+            state=self.state,
+            output=self.changelog,
+            output_conn_id=self.changelog_conn_id,
+            source_id=self.source_id,
+        )
         cfg = hook.engine_config()
-        self.log.info("capturing source %s (%s) into %s", cfg["source"]["id"], cfg["source"]["type"],
-                      cfg["output"].get("url", "the default changelog"))
+        self.log.info(
+            "capturing source %s (%s) into %s",
+            cfg["source"]["id"],
+            cfg["source"]["type"],
+            cfg["output"].get("url", "the default changelog"),
+        )
         self.defer(trigger=self._trigger(1), method_name="execute_complete")
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Optional[dict[str, Any]]:

@@ -5,6 +5,7 @@ schema (unknown table, malformed keys: the task fails before anything is recorde
 in the state store, and defers to a ``DumpTrigger`` that polls its progress. The running
 capture (``CaptureOperator`` or ``dblog capture``) performs it between log batches.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,16 @@ class DumpOperator(BaseOperator):
     :param poll_interval: seconds between progress checks.
     """
 
-    template_fields = ("source_conn_id", "state_conn_id", "state", "source_id", "tables", "keys",
-                       "chunk_size", "delay_ms")
+    template_fields = (
+        "source_conn_id",
+        "state_conn_id",
+        "state",
+        "source_id",
+        "tables",
+        "keys",
+        "chunk_size",
+        "delay_ms",
+    )
     ui_color = "#f8e7d7"
 
     def __init__(
@@ -95,19 +104,27 @@ class DumpOperator(BaseOperator):
         keys = parse_keys(self.keys)
         source, state = hook.get_source(), hook.get_state()
         try:
-            spec = request_dump(source, state, self.tables, keys,
-                                chunk_size=int(self.chunk_size), delay_ms=int(self.delay_ms))
+            spec = request_dump(
+                source, state, self.tables, keys, chunk_size=int(self.chunk_size), delay_ms=int(self.delay_ms)
+            )
         finally:
             state.close()
         self._dump_id = spec.dump_id
-        self.log.info("dump %s recorded for source %s (tables=%s, keys=%s, chunk size %s)", self._dump_id,
-                      spec.source_id, self.tables or "all", len(keys or []) or None, self.chunk_size)
+        self.log.info(
+            "dump %s recorded for source %s (tables=%s, keys=%s, chunk size %s)",
+            self._dump_id,
+            spec.source_id,
+            self.tables or "all",
+            len(keys or []) or None,
+            self.chunk_size,
+        )
         context["ti"].xcom_push(key="dump_id", value=self._dump_id)
         if not self.wait:
             return {"dump_id": self._dump_id, "status": "pending"}
         self.defer(
-            trigger=DumpTrigger(self._dump_id, state_conn_id=self.state_conn_id, state=self.state,
-                                poll_interval=self.poll_interval),
+            trigger=DumpTrigger(
+                self._dump_id, state_conn_id=self.state_conn_id, state=self.state, poll_interval=self.poll_interval
+            ),
             method_name="execute_complete",
             kwargs={"started": started},
         )
@@ -117,7 +134,9 @@ class DumpOperator(BaseOperator):
         d = event["dump"]
         self.log.info("%s", progress_line(d))
         if event["status"] != "done":
-            raise DBLogDumpError(f"dump {d['dump_id']} {event['status']}" + (f": {d['error']}" if d.get("error") else ""))
+            raise DBLogDumpError(
+                f"dump {d['dump_id']} {event['status']}" + (f": {d['error']}" if d.get("error") else "")
+            )
         finished = d.get("updated_at") or time.time()
         return {
             "dump_id": d["dump_id"],

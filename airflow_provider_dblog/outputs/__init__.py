@@ -10,6 +10,7 @@ a bare path (``/data/lake``, ``lake``)   Delta changelog
 ``python:package.module:function``       ``fn(events)`` per batch (see callable.py)
 =====================================  ===============================================
 """
+
 from __future__ import annotations
 
 import re
@@ -38,7 +39,7 @@ def make_output(url: str, storage_options: Optional[dict] = None):
     if url.startswith("python:"):
         from .callable import CallableOutput
 
-        return CallableOutput(url[len("python:"):])
+        return CallableOutput(url[len("python:") :])
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*)://(.*)$", url)
     if m is None:
         if re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*:", url) and not re.match(r"^[A-Za-z]:[\\/]", url):

@@ -3,6 +3,7 @@
 The changelog format is public (docs/changelog-format.md), so every output encodes keys and
 row images the same way: compact JSON, UTF-8 kept as is.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -135,9 +136,9 @@ class Bookkeeping:
             if not isinstance(k, str):
                 continue
             if k.startswith(LAST_POSITION_PREFIX) and isinstance(v, str):
-                self.merge_position(k[len(LAST_POSITION_PREFIX):], Position.parse(v))
+                self.merge_position(k[len(LAST_POSITION_PREFIX) :], Position.parse(v))
             elif k.startswith(EPOCH_PREFIX):
-                self.merge_epoch(k[len(EPOCH_PREFIX):], int(v))
+                self.merge_epoch(k[len(EPOCH_PREFIX) :], int(v))
 
     def check_epoch(self, source_ids: Iterable[str], epoch: Optional[int]) -> None:
         if epoch is None:

@@ -5,6 +5,7 @@ restart the engine resends from its checkpoint, and a crash between ``fn`` retur
 checkpoint resends that batch too: **the function must itself be idempotent across
 restarts** (e.g. upsert by ``(source_id, position)``), or tolerate duplicates.
 """
+
 from __future__ import annotations
 
 import importlib

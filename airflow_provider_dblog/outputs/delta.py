@@ -12,6 +12,7 @@ commit and writes nothing twice. Before each write the table is refreshed and ne
 (another writer's, or our own that timed out) are folded in: that is how a deposed leader
 meets the newer epoch and is refused.
 """
+
 from __future__ import annotations
 
 import json
@@ -278,8 +279,12 @@ def changelog_batch(events: Sequence[ChangeEvent], epoch: Optional[int]) -> pa.T
     dump blocks without making their events (core/batch.py)."""
     written_at = now_micros()
     if isinstance(events, EventBatch):
-        parts = [_dump_rows_table(seg, epoch, written_at) if isinstance(seg, DumpRows)
-                 else _events_table(seg, epoch, written_at) for seg in events.segments]
+        parts = [
+            _dump_rows_table(seg, epoch, written_at)
+            if isinstance(seg, DumpRows)
+            else _events_table(seg, epoch, written_at)
+            for seg in events.segments
+        ]
         if len(parts) == 1:
             return parts[0]
         return pa.concat_tables(parts) if parts else _events_table([], epoch, written_at)
@@ -292,16 +297,20 @@ def _json_columns(keys: Sequence, befores: Sequence, afters: Sequence) -> tuple[
     (an integer beyond 64 bits) sends the whole block through ``dumps``' fallback."""
     try:
         enc = orjson.dumps
-        return ([enc(k) for k in keys], [None if b is None else enc(b) for b in befores],
-                [None if a is None else enc(a) for a in afters])
+        return (
+            [enc(k) for k in keys],
+            [None if b is None else enc(b) for b in befores],
+            [None if a is None else enc(a) for a in afters],
+        )
     except (orjson.JSONEncodeError, TypeError):
         return ([dumps(list(k)) for k in keys], [dumps_row(b) for b in befores], [dumps_row(a) for a in afters])
 
 
 def _events_table(events: Sequence[ChangeEvent], epoch: Optional[int], written_at: int) -> pa.Table:
     n = len(events)
-    keys, befores, afters = _json_columns([e.key for e in events], [e.before for e in events],
-                                          [e.after for e in events])
+    keys, befores, afters = _json_columns(
+        [e.key for e in events], [e.before for e in events], [e.after for e in events]
+    )
     arrays = [
         pa.array([e.source_id for e in events], pa.string()),
         pa.array([e.table for e in events], pa.string()),
@@ -323,8 +332,11 @@ def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> 
     """One chunk's rows: constant columns repeated, positions ``HW.sub`` built by Arrow."""
     n = len(block)
     keys, _, afters = _json_columns(block.keys, (), block.rows)
-    subs = pc.utf8_lpad(pc.cast(pa.array(range(block.first_sub, block.first_sub + n), pa.int64()), pa.string()),
-                        width=SUB_WIDTH, padding="0")
+    subs = pc.utf8_lpad(
+        pc.cast(pa.array(range(block.first_sub, block.first_sub + n), pa.int64()), pa.string()),
+        width=SUB_WIDTH,
+        padding="0",
+    )
     positions = pc.binary_join_element_wise(pa.scalar(block.hw.coord + "."), subs, "")
 
     string = pa.string()
@@ -332,9 +344,20 @@ def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> 
     def same(value, typ=string):
         return pa.nulls(n, typ) if value is None else pa.repeat(pa.scalar(value, typ), n)
 
-    arrays = [same(block.source_id), same(block.table), same(Op.READ.value), pa.array(keys, pa.string()),
-              same(None), pa.array(afters, pa.string()), positions, same(Origin.DUMP.value),
-              same(block.dump_id), same(block.schema_id), same(None, _TS), same(None)]
+    arrays = [
+        same(block.source_id),
+        same(block.table),
+        same(Op.READ.value),
+        pa.array(keys, pa.string()),
+        same(None),
+        pa.array(afters, pa.string()),
+        positions,
+        same(Origin.DUMP.value),
+        same(block.dump_id),
+        same(block.schema_id),
+        same(None, _TS),
+        same(None),
+    ]
     return _table(arrays, n, epoch, written_at)
 
 

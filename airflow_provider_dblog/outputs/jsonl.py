@@ -11,6 +11,7 @@ that survived, the engine's retry skips exactly the events already present.
 Leader-epoch fencing here only sees this process and what was on disk at ``open``: use the
 Delta output when several capture processes may compete.
 """
+
 from __future__ import annotations
 
 import json
@@ -135,7 +136,7 @@ class JsonLinesOutput:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         except BaseException:
             # Best effort: do not leave a torn line that the next append would bury.

@@ -5,6 +5,7 @@ engine knows only ``SourceUnavailable``. Public source methods that talk to the 
 wrapped with ``on_connection_loss`` so that the translation happens once, at the boundary,
 and the rest of each source raises its driver's errors as they are.
 """
+
 from __future__ import annotations
 
 import functools

@@ -17,6 +17,7 @@ No ``invisible_txids`` for MySQL: InnoDB commits in binlog order (binlog_order_c
 MySQL, group commit ordering on MariaDB), so a transaction the chunk SELECT did not see
 commits after every transaction it saw, and therefore appears in the binlog after them.
 """
+
 from __future__ import annotations
 
 import collections
@@ -54,8 +55,14 @@ def _expire_seconds(variables: dict) -> float:
     return secs if secs > 0 else float(variables.get("expire_logs_days") or 0) * 86400
 
 
-def binlog_expiry_warning(checkpoint_file: int, current_file: int, checkpoint_ts: float, now: float,
-                          expire_seconds: float, margin: float = 0.2) -> Optional[str]:
+def binlog_expiry_warning(
+    checkpoint_file: int,
+    current_file: int,
+    checkpoint_ts: float,
+    now: float,
+    expire_seconds: float,
+    margin: float = 0.2,
+) -> Optional[str]:
     """A warning when the binlog file holding the checkpoint may expire within ``margin`` of
     the retention. The server purges a file once its last write is older than the retention;
     that last write is at or after the checkpoint's commit time, so counting from the commit
@@ -65,9 +72,11 @@ def binlog_expiry_warning(checkpoint_file: int, current_file: int, checkpoint_ts
     left = checkpoint_ts + expire_seconds - now
     if left >= margin * expire_seconds:
         return None
-    return (f"log retention at risk: the checkpoint is in binlog file number {checkpoint_file}, "
-            f"which may be purged in {max(0, int(left))} s (binlog_expire_logs_seconds "
-            f"{int(expire_seconds)}); the capture must catch up, or raise the retention.")
+    return (
+        f"log retention at risk: the checkpoint is in binlog file number {checkpoint_file}, "
+        f"which may be purged in {max(0, int(left))} s (binlog_expire_logs_seconds "
+        f"{int(expire_seconds)}); the capture must catch up, or raise the retention."
+    )
 
 
 def default_server_id(source_id: str) -> int:
@@ -159,9 +168,7 @@ class MySQLSource:
                 f"table {table} is not captured by source {self.source_id}.",
                 f"use one of its tables: {', '.join(self._tables) or '(none)'}.",
             )
-        schema = catalog.read_table_schema(
-            self._require_session(), table, self._key_columns.get(table), self._mariadb
-        )
+        schema = catalog.read_table_schema(self._require_session(), table, self._key_columns.get(table), self._mariadb)
         self._schemas[table] = schema
         return schema
 
@@ -211,10 +218,16 @@ class MySQLSource:
         self._log_session = Session(self._settings)
         captured = set(self._tables)
         self._reader = BinlogReader(
-            settings=self._settings, server_id=self.server_id, log_file=file, log_pos=pos,
+            settings=self._settings,
+            server_id=self.server_id,
+            log_file=file,
+            log_pos=pos,
             schemas=sorted({t.split(".", 1)[0] for t in captured} | {self._wm_db}),
-            source_id=self.source_id, captured=captured, watermark_table=self._wm_table,
-            schema_for=self._schema_for_log, out=self._queue,
+            source_id=self.source_id,
+            captured=captured,
+            watermark_table=self._wm_table,
+            schema_for=self._schema_for_log,
+            out=self._queue,
         )
         self._reader.start()
 
@@ -226,8 +239,7 @@ class MySQLSource:
         except ValueError:
             raise ConfigurationError(
                 f"the checkpoint {after} is not a MySQL binlog position (another source's?).",
-                "reset the checkpoint of this source (`dblog capture --reset-position`) and "
-                "run a full dump.",
+                "reset the checkpoint of this source (`dblog capture --reset-position`) and run a full dump.",
             ) from None
         logs = catalog.binary_logs(self._require_session())
         by_number = {file_number(name): (name, size) for name, size in logs}
@@ -292,8 +304,10 @@ class MySQLSource:
         file, pos, _, _ = catalog.master_status(session)
         r = self._reader
         status: dict[str, Any] = {
-            "server_file": file, "server_pos": pos,
-            "reader_file": r.file if r else None, "reader_pos": r.pos if r else None,
+            "server_file": file,
+            "server_pos": pos,
+            "reader_file": r.file if r else None,
+            "reader_pos": r.pos if r else None,
             "lag_bytes": None,  # binlog bytes written but not yet read
             "acknowledged": str(self._acknowledged) if self._acknowledged else None,
             "warnings": [],
@@ -308,13 +322,12 @@ class MySQLSource:
                 elif file_number(r.file) < n <= file_number(file):
                     lag += pos if name == file else size
             status["lag_bytes"] = max(0, lag)
-        expire = _expire_seconds(catalog.global_variables(
-            session, ["binlog_expire_logs_seconds", "expire_logs_days"]))
+        expire = _expire_seconds(catalog.global_variables(session, ["binlog_expire_logs_seconds", "expire_logs_days"]))
         status["binlog_expire_seconds"] = expire
         if self._acknowledged is not None and self._acknowledged_ts is not None:
             warning = binlog_expiry_warning(
-                decode_coord(self._acknowledged.coord)[0], file_number(file), self._acknowledged_ts,
-                time.time(), expire)
+                decode_coord(self._acknowledged.coord)[0], file_number(file), self._acknowledged_ts, time.time(), expire
+            )
             if warning:
                 status["warnings"].append(warning)
         return status
@@ -367,9 +380,7 @@ class MySQLSource:
     def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:
         if not keys:
             return ChunkResult([])
-        sql, params = keys_query(
-            MYSQL, schema, self._select_list(schema), [self._key_params(schema, k) for k in keys]
-        )
+        sql, params = keys_query(MYSQL, schema, self._select_list(schema), [self._key_params(schema, k) for k in keys])
         return self._rows(schema, sql, params)
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -5,6 +5,7 @@ autocommit with READ COMMITTED and session time zone UTC: each statement then se
 everything committed before it (DESIGN "Non-stale read") and TIMESTAMPs come back in UTC,
 as the binlog carries them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -205,9 +206,7 @@ def _type_text(column_type: str) -> str:
     return column_type.lower()
 
 
-def read_table_schema(
-    session: Session, table: str, key_columns: Optional[Sequence[str]], mariadb: bool
-) -> TableSchema:
+def read_table_schema(session: Session, table: str, key_columns: Optional[Sequence[str]], mariadb: bool) -> TableSchema:
     db, name = split_table(table)
     rows = session.query(
         "SELECT c.COLUMN_NAME, c.COLUMN_TYPE, c.IS_NULLABLE, c.DATA_TYPE "
@@ -265,11 +264,24 @@ def _binlog_type(col: Any) -> str:
     binary = getattr(col, "character_set_name", None) == "binary"
     unsigned = " unsigned" if getattr(col, "unsigned", False) else ""
     names = {
-        F.TINY: "tinyint", F.SHORT: "smallint", F.INT24: "mediumint", F.LONG: "int",
-        F.LONGLONG: "bigint", F.FLOAT: "float", F.DOUBLE: "double", F.YEAR: "year",
-        F.DATE: "date", F.NEWDATE: "date", F.BIT: "bit", F.JSON: "json",
-        F.DATETIME: "datetime", F.DATETIME2: "datetime", F.TIMESTAMP: "timestamp",
-        F.TIMESTAMP2: "timestamp", F.TIME: "time", F.TIME2: "time",
+        F.TINY: "tinyint",
+        F.SHORT: "smallint",
+        F.INT24: "mediumint",
+        F.LONG: "int",
+        F.LONGLONG: "bigint",
+        F.FLOAT: "float",
+        F.DOUBLE: "double",
+        F.YEAR: "year",
+        F.DATE: "date",
+        F.NEWDATE: "date",
+        F.BIT: "bit",
+        F.JSON: "json",
+        F.DATETIME: "datetime",
+        F.DATETIME2: "datetime",
+        F.TIMESTAMP: "timestamp",
+        F.TIMESTAMP2: "timestamp",
+        F.TIME: "time",
+        F.TIME2: "time",
     }
     t = col.type
     if t in names:
@@ -294,9 +306,7 @@ def schema_from_table_map(table: str, columns: Sequence[Any], catalog: Optional[
     restart): names from the binlog's table map (binlog_row_metadata=FULL), types from the
     catalog where the column still exists, otherwise from the table map."""
     known = {c.name: c for c in catalog.columns} if catalog else {}
-    cols = tuple(
-        known.get(c.name) or Column(c.name, _binlog_type(c), True) for c in columns
-    )
+    cols = tuple(known.get(c.name) or Column(c.name, _binlog_type(c), True) for c in columns)
     names = [c.name for c in cols]
     key: list[str] = list(catalog.key) if catalog and all(k in names for k in catalog.key) else []
     if not key:

@@ -3,6 +3,7 @@
 Each check raises ConfigurationError naming the setting or privilege and the command that
 fixes it, before any capture starts.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -30,10 +31,18 @@ class StartupChecks:
         return f"'{user}'@'{host}'"
 
     def binlog_settings(self) -> None:
-        v = catalog.global_variables(self.session, [
-            "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
-            "log_bin_compress", "binlog_transaction_compression", "binlog_row_value_options",
-        ])
+        v = catalog.global_variables(
+            self.session,
+            [
+                "log_bin",
+                "binlog_format",
+                "binlog_row_image",
+                "binlog_row_metadata",
+                "log_bin_compress",
+                "binlog_transaction_compression",
+                "binlog_row_value_options",
+            ],
+        )
 
         def need(name: str, want: str, why: str, fix: str) -> None:
             have = v.get(name, "").upper()
@@ -43,23 +52,37 @@ class StartupChecks:
                     fix,
                 )
 
-        need("log_bin", "ON", "changes are read from the binary log.",
-             "enable the binary log in my.cnf (log_bin=mysql-bin and a server_id) and restart "
-             "the server; log_bin cannot be changed at runtime.")
-        need("binlog_format", "ROW", "DBLog reads row images, not SQL statements.",
-             "run SET GLOBAL binlog_format=ROW and put binlog_format=ROW in my.cnf so it survives "
-             "a restart (connections opened before keep their old format until they reconnect).")
-        need("binlog_row_image", "FULL", "updates and deletes must carry the whole row.",
-             "run SET GLOBAL binlog_row_image=FULL and put binlog_row_image=FULL in my.cnf.")
+        need(
+            "log_bin",
+            "ON",
+            "changes are read from the binary log.",
+            "enable the binary log in my.cnf (log_bin=mysql-bin and a server_id) and restart "
+            "the server; log_bin cannot be changed at runtime.",
+        )
+        need(
+            "binlog_format",
+            "ROW",
+            "DBLog reads row images, not SQL statements.",
+            "run SET GLOBAL binlog_format=ROW and put binlog_format=ROW in my.cnf so it survives "
+            "a restart (connections opened before keep their old format until they reconnect).",
+        )
+        need(
+            "binlog_row_image",
+            "FULL",
+            "updates and deletes must carry the whole row.",
+            "run SET GLOBAL binlog_row_image=FULL and put binlog_row_image=FULL in my.cnf.",
+        )
         # Without FULL metadata mysql-replication ignores the column signedness and character
         # sets (unsigned values and binary columns would decode wrongly), so this is an error.
-        need("binlog_row_metadata", "FULL",
-             "the binlog must carry column names, signedness and character sets.",
-             "run SET GLOBAL binlog_row_metadata=FULL and put binlog_row_metadata=FULL in my.cnf.")
+        need(
+            "binlog_row_metadata",
+            "FULL",
+            "the binlog must carry column names, signedness and character sets.",
+            "run SET GLOBAL binlog_row_metadata=FULL and put binlog_row_metadata=FULL in my.cnf.",
+        )
         if v.get("log_bin_compress", "OFF").upper() == "ON":
             raise ConfigurationError(
-                "the server compresses binlog events (log_bin_compress=ON), which the binlog "
-                "reader cannot decode.",
+                "the server compresses binlog events (log_bin_compress=ON), which the binlog reader cannot decode.",
                 "run SET GLOBAL log_bin_compress=OFF and remove it from my.cnf.",
             )
         if v.get("binlog_transaction_compression", "OFF").upper() == "ON":
@@ -93,8 +116,13 @@ class StartupChecks:
         # from the current end returns at once.
         probe = BinLogStreamReader(
             connection_settings=catalog.library_connection_settings(self.settings),
-            server_id=server_id, log_file=file, log_pos=pos, resume_stream=True,
-            blocking=False, only_events=[RotateEvent], enable_logging=False,
+            server_id=server_id,
+            log_file=file,
+            log_pos=pos,
+            resume_stream=True,
+            blocking=False,
+            only_events=[RotateEvent],
+            enable_logging=False,
             pymysql_wrapper=catalog.library_connect,
         )
         try:
@@ -106,9 +134,7 @@ class StartupChecks:
         finally:
             probe.close()
 
-    def resolve_tables(
-        self, configured: Optional[list[str]], databases: Optional[list[str]], wm_db: str
-    ) -> list[str]:
+    def resolve_tables(self, configured: Optional[list[str]], databases: Optional[list[str]], wm_db: str) -> list[str]:
         s, wm_table = self.session, f"{wm_db}.watermarks"
         if configured is not None:
             tables = list(dict.fromkeys(configured))
@@ -193,4 +219,3 @@ class StartupChecks:
                     f"run: GRANT SELECT ON {MYSQL.table(table)} TO {self.grantee()};",
                 ) from None
             raise
-

@@ -12,6 +12,7 @@ A transaction never spans binlog files and later transactions start at later off
 the order is the commit order; restarting at the transaction start re-sends the whole
 transaction, including its table map events, which a mid-transaction start would miss.
 """
+
 from __future__ import annotations
 
 import logging
@@ -110,10 +111,7 @@ class Failure:
 
 def _table_map_signature(columns: list) -> tuple:
     """Everything the table map says about the columns: any change means a new schema."""
-    return tuple(
-        tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in c.data.items()))
-        for c in columns
-    )
+    return tuple(tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in c.data.items())) for c in columns)
 
 
 class BinlogReader(threading.Thread):
@@ -173,8 +171,10 @@ class BinlogReader(threading.Thread):
             failure = self._stream_once()
             if (
                 isinstance(failure, pymysql.err.OperationalError)
-                and failure.args and failure.args[0] == 4052
-                and not self._received and time.monotonic() < deadline
+                and failure.args
+                and failure.args[0] == 4052
+                and not self._received
+                and time.monotonic() < deadline
                 and not self._stop_flag.is_set()
             ):
                 log.info("a previous reader with server_id %s is still registered; retrying", self._server_id)
@@ -200,8 +200,16 @@ class BinlogReader(threading.Thread):
                 blocking=True,
                 only_schemas=self._schemas,
                 only_events=[
-                    WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, TableMapEvent, RotateEvent,
-                    GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent, NotImplementedEvent,
+                    WriteRowsEvent,
+                    UpdateRowsEvent,
+                    DeleteRowsEvent,
+                    TableMapEvent,
+                    RotateEvent,
+                    GtidEvent,
+                    MariadbGtidEvent,
+                    QueryEvent,
+                    XidEvent,
+                    NotImplementedEvent,
                 ],
                 filter_non_implemented_events=False,
                 slave_heartbeat=self._heartbeat,
@@ -363,9 +371,7 @@ class BinlogReader(threading.Thread):
             convs = self._converters[schema.schema_id()] = (schema.column_names(), binlog_converters(schema.columns))
         names, fns = convs
         if none_sources:
-            return {
-                n: f(v, none_sources.get(k)) for n, f, (k, v) in zip(names, fns, values.items())
-            }
+            return {n: f(v, none_sources.get(k)) for n, f, (k, v) in zip(names, fns, values.items())}
         return {n: f(v, None) for n, f, v in zip(names, fns, values.values())}
 
     def _rows(self, ev: Any, start: int) -> list:
@@ -378,7 +384,7 @@ class BinlogReader(threading.Thread):
         sid = schema.schema_id()
         commit_ts = ev.packet.timestamp * 1_000_000
         txid = self._txid()
-        coord = self._coord(start, 0)[: -_ROW_W]  # the event's part, computed once
+        coord = self._coord(start, 0)[:-_ROW_W]  # the event's part, computed once
         out: list[ChangeEvent] = []
         append, convert, key_of, src = out.append, self._convert, schema.key_getter(), self._source_id
         # The event's kind, once per event; positional ChangeEvent arguments (every row).
@@ -387,18 +393,60 @@ class BinlogReader(threading.Thread):
                 before = convert(schema, row["before_values"], row["before_none_sources"])
                 after = convert(schema, row["after_values"], row["after_none_sources"])
                 # A key change: the new key, before keeps the old.
-                append(ChangeEvent(src, table, Op.UPDATE, key_of(after), before, after,
-                                   Position(f"{coord}{i:0{_ROW_W}d}"), commit_ts, txid, Origin.LOG, None, sid))
+                append(
+                    ChangeEvent(
+                        src,
+                        table,
+                        Op.UPDATE,
+                        key_of(after),
+                        before,
+                        after,
+                        Position(f"{coord}{i:0{_ROW_W}d}"),
+                        commit_ts,
+                        txid,
+                        Origin.LOG,
+                        None,
+                        sid,
+                    )
+                )
         elif isinstance(ev, WriteRowsEvent):
             for i, row in enumerate(ev.rows):
                 after = convert(schema, row["values"], row["none_sources"])
-                append(ChangeEvent(src, table, Op.CREATE, key_of(after), None, after,
-                                   Position(f"{coord}{i:0{_ROW_W}d}"), commit_ts, txid, Origin.LOG, None, sid))
+                append(
+                    ChangeEvent(
+                        src,
+                        table,
+                        Op.CREATE,
+                        key_of(after),
+                        None,
+                        after,
+                        Position(f"{coord}{i:0{_ROW_W}d}"),
+                        commit_ts,
+                        txid,
+                        Origin.LOG,
+                        None,
+                        sid,
+                    )
+                )
         else:
             for i, row in enumerate(ev.rows):
                 before = convert(schema, row["values"], row["none_sources"])
-                append(ChangeEvent(src, table, Op.DELETE, key_of(before), before, None,
-                                   Position(f"{coord}{i:0{_ROW_W}d}"), commit_ts, txid, Origin.LOG, None, sid))
+                append(
+                    ChangeEvent(
+                        src,
+                        table,
+                        Op.DELETE,
+                        key_of(before),
+                        before,
+                        None,
+                        Position(f"{coord}{i:0{_ROW_W}d}"),
+                        commit_ts,
+                        txid,
+                        Origin.LOG,
+                        None,
+                        sid,
+                    )
+                )
         return out
 
     def _watermarks(self, ev: Any, start: int) -> list:

@@ -18,6 +18,7 @@ Documented choices:
   * ENUM is its label, SET the comma-joined members in declaration order (as SELECT shows).
   * MariaDB's UUID and INET6 types become their usual text forms.
 """
+
 from __future__ import annotations
 
 import base64
@@ -37,8 +38,7 @@ _DECIMAL = {"decimal", "numeric", "dec", "fixed"}
 _DOUBLE = {"double", "real", "double precision"}
 _TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "inet4"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
-_SIMPLE = {"year", "float", "bit", "date", "datetime", "timestamp", "time", "json",
-           "enum", "set", "uuid", "inet6"}
+_SIMPLE = {"year", "float", "bit", "date", "datetime", "timestamp", "time", "json", "enum", "set", "uuid", "inet6"}
 
 _ZERO_TS = datetime.datetime(1970, 1, 1)  # epoch 0 is how the binlog spells a zero TIMESTAMP
 
@@ -71,7 +71,7 @@ def column_kind(col_type: str) -> tuple[str, Optional[int]]:
 @functools.lru_cache(maxsize=1024)
 def set_members(col_type: str) -> tuple[str, ...]:
     """Members of ``set('a','b')`` in declaration order ('' escapes a quote)."""
-    inner = col_type[col_type.index("(") + 1: col_type.rindex(")")]
+    inner = col_type[col_type.index("(") + 1 : col_type.rindex(")")]
     return tuple(m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", inner))
 
 

@@ -5,6 +5,7 @@ bytes. Reference: PostgreSQL docs, "Logical Replication Message Formats". Only w
 protocol-1 stream (no streaming of in-progress transactions, no binary values) can carry is
 decoded; anything else is rejected loudly rather than misread.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -154,8 +155,10 @@ class _Reader:
     def _take(self, n: int) -> bytes:
         end = self.pos + n
         if end > len(self.buf):
-            raise DecodeError(f"message truncated: need {n} bytes at offset {self.pos}, have {len(self.buf) - self.pos}")
-        out = self.buf[self.pos:end]
+            raise DecodeError(
+                f"message truncated: need {n} bytes at offset {self.pos}, have {len(self.buf) - self.pos}"
+            )
+        out = self.buf[self.pos : end]
         self.pos = end
         return out
 
@@ -184,7 +187,7 @@ class _Reader:
         end = self.buf.find(b"\x00", self.pos)
         if end < 0:
             raise DecodeError(f"unterminated string at offset {self.pos}")
-        out = self.buf[self.pos:end].decode(self.encoding)
+        out = self.buf[self.pos : end].decode(self.encoding)
         self.pos = end + 1
         return out
 
@@ -213,7 +216,7 @@ class _Reader:
                 pos += 4
                 if n < 0 or pos + n > size:
                     raise DecodeError(f"message truncated: need {n} bytes at offset {pos}, have {size - pos}")
-                raw = buf[pos:pos + n]
+                raw = buf[pos : pos + n]
                 pos += n
                 append(raw.decode(self.encoding) if kind == 0x74 else bytes(raw))
             elif kind == 0x6E:  # 'n'

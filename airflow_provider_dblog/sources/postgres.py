@@ -29,6 +29,7 @@ Connection loss: ``lost`` tells which driver errors a reconnect can cure (server
 terminated backend or walsender); the public methods raise those as ``SourceUnavailable``
 (sources/connection_loss.py) and the engine then reopens the source.
 """
+
 from __future__ import annotations
 
 import base64
@@ -66,13 +67,18 @@ from .postgres_values import RAW_TEXT_OIDS, converter, keep_text
 # Connection failures a later attempt may not see (SQLSTATE classes 08 connection exception,
 # 57P admin shutdown / crash shutdown / cannot connect now, e.g. "the database system is
 # starting up"); authentication failures are not among them.
-_NOT_TRANSIENT = ("password authentication failed", "no pg_hba.conf entry", "does not exist",
-                  "permission denied")
+_NOT_TRANSIENT = ("password authentication failed", "no pg_hba.conf entry", "does not exist", "permission denied")
 
 log = logging.getLogger(__name__)
 
-SESSION_SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO", "bytea_output": "hex", "extra_float_digits": "1",
-                    "IntervalStyle": "postgres", "client_encoding": "UTF8"}
+SESSION_SETTINGS = {
+    "TimeZone": "UTC",
+    "DateStyle": "ISO",
+    "bytea_output": "hex",
+    "extra_float_digits": "1",
+    "IntervalStyle": "postgres",
+    "client_encoding": "UTF8",
+}
 _OPTIONS = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
 _PLUGINS = ("pgoutput", "wal2json")
 # bool, int8, int2, int4, text, bpchar, varchar: psycopg2's C casters already give the
@@ -81,7 +87,8 @@ _PLUGINS = ("pgoutput", "wal2json")
 _C_CANONICAL_OIDS = frozenset((16, 20, 21, 23, 25, 1042, 1043))
 _RAW_TEXT = psycopg2.extensions.new_type(
     tuple(sorted((set(RAW_TEXT_OIDS) | set(psycopg2.extensions.string_types)) - _C_CANONICAL_OIDS)),
-    "DBLOG_PG_TEXT", lambda v, _c: v,
+    "DBLOG_PG_TEXT",
+    lambda v, _c: v,
 )
 
 
@@ -92,8 +99,10 @@ def slot_name_for(source_id: str) -> str:
 
 def wal2json_table_filter(tables: Sequence[str]) -> str:
     """wal2json's add-tables list: schema.table, special characters escaped with '\\'."""
+
     def esc(part: str) -> str:
         return re.sub(r"([\\ ',.*])", r"\\\1", part)
+
     return ",".join(f"{esc(s)}.{esc(t)}" for s, _, t in (x.partition(".") for x in tables))
 
 
@@ -128,8 +137,15 @@ class PostgresSource:
         self.publication = publication or slot_name_for(source_id)
         self.watermark_schema = watermark_schema
         self.watermark_table = f"{watermark_schema}.watermarks"
-        self._dsn: dict[str, Any] = dict(host=host, port=port, user=user, password=password, dbname=dbname,
-                         connect_timeout=connect_timeout, application_name=f"dblog-{source_id}"[:63])
+        self._dsn: dict[str, Any] = dict(
+            host=host,
+            port=port,
+            user=user,
+            password=password,
+            dbname=dbname,
+            connect_timeout=connect_timeout,
+            application_name=f"dblog-{source_id}"[:63],
+        )
         self._requested_tables = list(tables) if tables is not None else None
         self._key_columns = dict(key_columns or {})
         self._conn: Any = None
@@ -153,10 +169,14 @@ class PostgresSource:
             conn = psycopg2.connect(**kwargs)
         except psycopg2.OperationalError as exc:
             d = self._dsn
-            cause = (f"cannot connect to PostgreSQL {d['host']}:{d['port']} database {d['dbname']} as "
-                     f"{d['user']}{' for replication' if replication else ''}: {first_line(exc)}")
-            fix = ("check host, port, user, password and pg_hba.conf (a logical replication "
-                   "connection matches the database's ordinary pg_hba.conf entries).")
+            cause = (
+                f"cannot connect to PostgreSQL {d['host']}:{d['port']} database {d['dbname']} as "
+                f"{d['user']}{' for replication' if replication else ''}: {first_line(exc)}"
+            )
+            fix = (
+                "check host, port, user, password and pg_hba.conf (a logical replication "
+                "connection matches the database's ordinary pg_hba.conf entries)."
+            )
             if any(t in first_line(exc).lower() for t in _NOT_TRANSIENT):
                 raise ConfigurationError(cause, fix) from None
             raise SourceUnavailable(cause, fix) from None  # down or restarting: the engine retries
@@ -179,9 +199,16 @@ class PostgresSource:
 
     def _error_context(self) -> ErrorContext:
         """What postgres_errors needs to name the setting to fix, and a way to read one."""
-        return ErrorContext(self.slot_name, self._dsn["user"], self.publication, self.plugin,
-                            self.watermark_schema, self.watermark_table, tuple(self._tables),
-                            lambda name: self._scalar("SELECT setting FROM pg_settings WHERE name = %s", (name,)))
+        return ErrorContext(
+            self.slot_name,
+            self._dsn["user"],
+            self.publication,
+            self.plugin,
+            self.watermark_schema,
+            self.watermark_table,
+            tuple(self._tables),
+            lambda name: self._scalar("SELECT setting FROM pg_settings WHERE name = %s", (name,)),
+        )
 
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         with self._cur() as cur:
@@ -194,8 +221,7 @@ class PostgresSource:
     def open(self) -> None:
         self._conn = self._connect()
         try:
-            self._encoding = psycopg2.extensions.encodings.get(
-                self._scalar("SHOW server_encoding"), "utf-8")
+            self._encoding = psycopg2.extensions.encodings.get(self._scalar("SHOW server_encoding"), "utf-8")
             with self._cur() as cur:
                 check_server(cur, self._dsn["user"], self.plugin)
             self._tables = self._resolve_tables()
@@ -246,8 +272,9 @@ class PostgresSource:
         slot = self._slot_row()
         if slot is None:
             # After the publication: pgoutput looks the publication up as of each change.
-            self._scalar("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)",
-                         (self.slot_name, self.plugin))
+            self._scalar(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)", (self.slot_name, self.plugin)
+            )
             self._slot_created = True
             return
         if slot["slot_type"] != "logical" or slot["plugin"] != self.plugin or slot["database"] != self._dsn["dbname"]:
@@ -270,10 +297,8 @@ class PostgresSource:
             slot = self._slot_row() or dict(slot, active=False)
         if slot["active"]:
             raise ConfigurationError(
-                f"replication slot {self.slot_name} is in use by another process "
-                f"(pid {slot['active_pid']}).",
-                "stop the other capture of this source (only one reader per slot), or pass "
-                "another slot_name.",
+                f"replication slot {self.slot_name} is in use by another process (pid {slot['active_pid']}).",
+                "stop the other capture of this source (only one reader per slot), or pass another slot_name.",
             )
         return slot
 
@@ -288,8 +313,7 @@ class PostgresSource:
             with self._cur() as cur:
                 info = read_table(cur, table, keys)
             if keys and tuple(keys) != info.schema.key:
-                log.warning("table %s has a primary key %s; key_columns %s are not used",
-                            table, info.schema.key, keys)
+                log.warning("table %s has a primary key %s; key_columns %s are not used", table, info.schema.key, keys)
             self._infos[table] = info
         return info
 
@@ -315,8 +339,15 @@ class PostgresSource:
 
     # -- log ----------------------------------------------------------------------------
     def _reset_stream(self) -> None:
-        self._decoder = LogDecoder(self.source_id, self.watermark_table, self._captured,
-                                   self._info, self._type_name, self._format_type, self._encoding)
+        self._decoder = LogDecoder(
+            self.source_id,
+            self.watermark_table,
+            self._captured,
+            self._info,
+            self._type_name,
+            self._format_type,
+            self._encoding,
+        )
         self._deferred_error: Optional[BaseException] = None
         self._acked = 0
         self._read_lsn = 0  # WAL position of the last message read
@@ -333,17 +364,20 @@ class PostgresSource:
             if slot is None or self._slot_created:
                 raise PositionLostError(
                     f"replication slot {self.slot_name} did not exist when the capture started, "
-                    f"so the log after position {after} is gone (the slot was dropped or lost).")
+                    f"so the log after position {after} is gone (the slot was dropped or lost)."
+                )
             if slot["wal_status"] == "lost":
                 raise PositionLostError(
                     f"replication slot {self.slot_name} lost its WAL (wal_status 'lost', e.g. "
-                    "max_slot_wal_keep_size was exceeded).")
+                    "max_slot_wal_keep_size was exceeded)."
+                )
             confirmed = parse_lsn(slot["confirmed_flush"]) if slot["confirmed_flush"] else 0
             if confirmed > start:
                 raise PositionLostError(
                     f"replication slot {self.slot_name} is confirmed up to {slot['confirmed_flush']}, "
                     f"beyond the checkpoint's commit LSN {format_lsn(start)}: the server no longer "
-                    "sends the transactions in between.")
+                    "sends the transactions in between."
+                )
         if slot is None:
             raise PositionLostError(f"replication slot {self.slot_name} was dropped after the source opened.")
         if after is None and from_end and not self._slot_created:
@@ -351,14 +385,17 @@ class PostgresSource:
             # stopped. Without it the slot's own position is the safe start (a reconnect
             # before the first checkpoint must not skip what the slot still holds).
             with self._cur() as cur:
-                cur.execute(
-                    "SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (self.slot_name,)
-                )
+                cur.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (self.slot_name,))
         self._repl_conn = self._connect(replication=True)
         self._cursor = self._repl_conn.cursor()
         try:
-            self._cursor.start_replication(slot_name=self.slot_name, decode=False, start_lsn=start,
-                                           options=self._plugin_options(), status_interval=10)
+            self._cursor.start_replication(
+                slot_name=self.slot_name,
+                decode=False,
+                start_lsn=start,
+                options=self._plugin_options(),
+                status_interval=10,
+            )
         except psycopg2.Error as exc:
             raise translate(exc, self._error_context()) from None
         self._acked = start
@@ -369,8 +406,14 @@ class PostgresSource:
         if self.plugin == "pgoutput":
             return {"proto_version": "1", "publication_names": quote_ident(self.publication)}
         return {
-            "format-version": "2", "include-xids": "1", "include-timestamp": "1", "include-lsn": "1",
-            "include-types": "1", "include-typmod": "1", "include-type-oids": "1", "include-transaction": "1",
+            "format-version": "2",
+            "include-xids": "1",
+            "include-timestamp": "1",
+            "include-lsn": "1",
+            "include-types": "1",
+            "include-typmod": "1",
+            "include-type-oids": "1",
+            "include-transaction": "1",
             "add-tables": wal2json_table_filter(self._tables + [self.watermark_table]),
         }
 
@@ -510,20 +553,34 @@ class PostgresSource:
         if not exists:
             raise PositionLostError(
                 f"replication slot {self.slot_name} was dropped while the capture ran: the log "
-                "from the checkpoint on is gone.")
+                "from the checkpoint on is gone."
+            )
         if wal_status == "lost":
             raise PositionLostError(
                 f"replication slot {self.slot_name} was invalidated (wal_status 'lost'): the server "
-                "removed WAL it still needed (max_slot_wal_keep_size exceeded).")
+                "removed WAL it still needed (max_slot_wal_keep_size exceeded)."
+            )
         # Before anything was read, reading starts where the slot is confirmed.
-        read = max(self._read_lsn, getattr(self._cursor, "wal_end", 0) or 0, self._acked,
-                   parse_lsn(confirmed) if confirmed else 0)
+        read = max(
+            self._read_lsn,
+            getattr(self._cursor, "wal_end", 0) or 0,
+            self._acked,
+            parse_lsn(confirmed) if confirmed else 0,
+        )
         warning = retention_warning(self.slot_name, wal_status, safe, keep)
-        return {"server_lsn": server, "read_lsn": format_lsn(read),
-                "lag_bytes": max(0, parse_lsn(server) - read) if read else None,
-                "slot": self.slot_name, "slot_confirmed_flush": confirmed, "retained_bytes": retained,
-                "wal_status": wal_status, "safe_wal_size": safe, "max_slot_wal_keep_size": keep,
-                "acknowledged": format_lsn(self._acked), "warnings": [warning] if warning else []}
+        return {
+            "server_lsn": server,
+            "read_lsn": format_lsn(read),
+            "lag_bytes": max(0, parse_lsn(server) - read) if read else None,
+            "slot": self.slot_name,
+            "slot_confirmed_flush": confirmed,
+            "retained_bytes": retained,
+            "wal_status": wal_status,
+            "safe_wal_size": safe,
+            "max_slot_wal_keep_size": keep,
+            "acknowledged": format_lsn(self._acked),
+            "warnings": [warning] if warning else [],
+        }
 
     def _close_stream(self) -> None:
         if self._repl_conn is not None:
@@ -543,18 +600,23 @@ class PostgresSource:
             self._conn = None
 
 
-def retention_warning(slot: str, wal_status: Optional[str], safe_wal_size: Optional[int],
-                      max_keep: Optional[int]) -> Optional[str]:
+def retention_warning(
+    slot: str, wal_status: Optional[str], safe_wal_size: Optional[int], max_keep: Optional[int]
+) -> Optional[str]:
     """A warning while the slot's WAL is at risk of removal, before it is lost: wal_status
     'extended' (beyond max_wal_size) or 'unreserved' (next checkpoint may remove it), or less
     than 20% of max_slot_wal_keep_size left (safe_wal_size)."""
     if wal_status in ("extended", "unreserved"):
-        return (f"log retention at risk: replication slot {slot} has wal_status '{wal_status}' "
-                f"(safe_wal_size {safe_wal_size} bytes); the capture must catch up or the slot is "
-                "invalidated (raise max_slot_wal_keep_size, or speed up the output).")
+        return (
+            f"log retention at risk: replication slot {slot} has wal_status '{wal_status}' "
+            f"(safe_wal_size {safe_wal_size} bytes); the capture must catch up or the slot is "
+            "invalidated (raise max_slot_wal_keep_size, or speed up the output)."
+        )
     if max_keep is not None and max_keep > 0 and safe_wal_size is not None and safe_wal_size < 0.2 * max_keep:
-        return (f"log retention at risk: replication slot {slot} has {safe_wal_size} bytes of WAL left "
-                f"before max_slot_wal_keep_size ({max_keep} bytes) invalidates it.")
+        return (
+            f"log retention at risk: replication slot {slot} has {safe_wal_size} bytes of WAL left "
+            f"before max_slot_wal_keep_size ({max_keep} bytes) invalidates it."
+        )
     return None
 
 

@@ -4,6 +4,7 @@ Plain functions over a psycopg2 cursor, used by sources/postgres.py. A table's k
 primary key, or the user's ``key_columns`` for a table without one; either way the table's
 replica identity must carry those columns, or deletes would reach the log without a key.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -118,8 +119,7 @@ def read_table(cur, table: str, key_columns: Optional[Sequence[str]] = None) -> 
     if oid is None:
         raise RequestError(
             f"table {table} does not exist (or this role cannot see it).",
-            "check the schema-qualified name (names are case-sensitive) and the role's USAGE "
-            "privilege on the schema.",
+            "check the schema-qualified name (names are case-sensitive) and the role's USAGE privilege on the schema.",
         )
     cur.execute(
         """

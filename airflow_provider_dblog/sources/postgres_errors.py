@@ -2,6 +2,7 @@
 
 Invariant 8 of DESIGN.md: a bad configuration stops with the setting or command to change.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,8 +70,11 @@ def translate(exc: BaseException, src: ErrorContext) -> BaseException:
             "raise max_replication_slots / max_wal_senders (ALTER SYSTEM SET ...; restart) or "
             "drop unused slots (SELECT pg_drop_replication_slot(name) FROM pg_replication_slots WHERE NOT active).",
         )
-    if "must be superuser or replication role" in low or "permission denied to start wal sender" in low \
-            or "must be superuser or have replication" in low:
+    if (
+        "must be superuser or replication role" in low
+        or "permission denied to start wal sender" in low
+        or "must be superuser or have replication" in low
+    ):
         return ConfigurationError(
             f"role {user} may not use replication ({msg}).",
             f"run ALTER ROLE {quote_ident(user)} REPLICATION; (as a superuser).",

@@ -17,6 +17,7 @@ pgoutput's Relation message gives the column names, types and modifiers as of th
 wal2json prints each column's type with its modifier. Only what the log does not carry
 (nullability, the key when its columns still exist) is taken from the catalog.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -204,8 +205,11 @@ class LogDecoder:
             if oid is not None:
                 type_name = self._type_name(int(oid))
             else:  # a wal2json without include-type-oids: fall back to the catalog
-                type_name = self._table_info(table, False).base_types.get(c["name"], "text") \
-                    if table in self.captured else "text"
+                type_name = (
+                    self._table_info(table, False).base_types.get(c["name"], "text")
+                    if table in self.captured
+                    else "text"
+                )
             row[c["name"]] = from_pg_text(type_name, wal2json_text(type_name, c.get("value")))
         return row
 
@@ -242,8 +246,7 @@ class LogDecoder:
         key = catalog.key if all(k in names for k in catalog.key) else tuple(identity)
         if not key:
             raise ConfigurationError(
-                f"the log's columns of table {table} ({names}) no longer include its key "
-                f"{list(catalog.key)}.",
+                f"the log's columns of table {table} ({names}) no longer include its key {list(catalog.key)}.",
                 "restart the capture from a fresh position and run a full dump of the table.",
             )
         return TableSchema(table, tuple(Column(n, t, nullable.get(n, True)) for n, t in cols), key)
@@ -271,13 +274,26 @@ class LogDecoder:
         except (KeyError, TypeError):
             missing = [c for c in schema.key if key_row is None or c not in key_row]
             raise ConfigurationError(
-                f"a {op.name.lower()} of table {table} reached the log without its key column(s) "
-                f"{missing}.",
+                f"a {op.name.lower()} of table {table} reached the log without its key column(s) {missing}.",
                 f"give the table a replica identity that includes its key (ALTER TABLE "
                 f"{quote_table(table)} REPLICA IDENTITY FULL), then restart the capture.",
             ) from None
-        self.pending.append(ChangeEvent(self.source_id, table, op, key, before, after, pos, txn.commit_ts, txn.txid,
-                                        Origin.LOG, None, schema.schema_id()))
+        self.pending.append(
+            ChangeEvent(
+                self.source_id,
+                table,
+                op,
+                key,
+                before,
+                after,
+                pos,
+                txn.commit_ts,
+                txn.txid,
+                Origin.LOG,
+                None,
+                schema.schema_id(),
+            )
+        )
 
     def _truncate(self, tables: list[str]) -> None:
         hit = [t for t in tables if t in self.captured or t == self.watermark_table]

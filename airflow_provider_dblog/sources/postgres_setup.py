@@ -3,6 +3,7 @@
 Each check fails with the setting or command that fixes it (DESIGN invariant 8). Plain
 functions over a psycopg2 cursor of the source's regular connection.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -72,8 +73,9 @@ def ensure_publication(cur, publication: str, tables: Sequence[str], watermark_t
     the watermark table, and every kind of change (DESIGN: Filters)."""
     pub = quote_ident(publication)
     wanted = list(tables) + [watermark_table]
-    cur.execute("SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s",
-                (publication,))
+    cur.execute(
+        "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s", (publication,)
+    )
     row = cur.fetchone()
     if row is None:
         cur.execute(f"CREATE PUBLICATION {pub} FOR TABLE {', '.join(quote_table(t) for t in wanted)}")
@@ -81,12 +83,10 @@ def ensure_publication(cur, publication: str, tables: Sequence[str], watermark_t
     if not all(row):
         # A TRUNCATE that is not published would be skipped silently.
         raise ConfigurationError(
-            f"publication {publication} does not publish every kind of change "
-            "(insert, update, delete, truncate).",
+            f"publication {publication} does not publish every kind of change (insert, update, delete, truncate).",
             f"run ALTER PUBLICATION {pub} SET (publish = 'insert, update, delete, truncate');",
         )
-    cur.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s",
-                (publication,))
+    cur.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
     have = {r[0] for r in cur.fetchall()}
     missing = [t for t in wanted if t not in have]
     if missing:

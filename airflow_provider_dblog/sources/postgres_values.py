@@ -22,6 +22,7 @@ Documented choices:
     'infinity' and BC values are kept as PostgreSQL prints them.
   * every other type (arrays, time, interval, inet, ranges, enums, ...) keeps its text.
 """
+
 from __future__ import annotations
 
 import base64
@@ -37,7 +38,7 @@ UNCHANGED_TOAST_VALUE = {"$unchanged_toast": True}
 
 _INT = {"smallint", "integer", "bigint", "oid", "xid", "cid"}
 _FLOAT = {"real", "double precision"}
-_TEXT = {"text", "character varying", "character", "name", "\"char\"", "citext"}
+_TEXT = {"text", "character varying", "character", "name", '"char"', "citext"}
 _FLOAT_SPECIAL = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
 
 _TS = re.compile(r"^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,6}))?([+-]\d{2}(?::?\d{2}){0,2})?$")
@@ -161,10 +162,66 @@ def wal2json_text(type_name: str, value: Any) -> Optional[str]:
 # Type OIDs psycopg2 would turn into Python objects. The chunk SELECT's cursor registers a
 # caster that returns the server's text for all of them (unknown OIDs are text already).
 RAW_TEXT_OIDS: tuple[int, ...] = (
-    16, 17, 18, 19, 20, 21, 23, 25, 26, 114, 142, 199, 650, 700, 701, 790, 869, 1000, 1001,
-    1002, 1003, 1005, 1007, 1009, 1014, 1015, 1016, 1021, 1022, 1028, 1040, 1041, 1042, 1043,
-    1082, 1083, 1114, 1115, 1182, 1183, 1184, 1185, 1186, 1187, 1231, 1266, 1270, 1560,
-    1562, 1700, 2950, 2951, 3802, 3807, 3904, 3906, 3908, 3910, 3912, 3926,
+    16,
+    17,
+    18,
+    19,
+    20,
+    21,
+    23,
+    25,
+    26,
+    114,
+    142,
+    199,
+    650,
+    700,
+    701,
+    790,
+    869,
+    1000,
+    1001,
+    1002,
+    1003,
+    1005,
+    1007,
+    1009,
+    1014,
+    1015,
+    1016,
+    1021,
+    1022,
+    1028,
+    1040,
+    1041,
+    1042,
+    1043,
+    1082,
+    1083,
+    1114,
+    1115,
+    1182,
+    1183,
+    1184,
+    1185,
+    1186,
+    1187,
+    1231,
+    1266,
+    1270,
+    1560,
+    1562,
+    1700,
+    2950,
+    2951,
+    3802,
+    3807,
+    3904,
+    3906,
+    3908,
+    3910,
+    3912,
+    3926,
 )
 
 

@@ -21,6 +21,7 @@ Mirrors live at ``<mirrors>/<source_id>/<schema>.<table>`` (default ``<lake>/mir
 and are registered in the session catalog as ``dblog_<source>.<schema>__<table>`` (the table,
 tombstones included) and ``..._current`` (the view analysts query).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,15 +40,17 @@ from airflow_provider_dblog.spark import mirror_types as mt
 from airflow_provider_dblog.spark.session import get_session
 
 # Metadata columns of every mirror row, after the source's columns.
-METADATA = T.StructType([
-    T.StructField("_key", T.StringType()),          # the changelog's key (JSON array text): the merge key
-    T.StructField("_position", T.StringType()),     # position of the event that wrote the row
-    T.StructField("_op", T.StringType()),           # its op: c u d r
-    T.StructField("_commit_ts", T.TimestampType()),  # source commit time (may be NULL for dump rows)
-    T.StructField("_origin", T.StringType()),       # log | dump
-    T.StructField("_landed_at", T.TimestampType()),  # when this job wrote the row
-    T.StructField("_deleted", T.BooleanType()),     # tombstone: the key is deleted at _position
-])
+METADATA = T.StructType(
+    [
+        T.StructField("_key", T.StringType()),  # the changelog's key (JSON array text): the merge key
+        T.StructField("_position", T.StringType()),  # position of the event that wrote the row
+        T.StructField("_op", T.StringType()),  # its op: c u d r
+        T.StructField("_commit_ts", T.TimestampType()),  # source commit time (may be NULL for dump rows)
+        T.StructField("_origin", T.StringType()),  # log | dump
+        T.StructField("_landed_at", T.TimestampType()),  # when this job wrote the row
+        T.StructField("_deleted", T.BooleanType()),  # tombstone: the key is deleted at _position
+    ]
+)
 META_NAMES = set(METADATA.fieldNames())
 
 PROP_TABLE, PROP_SOURCE, PROP_KEY = "dblog.source_table", "dblog.source_id", "dblog.key"
@@ -72,8 +75,9 @@ class SchemaStore:
         self.by_id: dict[str, tuple[TableSchema, Any]] = {}  # schema id -> (schema, registered_at)
 
     def _load(self) -> None:
-        rows = self.spark.read.format("delta").load(self.uri).select(
-            "schema_id", "schema_json", "registered_at").collect()
+        rows = (
+            self.spark.read.format("delta").load(self.uri).select("schema_id", "schema_json", "registered_at").collect()
+        )
         self.by_id = {r.schema_id: (TableSchema.from_json(r.schema_json), r.registered_at) for r in rows}
 
     def versions(self, table: str, ids: list[Optional[str]]) -> list[TableSchema]:
@@ -87,7 +91,9 @@ class SchemaStore:
         if None in ids:
             own = [(s, ts, i) for i, (s, ts) in self.by_id.items() if s.table == table]
             if not own:
-                raise RuntimeError(f"{table}: changelog rows without a schema id and no schema for the table in {self.uri}")
+                raise RuntimeError(
+                    f"{table}: changelog rows without a schema id and no schema for the table in {self.uri}"
+                )
             s, ts, i = max(own, key=lambda x: x[1])
             picked[i] = (s, ts)
         return [s for s, _ in sorted(picked.values(), key=lambda x: x[1])]
@@ -96,8 +102,7 @@ class SchemaStore:
 class Lander:
     """Merges micro-batches of the changelog into the mirrors (``land_batch``)."""
 
-    def __init__(self, spark: SparkSession, lake: str, mirrors: Optional[str] = None,
-                 register: bool = True, log=print):
+    def __init__(self, spark: SparkSession, lake: str, mirrors: Optional[str] = None, register: bool = True, log=print):
         self.spark, self.lake = spark, lake.rstrip("/")
         self.mirrors = (mirrors or f"{self.lake}/mirrors").rstrip("/")
         self.schemas = SchemaStore(spark, f"{self.lake}/schemas")
@@ -108,8 +113,9 @@ class Lander:
 
     # -- one micro-batch ------------------------------------------------------------------
     def land_batch(self, batch: DataFrame, batch_id: int) -> None:
-        batch = batch.select("source_id", "table", "op", "key", "after", "position", "origin",
-                             "schema_id", "commit_ts").persist()
+        batch = batch.select(
+            "source_id", "table", "op", "key", "after", "position", "origin", "schema_id", "commit_ts"
+        ).persist()
         try:
             groups = batch.groupBy("source_id", "table", "schema_id").count().collect()
             tables: dict[tuple[str, str], list] = {}
@@ -118,8 +124,12 @@ class Lander:
             for (source_id, table), gs in sorted(tables.items()):
                 n = sum(g["count"] for g in gs)
                 t0 = time.time()
-                self.land_table(batch.where((F.col("source_id") == source_id) & (F.col("table") == table)),
-                                source_id, table, [g.schema_id for g in gs])
+                self.land_table(
+                    batch.where((F.col("source_id") == source_id) & (F.col("table") == table)),
+                    source_id,
+                    table,
+                    [g.schema_id for g in gs],
+                )
                 self.events += n
                 self.landed.add((source_id, table))
                 self.log(f"landed batch {batch_id}: {source_id} {table}: {n} events in {time.time() - t0:.1f} s")
@@ -136,25 +146,41 @@ class Lander:
         target = self._ensure_mirror(path, source_id, table, key, wanted)
         source_types = {**{f.name: None for f in target.fields if f.name not in META_NAMES}, **wanted}
         updates = self._updates(events, versions, key, target, source_types)
-        (DeltaTable.forPath(self.spark, path).alias("t")
+        (
+            DeltaTable.forPath(self.spark, path)
+            .alias("t")
             .merge(updates.alias("s"), "t._key = s._key")
             # Monotonic: an event never replaces a row written at a newer (or the same) position.
             .whenMatchedUpdateAll(condition="s._position > t._position")
             .whenNotMatchedInsertAll()
-            .execute())
+            .execute()
+        )
 
-    def _updates(self, events: DataFrame, versions: list[TableSchema], key: tuple, target: T.StructType,
-                 source_types: dict) -> DataFrame:
+    def _updates(
+        self, events: DataFrame, versions: list[TableSchema], key: tuple, target: T.StructType, source_types: dict
+    ) -> DataFrame:
         """One row per key: the event with the highest position, typed like the mirror."""
-        latest = (events.groupBy("key")
-                  .agg(F.max_by(F.struct("op", "after", "position", "origin", "commit_ts"), "position").alias("e"))
-                  .select("key", "e.*"))
+        latest = (
+            events.groupBy("key")
+            .agg(F.max_by(F.struct("op", "after", "position", "origin", "commit_ts"), "position").alias("e"))
+            .select("key", "e.*")
+        )
         # A delete has no row image: build one from the key array so the tombstone keeps its
         # typed key columns (exact JSON of each key value, through the variant type).
-        key_obj = F.concat(F.lit("{"), F.concat_ws(",", *[
-            F.concat(F.lit(json.dumps(k) + ":"),
-                     F.expr(f"to_json(variant_get(parse_json(key), '$[{i}]', 'variant'))"))
-            for i, k in enumerate(key)]), F.lit("}"))
+        key_obj = F.concat(
+            F.lit("{"),
+            F.concat_ws(
+                ",",
+                *[
+                    F.concat(
+                        F.lit(json.dumps(k) + ":"),
+                        F.expr(f"to_json(variant_get(parse_json(key), '$[{i}]', 'variant'))"),
+                    )
+                    for i, k in enumerate(key)
+                ],
+            ),
+            F.lit("}"),
+        )
         image = F.when(F.col("op") == "d", key_obj).otherwise(F.col("after"))
         parsed = F.from_json(image, mt.parse_struct(versions), {"mode": "FAILFAST"})
         rows = latest.select("*", parsed.alias("_row"))
@@ -168,9 +194,13 @@ class Lander:
             else:
                 cols.append(mt.to_mirror(F.col("_row").getField(f.name), type_name).cast(f.dataType).alias(f.name))
         cols += [
-            F.col("key").alias("_key"), F.col("position").alias("_position"), F.col("op").alias("_op"),
-            F.col("commit_ts").alias("_commit_ts"), F.col("origin").alias("_origin"),
-            F.current_timestamp().alias("_landed_at"), (F.col("op") == "d").alias("_deleted"),
+            F.col("key").alias("_key"),
+            F.col("position").alias("_position"),
+            F.col("op").alias("_op"),
+            F.col("commit_ts").alias("_commit_ts"),
+            F.col("origin").alias("_origin"),
+            F.current_timestamp().alias("_landed_at"),
+            (F.col("op") == "d").alias("_deleted"),
         ]
         return rows.select(*cols)
 
@@ -180,11 +210,15 @@ class Lander:
 
         if not DeltaTable.isDeltaTable(self.spark, path):
             fields = [T.StructField(n, mt.mirror_type(t), True) for n, t in wanted.items()] + METADATA.fields
-            (DeltaTable.createIfNotExists(self.spark).location(path)
+            (
+                DeltaTable.createIfNotExists(self.spark)
+                .location(path)
                 .addColumns(T.StructType(fields))
-                .property(PROP_TABLE, table).property(PROP_SOURCE, source_id)
+                .property(PROP_TABLE, table)
+                .property(PROP_SOURCE, source_id)
                 .property(PROP_KEY, json.dumps(list(key)))
-                .execute())
+                .execute()
+            )
         dt = DeltaTable.forPath(self.spark, path)
         schema = dt.toDF().schema
         old_key = self._mirror_key(path)
@@ -243,9 +277,17 @@ def list_mirrors(spark: SparkSession, mirrors: str) -> list[tuple[str, str, str]
     return sorted(out)
 
 
-def land(spark: SparkSession, lake: str, source: Optional[str] = None, mirrors: Optional[str] = None,
-         checkpoint: Optional[str] = None, max_files_per_batch: int = 1000, register: bool = True,
-         log=print, lander_class: type[Lander] = Lander) -> dict:
+def land(
+    spark: SparkSession,
+    lake: str,
+    source: Optional[str] = None,
+    mirrors: Optional[str] = None,
+    checkpoint: Optional[str] = None,
+    max_files_per_batch: int = 1000,
+    register: bool = True,
+    log=print,
+    lander_class: type[Lander] = Lander,
+) -> dict:
     """Land every changelog version not landed yet (availableNow), then return run stats.
 
     ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table)."""
@@ -253,23 +295,32 @@ def land(spark: SparkSession, lake: str, source: Optional[str] = None, mirrors: 
     lander = lander_class(spark, lake, mirrors, register, log)
     checkpoint = checkpoint or f"{lander.mirrors}/_checkpoints/{source or '_all'}"
     t0 = time.time()
-    stream = (spark.readStream.format("delta")
-              .option("maxFilesPerTrigger", max_files_per_batch)
-              # An OPTIMIZE of the changelog commits no data change and is skipped anyway;
-              # this also skips a user's DELETE of old changelog rows instead of failing.
-              .option("skipChangeCommits", "true")
-              .load(f"{lake}/changelog"))
+    stream = (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", max_files_per_batch)
+        # An OPTIMIZE of the changelog commits no data change and is skipped anyway;
+        # this also skips a user's DELETE of old changelog rows instead of failing.
+        .option("skipChangeCommits", "true")
+        .load(f"{lake}/changelog")
+    )
     if source:
         stream = stream.where(F.col("source_id") == source)
-    query = (stream.writeStream.foreachBatch(lander.land_batch)
-             .option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True)
-             .queryName(f"dblog_land_{re.sub(r'[^A-Za-z0-9_]', '_', source or 'all')}")
-             .start())
+    query = (
+        stream.writeStream.foreachBatch(lander.land_batch)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .queryName(f"dblog_land_{re.sub(r'[^A-Za-z0-9_]', '_', source or 'all')}")
+        .start()
+    )
     query.awaitTermination()
     registered = lander.register_all() if register else []
-    return {"events": lander.events, "tables": sorted(t for _, t in lander.landed),
-            "seconds": round(time.time() - t0, 3), "registered": registered, "checkpoint": checkpoint}
+    return {
+        "events": lander.events,
+        "tables": sorted(t for _, t in lander.landed),
+        "seconds": round(time.time() - t0, 3),
+        "registered": registered,
+        "checkpoint": checkpoint,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -278,8 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="land only this source_id (default: every source in the changelog)")
     p.add_argument("--mirrors", help="root of the mirror tables (default <lake>/mirrors)")
     p.add_argument("--checkpoint", help="streaming checkpoint (default <mirrors>/_checkpoints/<source|_all>)")
-    p.add_argument("--max-files-per-batch", type=int, default=1000,
-                   help="changelog files per micro-batch (one capture flush is one file)")
+    p.add_argument(
+        "--max-files-per-batch",
+        type=int,
+        default=1000,
+        help="changelog files per micro-batch (one capture flush is one file)",
+    )
     p.add_argument("--no-register", action="store_true", help="do not register the mirrors in the catalog")
     p.add_argument("--master", help="Spark master when run without spark-submit (default local[2])")
     return p
@@ -289,9 +344,17 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
     args = build_parser().parse_args(argv)
     spark = get_session("dblog-land-changelog", master=args.master)
     try:
-        stats = land(spark, args.lake, args.source, args.mirrors, args.checkpoint,
-                     args.max_files_per_batch, not args.no_register, log=lambda m: print(m, flush=True),
-                     lander_class=lander_class)
+        stats = land(
+            spark,
+            args.lake,
+            args.source,
+            args.mirrors,
+            args.checkpoint,
+            args.max_files_per_batch,
+            not args.no_register,
+            log=lambda m: print(m, flush=True),
+            lander_class=lander_class,
+        )
     except mt.IncompatibleSchemaChange as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

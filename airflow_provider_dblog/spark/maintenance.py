@@ -17,6 +17,7 @@
 * Optional ``VACUUM`` of unreferenced files (off by default: time travel and readers of old
   snapshots need them; set ``--vacuum-retain-hours``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,15 @@ from airflow_provider_dblog.spark.land_changelog import list_mirrors
 from airflow_provider_dblog.spark.session import get_session
 
 
-def maintain(spark, lake: str, mirrors: Optional[str] = None, tombstone_horizon_hours: float = 168,
-             vacuum_retain_hours: Optional[float] = None, compact_changelog: bool = True, log=print) -> dict:
+def maintain(
+    spark,
+    lake: str,
+    mirrors: Optional[str] = None,
+    tombstone_horizon_hours: float = 168,
+    vacuum_retain_hours: Optional[float] = None,
+    compact_changelog: bool = True,
+    log=print,
+) -> dict:
     from delta.tables import DeltaTable
 
     lake = lake.rstrip("/")
@@ -39,7 +47,9 @@ def maintain(spark, lake: str, mirrors: Optional[str] = None, tombstone_horizon_
     for path in tables:
         dt = DeltaTable.forPath(spark, path)
         before = dt.toDF().where("_deleted").count()
-        dt.delete(f"_deleted AND _landed_at < current_timestamp() - INTERVAL {float(tombstone_horizon_hours) * 3600} SECONDS")
+        dt.delete(
+            f"_deleted AND _landed_at < current_timestamp() - INTERVAL {float(tombstone_horizon_hours) * 3600} SECONDS"
+        )
         removed = before - DeltaTable.forPath(spark, path).toDF().where("_deleted").count()
         report["tombstones_removed"][path] = removed
         if removed:
@@ -49,8 +59,10 @@ def maintain(spark, lake: str, mirrors: Optional[str] = None, tombstone_horizon_
         m = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
         metrics = m.metrics if m is not None else None
         report["compacted"].append(path)
-        log(f"{path}: compacted ({metrics.numFilesRemoved if metrics else 0} files -> "
-            f"{metrics.numFilesAdded if metrics else 0})")
+        log(
+            f"{path}: compacted ({metrics.numFilesRemoved if metrics else 0} files -> "
+            f"{metrics.numFilesAdded if metrics else 0})"
+        )
     if vacuum_retain_hours is not None:
         if vacuum_retain_hours < 168:
             # Delta refuses a short retention unless told: it can break running readers.
@@ -71,8 +83,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--master")
     args = p.parse_args(argv)
     spark = get_session("dblog-maintenance", master=args.master)
-    report = maintain(spark, args.lake, args.mirrors, args.tombstone_horizon_hours, args.vacuum_retain_hours,
-                      not args.skip_changelog, log=lambda m: print(m, flush=True))
+    report = maintain(
+        spark,
+        args.lake,
+        args.mirrors,
+        args.tombstone_horizon_hours,
+        args.vacuum_retain_hours,
+        not args.skip_changelog,
+        log=lambda m: print(m, flush=True),
+    )
     print(json.dumps(report), flush=True)
     return 0
 

@@ -26,6 +26,7 @@ PostgreSQL's format_type() always spells out "timestamp without time zone", so a
 "timestamp" can only be MySQL's (UTC) TIMESTAMP. Values Spark cannot hold (PostgreSQL
 'infinity' dates and timestamps, years beyond 9999) become NULL.
 """
+
 from __future__ import annotations
 
 import re
@@ -151,21 +152,31 @@ def data_columns(table: str, mirror: str, schemas: list[TableSchema]) -> dict[st
             prev = out.get(c.name)
             if prev is not None and mirror_type(prev) != mirror_type(c.type):
                 raise IncompatibleSchemaChange(
-                    mirror, table, c.name,
+                    mirror,
+                    table,
+                    c.name,
                     f"type {prev} ({mirror_type(prev).simpleString()}) became {c.type} "
-                    f"({mirror_type(c.type).simpleString()})")
+                    f"({mirror_type(c.type).simpleString()})",
+                )
             out[c.name] = c.type
     return out
 
 
-def check_evolution(mirror: str, table: str, existing: T.StructType, wanted: dict[str, str],
-                    key: tuple[str, ...], existing_key: Optional[list[str]]) -> list[T.StructField]:
+def check_evolution(
+    mirror: str,
+    table: str,
+    existing: T.StructType,
+    wanted: dict[str, str],
+    key: tuple[str, ...],
+    existing_key: Optional[list[str]],
+) -> list[T.StructField]:
     """The nullable columns to add to an existing mirror; raises on anything else.
 
     Columns the source dropped stay in the mirror (NULL in rows landed afterwards)."""
     if existing_key is not None and list(key) != list(existing_key):
-        raise IncompatibleSchemaChange(mirror, table, ",".join(key),
-                                       f"the primary key changed from {existing_key} to {list(key)}")
+        raise IncompatibleSchemaChange(
+            mirror, table, ",".join(key), f"the primary key changed from {existing_key} to {list(key)}"
+        )
     have = {f.name.lower(): f for f in existing.fields}
     add = []
     for name, type_name in wanted.items():
@@ -175,7 +186,10 @@ def check_evolution(mirror: str, table: str, existing: T.StructType, wanted: dic
             add.append(T.StructField(name, mt, True))
         elif f.dataType != mt:
             raise IncompatibleSchemaChange(
-                mirror, table, name,
+                mirror,
+                table,
+                name,
                 f"the mirror column is {f.dataType.simpleString()} but the source type is now "
-                f"{type_name} ({mt.simpleString()})")
+                f"{type_name} ({mt.simpleString()})",
+            )
     return add

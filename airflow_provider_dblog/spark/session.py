@@ -6,6 +6,7 @@ Delta confs (docs/landing.md); the job then only adds what it needs at run time.
 (``DBLOG_SPARK_JARS``: a comma-separated jar list), so no Maven/Ivy resolution happens at run
 time; without that variable the session falls back to ``spark.jars.packages``.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,9 @@ LOCAL_CONF = {
 }
 
 
-def get_session(app_name: str = "dblog", master: Optional[str] = None, jars: Optional[str] = None,
-                extra_conf: Optional[dict] = None):
+def get_session(
+    app_name: str = "dblog", master: Optional[str] = None, jars: Optional[str] = None, extra_conf: Optional[dict] = None
+):
     """The active session if there is one, else a new one with Delta.
 
     ``master``: e.g. ``local[2]``; None keeps what spark-submit set (or ``local[2]`` when

@@ -7,6 +7,7 @@ mangled bytes or JSON) shows up as a mismatch, not only a missing row.
 
     python -m airflow_provider_dblog.spark.verify_mirror --config dblog.toml --lake /data/lake
 """
+
 from __future__ import annotations
 
 import argparse

@@ -14,6 +14,7 @@ ZooKeeper (under ``sources/<source>/leader`` of the store's chroot, docs/state.m
 Local: ``fcntl.flock`` on ``<state file>.leader-<source>.lock`` (released by the kernel when
 the process dies, however it dies), the epoch counter in the store's value table.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -49,8 +50,9 @@ def lease_lost(source_id: str, epoch: Optional[int], why: str) -> StaleEpochErro
 class ZooKeeperLease:
     """``LeaderLease`` on the session of a ``ZooKeeperStateStore``."""
 
-    def __init__(self, store: Any, source_id: str, identity: Optional[str] = None,
-                 suspend_limit: Optional[float] = None):
+    def __init__(
+        self, store: Any, source_id: str, identity: Optional[str] = None, suspend_limit: Optional[float] = None
+    ):
         from ..state.zookeeper import encode_name
 
         self.client = store.client
@@ -81,8 +83,9 @@ class ZooKeeperLease:
             self._suspended.clear()
 
     # -- acquiring -----------------------------------------------------------------------
-    def acquire(self, stop: threading.Event,
-                on_standby: Optional[Callable[[Optional[dict]], None]] = None) -> Optional[int]:
+    def acquire(
+        self, stop: threading.Event, on_standby: Optional[Callable[[Optional[dict]], None]] = None
+    ) -> Optional[int]:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         c = self.client
@@ -100,8 +103,9 @@ class ZooKeeperLease:
             if self._node is None or self._session != session:
                 self._lost.clear()
                 self._session = session
-                self._node = c.retry(c.create, self.contenders + "/n_", self.identity.encode(),
-                                     ephemeral=True, sequence=True)
+                self._node = c.retry(
+                    c.create, self.contenders + "/n_", self.identity.encode(), ephemeral=True, sequence=True
+                )
             mine = self._node.rsplit("/", 1)[1]
             children = sorted(c.retry(c.get_children, self.contenders))
             if mine not in children:
@@ -137,8 +141,13 @@ class ZooKeeperLease:
 
     # -- holding -------------------------------------------------------------------------
     def held(self) -> bool:
-        return (self.epoch is not None and not self._lost.is_set() and not self._suspended.is_set()
-                and self.client.client_id is not None and self.client.client_id[0] == self._session)
+        return (
+            self.epoch is not None
+            and not self._lost.is_set()
+            and not self._suspended.is_set()
+            and self.client.client_id is not None
+            and self.client.client_id[0] == self._session
+        )
 
     def check(self) -> None:
         from kazoo.exceptions import ConnectionLoss, SessionExpiredError
@@ -159,8 +168,9 @@ class ZooKeeperLease:
                 continue
             except (ConnectionLoss, timeout_exc):
                 if time.monotonic() > deadline:
-                    raise lease_lost(self.source_id, self.epoch,
-                                     f"no contact with ZooKeeper for {self.suspend_limit:.0f} s") from None
+                    raise lease_lost(
+                        self.source_id, self.epoch, f"no contact with ZooKeeper for {self.suspend_limit:.0f} s"
+                    ) from None
                 time.sleep(0.1)
                 continue
             if stat is None or stat.ephemeralOwner != self._session:
@@ -185,8 +195,12 @@ class ZooKeeperLease:
             return None
         # `epoch` is the newest acquisition; a holder that has not taken its epoch yet shows
         # its predecessor's until it does (a moment).
-        return {"identity": first, "epoch": info.get("epoch"), "acquired_at": info.get("acquired_at"),
-                "standby": len(children) - 1}
+        return {
+            "identity": first,
+            "epoch": info.get("epoch"),
+            "acquired_at": info.get("acquired_at"),
+            "standby": len(children) - 1,
+        }
 
     def release(self) -> None:
         from kazoo.exceptions import KazooException
@@ -211,8 +225,9 @@ class LocalLease:
         self._fd: Optional[int] = None
         self._key = f"leader/{source_id}"
 
-    def acquire(self, stop: threading.Event,
-                on_standby: Optional[Callable[[Optional[dict]], None]] = None) -> Optional[int]:
+    def acquire(
+        self, stop: threading.Event, on_standby: Optional[Callable[[Optional[dict]], None]] = None
+    ) -> Optional[int]:
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         announced = False
         while not stop.is_set():
@@ -228,8 +243,9 @@ class LocalLease:
             # Under the lock nobody else writes the counter: read, increment, store.
             old = json.loads(self.store.get_value(self._key) or "{}")
             self.epoch = int(old.get("epoch", 0)) + 1
-            self.store.put_value(self._key, json.dumps(
-                {"epoch": self.epoch, "identity": self.identity, "acquired_at": time.time()}))
+            self.store.put_value(
+                self._key, json.dumps({"epoch": self.epoch, "identity": self.identity, "acquired_at": time.time()})
+            )
             return self.epoch
         os.close(fd)
         return None

@@ -3,6 +3,7 @@
 SQLite in WAL mode lets ``dblog status`` read while the capture writes, and every write is
 its own transaction, so a kill -9 leaves either the old or the new value, never a torn one.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,9 +80,7 @@ class LocalStateStore:
                     "INSERT INTO dumps VALUES (?,?,?,?)",
                     (spec.dump_id, spec.source_id, spec.to_json(), spec.created_at),
                 )
-                self._db.execute(
-                    "INSERT INTO dump_control VALUES (?,?)", (spec.dump_id, _control_json(control))
-                )
+                self._db.execute("INSERT INTO dump_control VALUES (?,?)", (spec.dump_id, _control_json(control)))
                 self._db.execute(
                     "INSERT INTO dump_status VALUES (?,?,?,?)",
                     (spec.dump_id, DumpStatus.PENDING.value, None, time.time()),
@@ -142,9 +141,7 @@ class LocalStateStore:
 
     # -- small values ------------------------------------------------------------------
     def put_value(self, key: str, value: str) -> None:
-        self._exec(
-            "INSERT INTO kv VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value)
-        )
+        self._exec("INSERT INTO kv VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
 
     def get_value(self, key: str) -> Optional[str]:
         rows = self._exec("SELECT value FROM kv WHERE key=?", (key,))

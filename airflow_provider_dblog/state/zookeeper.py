@@ -17,6 +17,7 @@ because a znode name may not contain ``/`` and may not be ``.`` or ``..``::
 Spec, control, status and progress are separate znodes because they have separate writers
 (core/dumps.py): a user's pause never overwrites the engine's progress and vice versa.
 """
+
 from __future__ import annotations
 
 import json
@@ -220,7 +221,11 @@ class ZooKeeperStateStore:
 
         def fetch() -> Optional[Dump]:
             c = self.client
-            spec_a, control_a, status_a = c.get_async(base), c.get_async(base + "/control"), c.get_async(base + "/status")
+            spec_a, control_a, status_a = (
+                c.get_async(base),
+                c.get_async(base + "/control"),
+                c.get_async(base + "/status"),
+            )
             tables_a = c.get_children_async(base + "/progress")
             try:
                 spec = DumpSpec.from_json(spec_a.get()[0].decode())

@@ -11,6 +11,7 @@ Secrets: the config file (private, mode 0600, deleted when the child exits) hold
 the child gets it in its environment under ``password_env``; it is never in argv or the trigger
 kwargs (which Airflow stores in its database).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -83,8 +84,12 @@ class CaptureTrigger(BaseTrigger):
 
     def hook(self) -> DBLogHook:
         return DBLogHook(
-            self.source_conn_id, self.state_conn_id, state=self.state, output=self.output,
-            output_conn_id=self.output_conn_id, source_id=self.source_id,
+            self.source_conn_id,
+            self.state_conn_id,
+            state=self.state,
+            output=self.output,
+            output_conn_id=self.output_conn_id,
+            source_id=self.source_id,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -98,14 +103,29 @@ class CaptureTrigger(BaseTrigger):
         self._config_path = write_private_config(config)
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                self.python or sys.executable, "-m", "airflow_provider_dblog.cli", "--config", self._config_path,
-                "capture", "--max-seconds", str(self.session_seconds), "--status-interval", str(self.status_interval),
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+                self.python or sys.executable,
+                "-m",
+                "airflow_provider_dblog.cli",
+                "--config",
+                self._config_path,
+                "capture",
+                "--max-seconds",
+                str(self.session_seconds),
+                "--status-interval",
+                str(self.status_interval),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
                 # own process group: a Ctrl-C aimed at the triggerer does not skip our SIGTERM path
                 start_new_session=True,
             )
-            self.log.info("capture session %d of source %s: pid %d for %.0f s",
-                          self.session, config["source"]["id"], self._proc.pid, self.session_seconds)
+            self.log.info(
+                "capture session %d of source %s: pid %d for %.0f s",
+                self.session,
+                config["source"]["id"],
+                self._proc.pid,
+                self.session_seconds,
+            )
             last_status: list[str] = []
             await asyncio.gather(
                 self._pump(self._proc.stdout, last_status, None),
@@ -115,10 +135,14 @@ class CaptureTrigger(BaseTrigger):
         finally:
             self._remove_config()
         if rc == 0:
-            yield TriggerEvent({
-                "status": "session_end", "session": self.session, "source_id": config["source"]["id"],
-                "last_status": last_status[-1] if last_status else None,
-            })
+            yield TriggerEvent(
+                {
+                    "status": "session_end",
+                    "session": self.session,
+                    "source_id": config["source"]["id"],
+                    "last_status": last_status[-1] if last_status else None,
+                }
+            )
         else:
             message = "\n".join(stderr_tail) or f"the capture process exited with code {rc}"
             yield TriggerEvent({"status": "error", "session": self.session, "returncode": rc, "message": message})
@@ -156,7 +180,9 @@ class CaptureTrigger(BaseTrigger):
                 try:
                     await asyncio.wait_for(proc.wait(), STOP_GRACE_SECONDS)
                 except asyncio.TimeoutError:
-                    self.log.warning("capture pid %d ignored SIGTERM for %.0f s: killing it", proc.pid, STOP_GRACE_SECONDS)
+                    self.log.warning(
+                        "capture pid %d ignored SIGTERM for %.0f s: killing it", proc.pid, STOP_GRACE_SECONDS
+                    )
                     proc.kill()
                     await proc.wait()
         except ProcessLookupError:

@@ -4,6 +4,7 @@ The dump itself runs inside the capture (DESIGN: a dump never runs outside it); 
 only polls the state store. The store clients block (SQLite, kazoo), so every poll runs in a
 worker thread via ``asyncio.to_thread`` — short calls, unlike the capture's decoding.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,12 @@ class DumpTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             "airflow_provider_dblog.triggers.dump.DumpTrigger",
-            {"dump_id": self.dump_id, "state_conn_id": self.state_conn_id, "state": self.state,
-             "poll_interval": self.poll_interval},
+            {
+                "dump_id": self.dump_id,
+                "state_conn_id": self.state_conn_id,
+                "state": self.state,
+                "poll_interval": self.poll_interval,
+            },
         )
 
     def hook(self) -> DBLogHook:

@@ -3,6 +3,7 @@
 A store's test module imports ``StateStoreContract`` and provides a ``store`` fixture plus a
 ``reopen`` fixture (a second handle on the same state, as another process would have).
 """
+
 import threading
 
 import pytest

@@ -10,6 +10,7 @@ scripts/airflow_stack.py, its settings docker/airflow.env (shared with docker/co
 3. The triggerer is stopped while the capture runs, rows are written, the triggerer starts
    again: the capture resumes and every written row arrives (nothing lost across the gap).
 """
+
 from __future__ import annotations
 
 import random
@@ -36,8 +37,13 @@ REPAIR_KEYS = 100
 @pytest.fixture(scope="module")
 def metadata_db():
     """A fresh Airflow metadata database in the services' PostgreSQL, dropped afterwards."""
-    with metadata_database(env("DBLOG_PG_HOST"), int(env("DBLOG_PG_PORT")), env("DBLOG_PG_SUPERUSER"),
-                           env("DBLOG_PG_SUPERUSER_PASSWORD"), prefix="airflow_e2e") as url:
+    with metadata_database(
+        env("DBLOG_PG_HOST"),
+        int(env("DBLOG_PG_PORT")),
+        env("DBLOG_PG_SUPERUSER"),
+        env("DBLOG_PG_SUPERUSER_PASSWORD"),
+        prefix="airflow_e2e",
+    ) as url:
         yield url
 
 
@@ -70,10 +76,18 @@ def stack(tmp_path_factory, metadata_db):
     source_id = f"e2e_{uuid.uuid4().hex[:8]}"
     lake = f"delta://{tmp_path / 'lake'}"
     dag_settings = dag_env(
-        source_conn={"conn_type": "mysql", "host": db.host, "port": db.port, "login": db.user,
-                     "password": db.password, "extra": {"source_id": source_id, "tables": db.tables()}},
+        source_conn={
+            "conn_type": "mysql",
+            "host": db.host,
+            "port": db.port,
+            "login": db.user,
+            "password": db.password,
+            "extra": {"source_id": source_id, "tables": db.tables()},
+        },
         state_conn={"conn_type": "dblog_state", "host": str(tmp_path / "state.db")},
-        changelog=lake, repair_tables=db.tables())
+        changelog=lake,
+        repair_tables=db.tables(),
+    )
     af = Airflow(tmp_path / "airflow", metadata_db, dag_settings)
     try:
         af.migrate()
@@ -90,8 +104,9 @@ def stack(tmp_path_factory, metadata_db):
             insert_accounts(db, [next(probe)])
             return any(k[0] > 900000 for k in changelog_keys(lake, source_id, st.accounts, "c"))
 
-        wait_for(a_probe_row_arrived, 120, "the capture to write a row", alive=af.assert_alive,
-                 detail=af.tails, interval=1)
+        wait_for(
+            a_probe_row_arrived, 120, "the capture to write a row", alive=af.assert_alive, detail=af.tails, interval=1
+        )
         yield st
     finally:
         af.stop()  # every component, also when a test or the set-up failed
@@ -109,13 +124,25 @@ def test_airflow_end_to_end(stack, capsys):
     t0 = time.monotonic()
     run_id = af.trigger("dblog_repair_dump", conf)
     wanted = {(k,) for k in keys}
-    wait_for(lambda: wanted <= changelog_keys(lake, source_id, accounts, "r"), 120,
-             "the repair dump's rows in the changelog", alive=af.assert_alive, detail=af.tails, interval=0.1)
+    wait_for(
+        lambda: wanted <= changelog_keys(lake, source_id, accounts, "r"),
+        120,
+        "the repair dump's rows in the changelog",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.1,
+    )
     elapsed = time.monotonic() - t0
     with capsys.disabled():
         print(f"\n[e2e] REST trigger -> {REPAIR_KEYS} keys durable in the changelog: {elapsed:.2f} s")
-    wait_for(lambda: af.run_state("dblog_repair_dump", run_id) in ("success", "failed"), 120,
-             "the repair run to finish", alive=af.assert_alive, detail=af.tails, interval=0.5)
+    wait_for(
+        lambda: af.run_state("dblog_repair_dump", run_id) in ("success", "failed"),
+        120,
+        "the repair run to finish",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.5,
+    )
     assert af.run_state("dblog_repair_dump", run_id) == "success", af.tails()
     dumped = changelog_keys(lake, source_id, accounts, "r")
     assert dumped == wanted  # exactly the requested keys, no other rows of the table
@@ -127,20 +154,40 @@ def test_airflow_end_to_end(stack, capsys):
     assert not any(pid_alive(p) for p in first), "the capture child outlived the triggerer"
     insert_accounts(db, range(910001, 910011))  # written while no capture runs
     af.procs["triggerer"].start()
-    wait_for(lambda: len(af.capture_pids()) == 2, 60, "the trigger to start a new capture child",
-             alive=af.assert_alive, detail=af.tails, interval=0.5)
+    wait_for(
+        lambda: len(af.capture_pids()) == 2,
+        60,
+        "the trigger to start a new capture child",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.5,
+    )
     insert_accounts(db, range(920001, 920011))  # written after the restart
     expected = {(i,) for i in [*range(910001, 910011), *range(920001, 920011)]}
-    wait_for(lambda: expected <= changelog_keys(lake, source_id, accounts, "c"), 120,
-             "the resumed capture to write the rows", alive=af.assert_alive, detail=af.tails, interval=0.5)
+    wait_for(
+        lambda: expected <= changelog_keys(lake, source_id, accounts, "c"),
+        120,
+        "the resumed capture to write the rows",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.5,
+    )
     assert af.task_state("dblog_capture", "capture") == "deferred"  # still the same long-lived task
 
 
 # -- the Trigger form in a real browser -----------------------------------------------------
 SCREENSHOT = REPO / "docs" / "img" / "airflow-repair-form.png"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1400,1100"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1100",
+]
 
 
 @pytest.fixture
@@ -153,7 +200,9 @@ def browser(tmp_path):
     opts.binary_location = out.stdout.strip()
     for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"]:
         opts.add_argument(flag)
-    service = webdriver.ChromeService(executable_path="/usr/bin/chromedriver", log_output=str(tmp_path / "chromedriver.log"))
+    service = webdriver.ChromeService(
+        executable_path="/usr/bin/chromedriver", log_output=str(tmp_path / "chromedriver.log")
+    )
     driver = webdriver.Chrome(options=opts, service=service)
     driver.set_page_load_timeout(60)
     try:
@@ -191,8 +240,9 @@ def test_trigger_form_in_chromium(stack, browser):
         combo.click()
         combo.send_keys(Keys.CONTROL, "a")
         combo.send_keys(name)
-        option = wait.until(lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]")
-                                       if o.text.strip() == name])
+        option = wait.until(
+            lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text.strip() == name]
+        )
         option[0].click()
 
     pick(f"{stack.db.ns}.notes")  # away from the default (the first table) and back: the select works
@@ -215,7 +265,13 @@ def test_trigger_form_in_chromium(stack, browser):
     (run,) = new_run()
     assert run["conf"]["table"] == table and run["conf"]["chunk_size"] == 2, run["conf"]
     assert run["conf"]["keys"].split() == ["101", "102", "103"]
-    wait_for(lambda: af.run_state("dblog_repair_dump", run["dag_run_id"]) in ("success", "failed"), 120,
-             "the form's run to finish", alive=af.assert_alive, detail=af.tails, interval=0.5)
+    wait_for(
+        lambda: af.run_state("dblog_repair_dump", run["dag_run_id"]) in ("success", "failed"),
+        120,
+        "the form's run to finish",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.5,
+    )
     assert af.run_state("dblog_repair_dump", run["dag_run_id"]) == "success", af.tails()
     assert {(101,), (102,), (103,)} <= changelog_keys(stack.lake, stack.source_id, table, "r")

@@ -5,6 +5,7 @@ appended directly, without the capture's bookkeeping, so that a test can place e
 capture would never write in that order (a late, older repair dump row; a replayed batch).
 Expected mirrors come from core/verify.replay: the changelog's public replay rule.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,12 @@ REPO = Path(__file__).resolve().parents[2]
 def spark_jars() -> str:
     """The cached Delta jars (scripts/spark-jars resolves them through Maven once)."""
     if not os.environ.get("DBLOG_SPARK_JARS"):
-        out = subprocess.run([str(REPO / "scripts" / "spark-jars")], capture_output=True, text=True,
-                             env={**os.environ, "PY": sys.executable})
+        out = subprocess.run(
+            [str(REPO / "scripts" / "spark-jars")],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PY": sys.executable},
+        )
         if out.returncode != 0:
             pytest.fail(f"scripts/spark-jars failed:\n{out.stderr}")
         os.environ["DBLOG_SPARK_JARS"] = out.stdout.strip()
@@ -70,13 +75,23 @@ class Changelog:
             coord = self.n
         return Position(f"{coord:016X}{0:010d}", sub)
 
-    def ev(self, schema: TableSchema, op: str, row: dict | None = None, key=None, position=None,
-           origin: str = "log") -> ChangeEvent:
+    def ev(
+        self, schema: TableSchema, op: str, row: dict | None = None, key=None, position=None, origin: str = "log"
+    ) -> ChangeEvent:
         key = tuple(key) if key is not None else schema.key_of(row)
-        return ChangeEvent(self.source_id, schema.table, Op(op), key, None, None if op == "d" else row,
-                           position or self.pos(), commit_ts=1_700_000_000_000_000 + self.n,
-                           origin=Origin(origin), dump_id="d-1" if origin == "dump" else None,
-                           schema_id=schema.schema_id())
+        return ChangeEvent(
+            self.source_id,
+            schema.table,
+            Op(op),
+            key,
+            None,
+            None if op == "d" else row,
+            position or self.pos(),
+            commit_ts=1_700_000_000_000_000 + self.n,
+            origin=Origin(origin),
+            dump_id="d-1" if origin == "dump" else None,
+            schema_id=schema.schema_id(),
+        )
 
     def append(self, *events: ChangeEvent) -> None:
         deltalake.write_deltalake(str(self.root / "changelog"), changelog_batch(list(events), None), mode="append")
@@ -108,29 +123,82 @@ def version(spark, path: str) -> int:
     return DeltaTable.forPath(spark, path).history(1).first()["version"]
 
 
-PG_TYPES = [("id", "bigint"), ("i2", "smallint"), ("i4", "integer"), ("d", "numeric(12,2)"),
-            ("big", "numeric"), ("f", "double precision"), ("r", "real"), ("t", "text"),
-            ("vc", "character varying(20)"), ("b", "bytea"), ("bo", "boolean"), ("dt", "date"),
-            ("ts", "timestamp(6) without time zone"), ("tz", "timestamp with time zone"),
-            ("j", "jsonb"), ("u", "uuid"), ("arr", "integer[]")]
-MY_TYPES = [("id", "int unsigned"), ("ti", "tinyint(1)"), ("bu", "bigint unsigned"), ("d", "decimal(10,3)"),
-            ("f", "float"), ("t", "varchar(10)"), ("b", "varbinary(8)"), ("dt", "date"), ("ts", "datetime(6)"),
-            ("tz", "timestamp(6)"), ("j", "json"), ("e", "enum('a','b')"), ("y", "year")]
+PG_TYPES = [
+    ("id", "bigint"),
+    ("i2", "smallint"),
+    ("i4", "integer"),
+    ("d", "numeric(12,2)"),
+    ("big", "numeric"),
+    ("f", "double precision"),
+    ("r", "real"),
+    ("t", "text"),
+    ("vc", "character varying(20)"),
+    ("b", "bytea"),
+    ("bo", "boolean"),
+    ("dt", "date"),
+    ("ts", "timestamp(6) without time zone"),
+    ("tz", "timestamp with time zone"),
+    ("j", "jsonb"),
+    ("u", "uuid"),
+    ("arr", "integer[]"),
+]
+MY_TYPES = [
+    ("id", "int unsigned"),
+    ("ti", "tinyint(1)"),
+    ("bu", "bigint unsigned"),
+    ("d", "decimal(10,3)"),
+    ("f", "float"),
+    ("t", "varchar(10)"),
+    ("b", "varbinary(8)"),
+    ("dt", "date"),
+    ("ts", "datetime(6)"),
+    ("tz", "timestamp(6)"),
+    ("j", "json"),
+    ("e", "enum('a','b')"),
+    ("y", "year"),
+]
 
 
 def pg_row(i: int, **over) -> dict:
-    row = {"id": i, "i2": -i, "i4": 100000 + i, "d": f"{i}.{i % 100:02d}", "big": "123456789012345678901234567890.5",
-           "f": 1.5 + i, "r": 0.1, "t": "Zoë \"quoted\" ✓", "vc": None, "b": {"$b64": "AAH/"}, "bo": i % 2 == 0,
-           "dt": "2024-02-29", "ts": "2024-02-29T23:59:59.500000", "tz": "1999-12-31T23:00:00+00:00",
-           "j": {"k": [1, "x", None], "s": "a"}, "u": str(uuid.UUID(int=i)), "arr": "{1,2}"}
+    row = {
+        "id": i,
+        "i2": -i,
+        "i4": 100000 + i,
+        "d": f"{i}.{i % 100:02d}",
+        "big": "123456789012345678901234567890.5",
+        "f": 1.5 + i,
+        "r": 0.1,
+        "t": 'Zoë "quoted" ✓',
+        "vc": None,
+        "b": {"$b64": "AAH/"},
+        "bo": i % 2 == 0,
+        "dt": "2024-02-29",
+        "ts": "2024-02-29T23:59:59.500000",
+        "tz": "1999-12-31T23:00:00+00:00",
+        "j": {"k": [1, "x", None], "s": "a"},
+        "u": str(uuid.UUID(int=i)),
+        "arr": "{1,2}",
+    }
     row.update(over)
     return row
 
 
 def my_row(i: int, **over) -> dict:
-    row = {"id": i, "ti": 2, "bu": 18446744073709551615, "d": "-0.500", "f": 1.25, "t": "çé",
-           "b": {"$b64": "AA=="}, "dt": "2000-01-01", "ts": "2024-05-06T07:08:09.123456",
-           "tz": "2024-05-06T07:08:09+00:00", "j": "just a string", "e": "b", "y": 2024}
+    row = {
+        "id": i,
+        "ti": 2,
+        "bu": 18446744073709551615,
+        "d": "-0.500",
+        "f": 1.25,
+        "t": "çé",
+        "b": {"$b64": "AA=="},
+        "dt": "2000-01-01",
+        "ts": "2024-05-06T07:08:09.123456",
+        "tz": "2024-05-06T07:08:09+00:00",
+        "j": "just a string",
+        "e": "b",
+        "y": 2024,
+    }
     row.update(over)
     return row
 
@@ -140,13 +208,16 @@ def test_typed_mirrors_follow_the_replay_rule(spark, tmp_path):
     log = Changelog(tmp_path, src)
     pg = log.schema("shop.items", PG_TYPES)
     my = log.schema("db.things", MY_TYPES)
-    log.append(*[log.ev(pg, "r", pg_row(i), origin="dump") for i in range(1, 6)],
-               *[log.ev(my, "c", my_row(i)) for i in range(1, 4)])
+    log.append(
+        *[log.ev(pg, "r", pg_row(i), origin="dump") for i in range(1, 6)],
+        *[log.ev(my, "c", my_row(i)) for i in range(1, 4)],
+    )
     log.append(
         log.ev(pg, "u", pg_row(2, t="updated", d="-7.05", j=[1, 2], bo=None)),
         log.ev(pg, "d", key=[3]),
         # a primary-key update arrives as delete + create
-        log.ev(pg, "d", key=[4]), log.ev(pg, "c", pg_row(40, t="was 4")),
+        log.ev(pg, "d", key=[4]),
+        log.ev(pg, "c", pg_row(40, t="was 4")),
         log.ev(my, "u", my_row(1, j={"nested": {"x": 1.5}}, tz=None)),
         log.ev(my, "d", key=[2]),
         log.ev(pg, "c", pg_row(3, t="back again")),  # re-insert after a delete
@@ -163,8 +234,10 @@ def test_typed_mirrors_follow_the_replay_rule(spark, tmp_path):
     assert types["ts"] == "timestamp_ntz" and types["tz"] == "timestamp" and types["b"] == "binary"
     assert types["dt"] == "date" and types["bo"] == "boolean" and types["j"] == "string" and types["r"] == "double"
     assert {"_position", "_op", "_commit_ts", "_origin", "_landed_at", "_deleted", "_key"} <= set(types)
-    my_types = {f.name: f.dataType.simpleString()
-                for f in spark.read.format("delta").load(mirror(tmp_path, src, "db.things")).schema.fields}
+    my_types = {
+        f.name: f.dataType.simpleString()
+        for f in spark.read.format("delta").load(mirror(tmp_path, src, "db.things")).schema.fields
+    }
     assert my_types["bu"] == "decimal(20,0)" and my_types["ti"] == "tinyint" and my_types["id"] == "bigint"
 
     # The deleted key 4 is a tombstone with its typed key, hidden by the current view.
@@ -211,24 +284,30 @@ def test_mirror_never_moves_back_in_time(spark, tmp_path):
     src = "mono_" + uuid.uuid4().hex[:6]
     log = Changelog(tmp_path, src)
     s = log.schema("s.acc", [("id", "bigint"), ("bal", "numeric(10,2)")])
-    log.append(log.ev(s, "c", {"id": 1, "bal": "1.00"}, position=log.pos(10)),
-               log.ev(s, "c", {"id": 2, "bal": "2.00"}, position=log.pos(10, 1)),
-               log.ev(s, "u", {"id": 1, "bal": "5.00"}, position=log.pos(20)),
-               log.ev(s, "d", key=[2], position=log.pos(21)))
+    log.append(
+        log.ev(s, "c", {"id": 1, "bal": "1.00"}, position=log.pos(10)),
+        log.ev(s, "c", {"id": 2, "bal": "2.00"}, position=log.pos(10, 1)),
+        log.ev(s, "u", {"id": 1, "bal": "5.00"}, position=log.pos(20)),
+        log.ev(s, "d", key=[2], position=log.pos(21)),
+    )
     land(spark, tmp_path)
     # A repair dump whose rows are older than what the mirror holds arrives in a later commit
     # (its chunk's high watermark at 15 < 20, 21): neither the update nor the delete is undone.
-    log.append(log.ev(s, "r", {"id": 1, "bal": "1.00"}, position=log.pos(15, 1), origin="dump"),
-               log.ev(s, "r", {"id": 2, "bal": "2.00"}, position=log.pos(15, 2), origin="dump"),
-               log.ev(s, "r", {"id": 3, "bal": "3.00"}, position=log.pos(15, 3), origin="dump"))
+    log.append(
+        log.ev(s, "r", {"id": 1, "bal": "1.00"}, position=log.pos(15, 1), origin="dump"),
+        log.ev(s, "r", {"id": 2, "bal": "2.00"}, position=log.pos(15, 2), origin="dump"),
+        log.ev(s, "r", {"id": 3, "bal": "3.00"}, position=log.pos(15, 3), origin="dump"),
+    )
     land(spark, tmp_path)
     got = rows(spark, tmp_path, src, s)
     assert got == {(1,): {"id": 1, "bal": "5.00"}, (3,): {"id": 3, "bal": "3.00"}}
     assert got == log.expected("s.acc")
     # The same inside one batch: an older dump row after a newer update of the same key.
     s2 = log.schema("s.acc2", [("id", "bigint"), ("bal", "numeric(10,2)")])
-    log.append(log.ev(s2, "u", {"id": 7, "bal": "9.00"}, position=log.pos(40)),
-               log.ev(s2, "r", {"id": 7, "bal": "0.00"}, position=log.pos(30, 1), origin="dump"))
+    log.append(
+        log.ev(s2, "u", {"id": 7, "bal": "9.00"}, position=log.pos(40)),
+        log.ev(s2, "r", {"id": 7, "bal": "0.00"}, position=log.pos(30, 1), origin="dump"),
+    )
     land(spark, tmp_path)
     assert rows(spark, tmp_path, src, s2) == {(7,): {"id": 7, "bal": "9.00"}}
 
@@ -255,10 +334,14 @@ def test_schema_evolution_adds_columns_and_stops_on_a_type_change(spark, tmp_pat
     v1 = log.schema("s.orders", [("id", "integer"), ("amount", "numeric(12,3)")])
     log.append(*[log.ev(v1, "c", {"id": i, "amount": f"{i}.125"}) for i in range(3)])
     land(spark, tmp_path)
-    v2 = log.schema("s.orders", [("id", "integer"), ("amount", "numeric(12,3)"), ("note", "text"),
-                                 ("seen", "timestamp with time zone")])
-    log.append(log.ev(v2, "u", {"id": 1, "amount": "9.000", "note": "new", "seen": "2024-01-01T00:00:00+00:00"}),
-               log.ev(v2, "c", {"id": 5, "amount": "5.000", "note": None, "seen": None}))
+    v2 = log.schema(
+        "s.orders",
+        [("id", "integer"), ("amount", "numeric(12,3)"), ("note", "text"), ("seen", "timestamp with time zone")],
+    )
+    log.append(
+        log.ev(v2, "u", {"id": 1, "amount": "9.000", "note": "new", "seen": "2024-01-01T00:00:00+00:00"}),
+        log.ev(v2, "c", {"id": 5, "amount": "5.000", "note": None, "seen": None}),
+    )
     land(spark, tmp_path)
     path = mirror(tmp_path, src, "s.orders")
     cols = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(path).schema.fields}
@@ -272,8 +355,9 @@ def test_schema_evolution_adds_columns_and_stops_on_a_type_change(spark, tmp_pat
     assert "note" in spark.table(catalog_names(src, "s.orders")[2]).columns  # the view follows
 
     before = version(spark, path)
-    v3 = log.schema("s.orders", [("id", "integer"), ("amount", "text"), ("note", "text"),
-                                 ("seen", "timestamp with time zone")])
+    v3 = log.schema(
+        "s.orders", [("id", "integer"), ("amount", "text"), ("note", "text"), ("seen", "timestamp with time zone")]
+    )
     log.append(log.ev(v3, "u", {"id": 1, "amount": "lots", "note": "x", "seen": None}))
     with pytest.raises(Exception) as err:
         land(spark, tmp_path)
@@ -294,9 +378,13 @@ def test_killed_mid_job_then_landed_again(spark, tmp_path):
     out = tmp_path / "job.log"
     env = {**os.environ, "PYTHONPATH": str(REPO), "DBLOG_SPARK_JARS": spark_jars()}
     with open(out, "w") as f:  # the job, pausing 120 s between two tables' merges
-        job = subprocess.Popen([sys.executable, "-m", "tests.support.slow_landing", "--delay-s", "120", "--",
-                                "--lake", str(tmp_path)], stdout=f, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)
+        job = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.slow_landing", "--delay-s", "120", "--", "--lake", str(tmp_path)],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     try:
         end = time.time() + 180
         while "landed batch 0" not in out.read_text():
@@ -314,8 +402,7 @@ def test_killed_mid_job_then_landed_again(spark, tmp_path):
     assert stats["events"] == 3 * 41
     for s in schemas:
         assert rows(spark, tmp_path, src, s) == log.expected(s.table)
-    snap = {s.table: sorted(spark.read.format("delta").load(mirror(tmp_path, src, s.table)).collect())
-            for s in schemas}
+    snap = {s.table: sorted(spark.read.format("delta").load(mirror(tmp_path, src, s.table)).collect()) for s in schemas}
     assert land(spark, tmp_path)["events"] == 0
     for s in schemas:
         assert sorted(spark.read.format("delta").load(mirror(tmp_path, src, s.table)).collect()) == snap[s.table]

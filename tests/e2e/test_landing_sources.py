@@ -6,6 +6,7 @@ while the capture is still running, then again after a column was added at the s
 time every mirror must equal its source table row for row, typed columns compared
 (spark/verify_mirror.py turns the mirror's typed values back into canonical values).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -25,17 +26,38 @@ pytestmark = pytest.mark.integration
 
 TYPED_DDL = {
     "postgres": "CREATE TABLE {ns}.typed (id int PRIMARY KEY, b bytea, d date, s smallint, f double precision, "
-                "r real, ts timestamptz, big numeric, flag boolean)",
+    "r real, ts timestamptz, big numeric, flag boolean)",
     "mysql": "CREATE TABLE {ns}.typed (id int unsigned PRIMARY KEY, b varbinary(16), d date, ti tinyint(1), "
-             "f double, bu bigint unsigned, tz timestamp(6) NULL, e enum('x','y'))",
+    "f double, bu bigint unsigned, tz timestamp(6) NULL, e enum('x','y'))",
 }
 TYPED_ROWS = {
-    "postgres": ("INSERT INTO {ns}.typed VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                 lambda i: (i, bytes([0, i, 255]), f"20{i % 30:02d}-02-28", -i, i / 3, 0.25, "2024-03-01 10:00:00.5+02",
-                            "12345678901234567890.123", i % 2 == 0)),
-    "mysql": ("INSERT INTO {ns}.typed VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-              lambda i: (i, bytes([0, i, 255]), f"20{i % 30:02d}-02-28", i % 3, i / 3, 2**64 - i,
-                         "2024-03-01 10:00:00.500000", "y")),
+    "postgres": (
+        "INSERT INTO {ns}.typed VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        lambda i: (
+            i,
+            bytes([0, i, 255]),
+            f"20{i % 30:02d}-02-28",
+            -i,
+            i / 3,
+            0.25,
+            "2024-03-01 10:00:00.5+02",
+            "12345678901234567890.123",
+            i % 2 == 0,
+        ),
+    ),
+    "mysql": (
+        "INSERT INTO {ns}.typed VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        lambda i: (
+            i,
+            bytes([0, i, 255]),
+            f"20{i % 30:02d}-02-28",
+            i % 3,
+            i / 3,
+            2**64 - i,
+            "2024-03-01 10:00:00.500000",
+            "y",
+        ),
+    ),
 }
 
 
@@ -51,14 +73,18 @@ class Engine:
 
         self.source_id, self.lake = cfg["id"], lake
         self.state = LocalStateStore(state_path)
-        self.engine = DBLogEngine(make_source(cfg), make_output(lake), self.state,
-                                  EngineConfig(status_interval=0.5, control_interval=0.1))
+        self.engine = DBLogEngine(
+            make_source(cfg), make_output(lake), self.state, EngineConfig(status_interval=0.5, control_interval=0.1)
+        )
         self.stop_event, self.error = threading.Event(), None
         self.thread = threading.Thread(target=self._run, daemon=True)
         t0 = time.time()
         self.thread.start()
-        self.wait(lambda: (json.loads(self.state.get_value(status_key(self.source_id)) or "{}")
-                           .get("updated_at", 0) >= t0), 60, "the engine to start")
+        self.wait(
+            lambda: json.loads(self.state.get_value(status_key(self.source_id)) or "{}").get("updated_at", 0) >= t0,
+            60,
+            "the engine to start",
+        )
 
     def _run(self):
         try:
@@ -93,8 +119,11 @@ class Engine:
             c.commit()
         out = make_output(self.lake)
         out.open()
-        self.wait(lambda: any(e.key == (uid,) for e in out.scan(self.source_id, f"{db.ns}.notes")), 60,
-                  "the sentinel row in the changelog")
+        self.wait(
+            lambda: any(e.key == (uid,) for e in out.scan(self.source_id, f"{db.ns}.notes")),
+            60,
+            "the sentinel row in the changelog",
+        )
 
     def stop(self):
         self.stop_event.set()

@@ -1,4 +1,5 @@
 """Run ``dblog`` as real child processes (capture, dump, verify) the way a user would."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,9 @@ def write_config(path: Path, source: dict, state_path: Path, output_url: str) ->
 
 
 def dblog(config: Path, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.run(dblog_command(config, *args), capture_output=True, text=True, timeout=timeout,
-                          env=child_env())
+    proc = subprocess.run(
+        dblog_command(config, *args), capture_output=True, text=True, timeout=timeout, env=child_env()
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"dblog {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -64,7 +66,9 @@ class Capture:
         log.flush()
         self.proc = subprocess.Popen(
             dblog_command(self.config, "capture", "--status-interval", "1", *self.extra, faults=self.faults),
-            stdout=log, stderr=subprocess.STDOUT, env=child_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
         )
         self.starts += 1
 

@@ -4,6 +4,7 @@ Both adapters create the same three tables (one with a composite key; text, JSON
 timestamp and NULL-able columns) in a schema/database of their own, and run the same kinds
 of random transactions: inserts, updates, deletes and primary-key updates.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -18,8 +19,10 @@ import pytest
 def env(name: str) -> str:
     v = os.environ.get(name)
     if v is None:
-        pytest.skip(f"{name} is not set: start the servers with `scripts/services up` and "
-                    "`eval \"$(scripts/services env)\"` (make test does both)")
+        pytest.skip(
+            f"{name} is not set: start the servers with `scripts/services up` and "
+            '`eval "$(scripts/services env)"` (make test does both)'
+        )
     return v
 
 
@@ -34,10 +37,12 @@ class Adapter:
     # -- random workload ---------------------------------------------------------------
     def _value_row(self, rng: random.Random) -> dict:
         return {
-            "name": rng.choice(["ann", "bob", "çé", "d'x", "e\"y", ""]) + str(rng.randrange(1000)),
-            "balance": f"{rng.randrange(-10**6, 10**6) / 100:.2f}",
+            "name": rng.choice(["ann", "bob", "çé", "d'x", 'e"y', ""]) + str(rng.randrange(1000)),
+            "balance": f"{rng.randrange(-(10**6), 10**6) / 100:.2f}",
             "meta": None if rng.random() < 0.2 else json.dumps({"k": rng.randrange(100), "l": [1, "x"]}),
-            "updated": (dt.datetime(2024, 1, 1) + dt.timedelta(seconds=rng.randrange(10**7), microseconds=rng.randrange(10**6))).isoformat(sep=" "),
+            "updated": (
+                dt.datetime(2024, 1, 1) + dt.timedelta(seconds=rng.randrange(10**7), microseconds=rng.randrange(10**6))
+            ).isoformat(sep=" "),
             "note": None if rng.random() < 0.3 else "n" * rng.randrange(0, 40),
         }
 
@@ -57,33 +62,65 @@ class Adapter:
                 if r < 0.35:
                     self._insert_account(c, next_id(), self._value_row(rng))
                 elif r < 0.75:
-                    self._exec(c, f"UPDATE {self.ns}.accounts SET name=%s, balance=%s, note=%s WHERE id=%s",
-                               (f"u{rng.randrange(10**6)}", f"{rng.randrange(10**5)/100:.2f}",
-                                None if rng.random() < 0.3 else "upd", self._some_id(c, rng, "accounts", "id")))
+                    self._exec(
+                        c,
+                        f"UPDATE {self.ns}.accounts SET name=%s, balance=%s, note=%s WHERE id=%s",
+                        (
+                            f"u{rng.randrange(10**6)}",
+                            f"{rng.randrange(10**5) / 100:.2f}",
+                            None if rng.random() < 0.3 else "upd",
+                            self._some_id(c, rng, "accounts", "id"),
+                        ),
+                    )
                 elif r < 0.9:
-                    self._exec(c, f"DELETE FROM {self.ns}.accounts WHERE id=%s", (self._some_id(c, rng, "accounts", "id"),))
+                    self._exec(
+                        c, f"DELETE FROM {self.ns}.accounts WHERE id=%s", (self._some_id(c, rng, "accounts", "id"),)
+                    )
                 else:  # primary-key update
-                    self._exec(c, f"UPDATE {self.ns}.accounts SET id=%s WHERE id=%s",
-                               (next_id(), self._some_id(c, rng, "accounts", "id")))
+                    self._exec(
+                        c,
+                        f"UPDATE {self.ns}.accounts SET id=%s WHERE id=%s",
+                        (next_id(), self._some_id(c, rng, "accounts", "id")),
+                    )
             elif table == "orders":
                 region = rng.choice(["eu", "us", "ap"])
                 if r < 0.35:
                     self._insert_order(c, region, next_id(), rng)
                 elif r < 0.75:
-                    self._exec(c, f"UPDATE {self.ns}.orders SET status=%s, amount=%s WHERE region=%s AND order_no=%s",
-                               (rng.choice(["new", "paid", "sent"]), f"{rng.randrange(10**6)/1000:.3f}",
-                                region, self._some_id(c, rng, "orders", "order_no")))
+                    self._exec(
+                        c,
+                        f"UPDATE {self.ns}.orders SET status=%s, amount=%s WHERE region=%s AND order_no=%s",
+                        (
+                            rng.choice(["new", "paid", "sent"]),
+                            f"{rng.randrange(10**6) / 1000:.3f}",
+                            region,
+                            self._some_id(c, rng, "orders", "order_no"),
+                        ),
+                    )
                 elif r < 0.9:
-                    self._exec(c, f"DELETE FROM {self.ns}.orders WHERE order_no=%s", (self._some_id(c, rng, "orders", "order_no"),))
+                    self._exec(
+                        c,
+                        f"DELETE FROM {self.ns}.orders WHERE order_no=%s",
+                        (self._some_id(c, rng, "orders", "order_no"),),
+                    )
                 else:  # composite primary-key update (one column of the key changes)
-                    self._exec(c, f"UPDATE {self.ns}.orders SET region=%s WHERE order_no=%s",
-                               (rng.choice(["eu2", "us2", "ap2"]) + str(rng.randrange(9)), self._some_id(c, rng, "orders", "order_no")))
+                    self._exec(
+                        c,
+                        f"UPDATE {self.ns}.orders SET region=%s WHERE order_no=%s",
+                        (
+                            rng.choice(["eu2", "us2", "ap2"]) + str(rng.randrange(9)),
+                            self._some_id(c, rng, "orders", "order_no"),
+                        ),
+                    )
             else:
                 if r < 0.4:
                     self._insert_note(c, rng)
                 elif r < 0.8:
-                    self._exec(c, f"UPDATE {self.ns}.notes SET body=%s, flag=%s WHERE uid=%s",
-                               (json.dumps({"v": rng.random()}), rng.random() < 0.5, self._some_id(c, rng, "notes", "uid")))
+                    self._exec(
+                        c,
+                        f"UPDATE {self.ns}.notes SET body=%s, flag=%s WHERE uid=%s",
+                        (json.dumps({"v": rng.random()}), rng.random() < 0.5, self._some_id(c, rng, "notes", "uid")),
+                    )
                 else:
                     self._exec(c, f"DELETE FROM {self.ns}.notes WHERE uid=%s", (self._some_id(c, rng, "notes", "uid"),))
         c.commit()
@@ -92,8 +129,10 @@ class Adapter:
         # a random existing key (or none: then the statement changes nothing)
         cur = c.cursor()
         # uniform over the whole table, so writes hit keys of any chunk, not just the first
-        cur.execute(f"SELECT {col} FROM {self.ns}.{table} ORDER BY {col} LIMIT 1 OFFSET %s",
-                    (rng.randrange(0, self.approx_rows),))
+        cur.execute(
+            f"SELECT {col} FROM {self.ns}.{table} ORDER BY {col} LIMIT 1 OFFSET %s",
+            (rng.randrange(0, self.approx_rows),),
+        )
         row = cur.fetchone()
         return row[0] if row else None
 
@@ -101,16 +140,25 @@ class Adapter:
         c.cursor().execute(sql, params)
 
     def _insert_account(self, c, i, v):
-        self._exec(c, f"INSERT INTO {self.ns}.accounts (id, name, balance, meta, updated, note) VALUES (%s,%s,%s,%s,%s,%s)",
-                   (i, v["name"], v["balance"], v["meta"], v["updated"], v["note"]))
+        self._exec(
+            c,
+            f"INSERT INTO {self.ns}.accounts (id, name, balance, meta, updated, note) VALUES (%s,%s,%s,%s,%s,%s)",
+            (i, v["name"], v["balance"], v["meta"], v["updated"], v["note"]),
+        )
 
     def _insert_order(self, c, region, no, rng):
-        self._exec(c, f"INSERT INTO {self.ns}.orders (region, order_no, status, amount, created) VALUES (%s,%s,%s,%s,%s)",
-                   (region, no, "new", f"{rng.randrange(10**6)/1000:.3f}", "2024-05-06 07:08:09.123456"))
+        self._exec(
+            c,
+            f"INSERT INTO {self.ns}.orders (region, order_no, status, amount, created) VALUES (%s,%s,%s,%s,%s)",
+            (region, no, "new", f"{rng.randrange(10**6) / 1000:.3f}", "2024-05-06 07:08:09.123456"),
+        )
 
     def _insert_note(self, c, rng):
-        self._exec(c, f"INSERT INTO {self.ns}.notes (uid, body, flag) VALUES (%s,%s,%s)",
-                   (str(uuid.UUID(int=rng.getrandbits(128))), json.dumps({"t": "x" * rng.randrange(5)}), None))
+        self._exec(
+            c,
+            f"INSERT INTO {self.ns}.notes (uid, body, flag) VALUES (%s,%s,%s)",
+            (str(uuid.UUID(int=rng.getrandbits(128))), json.dumps({"t": "x" * rng.randrange(5)}), None),
+        )
 
 
 class PostgresAdapter(Adapter):
@@ -138,16 +186,27 @@ class PostgresAdapter(Adapter):
             c.commit()
 
     def source_config(self, source_id: str) -> dict:
-        return {"type": "postgres", "id": source_id, "host": self.host, "port": self.port, "user": self.user,
-                "database": self.db, "tables": self.tables(), "password_env": "DBLOG_PG_PASSWORD"}
+        return {
+            "type": "postgres",
+            "id": source_id,
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "database": self.db,
+            "tables": self.tables(),
+            "password_env": "DBLOG_PG_PASSWORD",
+        }
 
     def drop(self, source_id: str) -> None:
         with self.connect() as c:
             c.autocommit = True
             cur = c.cursor()
             cur.execute(f"DROP SCHEMA IF EXISTS {self.ns} CASCADE")
-            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE slot_name=%s AND NOT active", (f"dblog_{source_id}",))
+            cur.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name=%s AND NOT active",
+                (f"dblog_{source_id}",),
+            )
             cur.execute(f'DROP PUBLICATION IF EXISTS "dblog_{source_id}"')
 
 
@@ -162,8 +221,9 @@ class MySQLAdapter(Adapter):
     def connect(self):
         import pymysql
 
-        return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                               autocommit=False, charset="utf8mb4")
+        return pymysql.connect(
+            host=self.host, port=self.port, user=self.user, password=self.password, autocommit=False, charset="utf8mb4"
+        )
 
     def create(self) -> None:
         c = self.connect()
@@ -180,8 +240,15 @@ class MySQLAdapter(Adapter):
             c.close()
 
     def source_config(self, source_id: str) -> dict:
-        return {"type": "mysql", "id": source_id, "host": self.host, "port": self.port, "user": self.user,
-                "tables": self.tables(), "password_env": "DBLOG_MYSQL_PASSWORD"}
+        return {
+            "type": "mysql",
+            "id": source_id,
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "tables": self.tables(),
+            "password_env": "DBLOG_MYSQL_PASSWORD",
+        }
 
     def drop(self, source_id: str) -> None:
         c = self.connect()

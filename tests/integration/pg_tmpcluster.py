@@ -5,6 +5,7 @@ initdb runs as the ``postgres`` OS user (the server refuses to run as root) into
 temporary directory, on a free port, listening on 127.0.0.1 only, with trust auth for the
 ``postgres`` superuser. ``stop()`` shuts it down immediately and removes the directory.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,17 +60,40 @@ class TmpCluster:
         self.dir = tempfile.mkdtemp(prefix="dblog-pgtmp-")
         os.chown(self.dir, pg.pw_uid, pg.pw_gid)
         data = os.path.join(self.dir, "data")
-        r = self._as_postgres(os.path.join(self.bindir, "initdb"), "-D", data, "-U", "postgres",
-                              "-E", "UTF8", "--no-locale", "--auth=trust")
+        r = self._as_postgres(
+            os.path.join(self.bindir, "initdb"),
+            "-D",
+            data,
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--auth=trust",
+        )
         if r.returncode != 0:
             self.stop()
             raise RuntimeError(f"initdb failed: {r.stderr[-2000:]}")
-        conf = {"listen_addresses": "'127.0.0.1'", "port": str(self.port),
-                "unix_socket_directories": f"'{self.dir}'", "fsync": "off", **self.settings}
+        conf = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.dir}'",
+            "fsync": "off",
+            **self.settings,
+        }
         with open(os.path.join(data, "postgresql.conf"), "a") as f:
             f.writelines(f"{k} = {v}\n" for k, v in conf.items())
-        r = self._as_postgres(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l",
-                              os.path.join(self.dir, "server.log"), "-w", "-t", "60", "start")
+        r = self._as_postgres(
+            os.path.join(self.bindir, "pg_ctl"),
+            "-D",
+            data,
+            "-l",
+            os.path.join(self.dir, "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         if r.returncode != 0:
             log = ""
             try:

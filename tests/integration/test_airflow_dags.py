@@ -5,6 +5,7 @@ Each ``dag.test()`` runs in a child Python with its own AIRFLOW_HOME (a migrated
 metadata database): the DAG files read their settings from the environment at parse time,
 and Airflow's configuration is fixed once per process.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,12 @@ from .databases import ADAPTERS, env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
-EXAMPLE_DAGS = {"dblog_capture": "CaptureOperator", "dblog_repair_dump": "DumpOperator",
-                "dblog_backfill": "DumpOperator", "dblog_land": "SparkSubmitOperator"}
+EXAMPLE_DAGS = {
+    "dblog_capture": "CaptureOperator",
+    "dblog_repair_dump": "DumpOperator",
+    "dblog_backfill": "DumpOperator",
+    "dblog_land": "SparkSubmitOperator",
+}
 
 
 # -- parsing and serialisation (no servers) -------------------------------------------------
@@ -98,8 +103,9 @@ print("RUN_STATE=" + str(dr.state))
 def airflow_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow-home")
     environ = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    out = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=environ,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=environ, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return home
 
@@ -118,8 +124,14 @@ def captured(request, tmp_path):
     cfg = write_config(tmp_path / "dblog.toml", src, state, lake)
     cap = Capture(cfg, tmp_path / "capture.log")
     cap.start()
-    conn = {"conn_type": db.kind, "host": db.host, "port": db.port, "login": db.user, "password": password,
-            "extra": {"source_id": source_id, "tables": db.tables()}}
+    conn = {
+        "conn_type": db.kind,
+        "host": db.host,
+        "port": db.port,
+        "login": db.user,
+        "password": password,
+        "extra": {"source_id": source_id, "tables": db.tables()},
+    }
     if db.kind == "postgres":
         conn["schema"] = db.db
     dag_env = {
@@ -130,8 +142,13 @@ def captured(request, tmp_path):
         "DBLOG_DUMP_POLL_INTERVAL": "0.5",
     }
     try:
-        wait_for(lambda: "started at" in cap.log_path.read_text(errors="replace"), 90,
-                 "the capture to start", alive=cap.assert_alive, detail=cap.tail)
+        wait_for(
+            lambda: "started at" in cap.log_path.read_text(errors="replace"),
+            90,
+            "the capture to start",
+            alive=cap.assert_alive,
+            detail=cap.tail,
+        )
         yield db, source_id, lake, dag_env, cap
     finally:
         try:
@@ -143,10 +160,20 @@ def captured(request, tmp_path):
 
 def dag_test(airflow_home, dag_file: str, dag_id: str, dag_env: dict, conf: dict | None = None) -> str:
     # dag.test() syncs the DAG folder's bundle to the metadata database: point it at dags/
-    environ = {**os.environ, **dag_env, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-               "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS)}
-    out = subprocess.run([sys.executable, "-c", RUNNER, str(DAGS / dag_file), dag_id, json.dumps(conf or {})],
-                         env=environ, capture_output=True, text=True, timeout=240)
+    environ = {
+        **os.environ,
+        **dag_env,
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(DAGS / dag_file), dag_id, json.dumps(conf or {})],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0 and "RUN_STATE=success" in out.stdout, (out.stdout[-4000:], out.stderr[-4000:])
     return out.stdout + out.stderr
 
@@ -175,8 +202,12 @@ def test_repair_dump_dag_emits_the_requested_keys(airflow_home, captured):
     db, source_id, lake, dag_env, cap = captured
     table = f"{db.ns}.orders"
     keys = sorted(current_keys(db, "orders", "region, order_no"))[:3]
-    conf = {"source": dag_env["DBLOG_SOURCE_CONN_ID"], "table": table,
-            "keys": "\n".join(json.dumps(list(k)) for k in keys) + '\n["zz", 999999]', "chunk_size": 2}
+    conf = {
+        "source": dag_env["DBLOG_SOURCE_CONN_ID"],
+        "table": table,
+        "keys": "\n".join(json.dumps(list(k)) for k in keys) + '\n["zz", 999999]',
+        "chunk_size": 2,
+    }
     log = dag_test(airflow_home, "dblog_repair_dump.py", "dblog_repair_dump", dag_env, conf)
     cap.assert_alive()
     rows = dumped(lake, source_id, table)

@@ -3,6 +3,7 @@
 The triggers run as the triggerer runs them (``asyncio.run`` over ``run()``), the operators'
 ``execute`` / ``execute_complete`` as the worker calls them; the capture is a real child process.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,9 +40,19 @@ def mariadb(tmp_path, monkeypatch):
     db.seed(random.Random(7), 6)
     source_id = f"af_{uuid.uuid4().hex[:8]}"
     conn_id = f"dblog_src_{source_id}"
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({
-        "conn_type": "mysql", "host": db.host, "port": db.port, "login": db.user, "password": db.password,
-        "extra": {"source_id": source_id, "tables": db.tables()}}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps(
+            {
+                "conn_type": "mysql",
+                "host": db.host,
+                "port": db.port,
+                "login": db.user,
+                "password": db.password,
+                "extra": {"source_id": source_id, "tables": db.tables()},
+            }
+        ),
+    )
     monkeypatch.delenv("DBLOG_SOURCE_PASSWORD", raising=False)  # the trigger must supply it
     yield db, conn_id, source_id, str(tmp_path / "state.db"), f"delta://{tmp_path / 'lake'}"
     db.drop(source_id)
@@ -135,8 +146,9 @@ def test_dump_operator_round_against_a_running_capture(mariadb):
                 await asyncio.to_thread(request, tables=f"{db.ns}.nope")
             with pytest.raises(RequestError, match="column"):
                 await asyncio.to_thread(request, tables=f"{db.ns}.orders", keys='["eu"]')
-            op, deferred = await asyncio.to_thread(request, tables=f"{db.ns}.accounts", keys="1\n3\n999999",
-                                                   chunk_size=2)
+            op, deferred = await asyncio.to_thread(
+                request, tables=f"{db.ns}.accounts", keys="1\n3\n999999", chunk_size=2
+            )
             assert deferred.method_name == "execute_complete"
             event = await asyncio.wait_for(deferred.trigger.run().__anext__(), 90)
             result = op.execute_complete({"ti": ti}, event.payload, **deferred.kwargs)

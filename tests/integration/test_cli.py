@@ -1,4 +1,5 @@
 """The `dblog` command as users run it: requests, status, control, clear errors, no secrets."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ def setup(request, tmp_path):
     db = ADAPTERS[request.param]()
     db.create()
     source_id = f"cli_{request.param}_{uuid.uuid4().hex[:6]}"
-    config = write_config(tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db",
-                          f"delta://{tmp_path / 'lake'}")
+    config = write_config(
+        tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
+    )
     yield db, config, source_id
     db.drop(source_id)
 
@@ -39,8 +41,18 @@ def test_dump_requests_are_validated_before_they_are_recorded(setup):
 
 def test_request_status_and_control_round_trip(setup):
     db, config, source_id = setup
-    dump_id = dblog(config, "dump", "--table", f"{db.ns}.orders", "--key", '["eu", 1]', "--key",
-                    '{"region": "us", "order_no": 2}', "--chunk-size", "10").stdout.strip()
+    dump_id = dblog(
+        config,
+        "dump",
+        "--table",
+        f"{db.ns}.orders",
+        "--key",
+        '["eu", 1]',
+        "--key",
+        '{"region": "us", "order_no": 2}',
+        "--chunk-size",
+        "10",
+    ).stdout.strip()
     dblog(config, "pause", dump_id)
     dblog(config, "throttle", dump_id, "--chunk-size", "3", "--delay-ms", "20")
     st = json.loads(dblog(config, "status", "--json").stdout)
@@ -70,15 +82,25 @@ def test_secrets_never_reach_argv_or_output(setup, tmp_path):
     if db.kind == "postgres":
         import psycopg2
 
-        admin = psycopg2.connect(host=db.host, port=db.port, user=env("DBLOG_PG_SUPERUSER"),
-                                 password=env("DBLOG_PG_SUPERUSER_PASSWORD"), dbname=db.db)
+        admin = psycopg2.connect(
+            host=db.host,
+            port=db.port,
+            user=env("DBLOG_PG_SUPERUSER"),
+            password=env("DBLOG_PG_SUPERUSER_PASSWORD"),
+            dbname=db.db,
+        )
         admin.autocommit = True
         admin.cursor().execute(f"CREATE ROLE {user} LOGIN REPLICATION PASSWORD %s", (password,))
     else:
         import pymysql
 
-        admin = pymysql.connect(host=db.host, port=db.port, user=env("DBLOG_MYSQL_ROOT_USER"),
-                                password=env("DBLOG_MYSQL_ROOT_PASSWORD"), autocommit=True)
+        admin = pymysql.connect(
+            host=db.host,
+            port=db.port,
+            user=env("DBLOG_MYSQL_ROOT_USER"),
+            password=env("DBLOG_MYSQL_ROOT_PASSWORD"),
+            autocommit=True,
+        )
         admin.cursor().execute(f"CREATE USER '{user}'@'%%' IDENTIFIED BY %s", (password,))
     try:
         cfg = dict(db.source_config(source_id), user=user, password_env="TEST_SECRET")

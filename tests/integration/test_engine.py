@@ -1,4 +1,5 @@
 """The engine against real PostgreSQL and MariaDB: dumps, runtime control, restarts, locks."""
+
 from __future__ import annotations
 
 import collections
@@ -36,9 +37,12 @@ class Running:
 
     def start(self, reset_position=False):
         cfg = self.db.source_config(self.source_id)
-        self.engine = Engine(make_source(cfg), make_output(self.lake), self.state,
-                             EngineConfig(status_interval=0.5, control_interval=0.1,
-                                          reset_position=reset_position))
+        self.engine = Engine(
+            make_source(cfg),
+            make_output(self.lake),
+            self.state,
+            EngineConfig(status_interval=0.5, control_interval=0.1, reset_position=reset_position),
+        )
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -110,8 +114,12 @@ def test_capture_inserts_updates_deletes_and_key_updates(db, tmp_path):
         wait(lambda: len(r.events(t)) >= 6, 30, "6 events", r)
         evs = [(e.op, e.key, (e.after or {}).get("name")) for e in r.events(t)]
         assert evs == [
-            (Op.CREATE, (1,), "a"), (Op.CREATE, (2,), "b"), (Op.UPDATE, (1,), "a2"),
-            (Op.DELETE, (2,), None), (Op.DELETE, (1,), None), (Op.CREATE, (10,), "a2"),
+            (Op.CREATE, (1,), "a"),
+            (Op.CREATE, (2,), "b"),
+            (Op.UPDATE, (1,), "a2"),
+            (Op.DELETE, (2,), None),
+            (Op.DELETE, (1,), None),
+            (Op.CREATE, (10,), "a2"),
         ]
         assert all(e.origin is Origin.LOG for e in r.events(t))
         assert r.events(t)[2].after["balance"] == "1.50"
@@ -238,8 +246,12 @@ def test_dump_takes_no_locks_stronger_than_a_read(db, tmp_path):
     db.seed(random.Random(5), 3000)
     observer = db.connect()
     if db.kind == "mysql":
-        root = __import__("pymysql").connect(host=db.host, port=db.port, user="root",
-                                             password=__import__("os").environ.get("DBLOG_MYSQL_ROOT_PASSWORD", "root"))
+        root = __import__("pymysql").connect(
+            host=db.host,
+            port=db.port,
+            user="root",
+            password=__import__("os").environ.get("DBLOG_MYSQL_ROOT_PASSWORD", "root"),
+        )
         try:
             root.cursor().execute("INSTALL SONAME 'metadata_lock_info'")
         except Exception as exc:  # already installed
@@ -250,18 +262,24 @@ def test_dump_takes_no_locks_stronger_than_a_read(db, tmp_path):
 
     def sample() -> list[str]:
         if db.kind == "postgres":
-            cur.execute("SELECT mode FROM pg_locks WHERE relation = %s::regclass AND pid <> pg_backend_pid()",
-                        (f"{db.ns}.accounts",))
+            cur.execute(
+                "SELECT mode FROM pg_locks WHERE relation = %s::regclass AND pid <> pg_backend_pid()",
+                (f"{db.ns}.accounts",),
+            )
         else:
-            cur.execute("SELECT lock_mode FROM information_schema.metadata_lock_info "
-                        "WHERE table_schema=%s AND table_name='accounts'", (db.ns,))
+            cur.execute(
+                "SELECT lock_mode FROM information_schema.metadata_lock_info "
+                "WHERE table_schema=%s AND table_name='accounts'",
+                (db.ns,),
+            )
         return [m for (m,) in cur.fetchall()]
 
     # MDL_SHARED and MDL_SHARED_HIGH_PRIO are metadata-only locks taken by catalog lookups
     # (information_schema, table definitions): weaker than a read, they conflict only with
     # exclusive DDL locks. Anything from MDL_SHARED_WRITE up would be a finding.
-    allowed = ({"AccessShareLock"} if db.kind == "postgres"
-               else {"MDL_SHARED", "MDL_SHARED_HIGH_PRIO", "MDL_SHARED_READ"})
+    allowed = (
+        {"AccessShareLock"} if db.kind == "postgres" else {"MDL_SHARED", "MDL_SHARED_HIGH_PRIO", "MDL_SHARED_READ"}
+    )
     # Positive control: a plain read in an open transaction elsewhere is seen by the sampler.
     reader = db.connect()
     reader.cursor().execute(f"SELECT * FROM {db.ns}.accounts LIMIT 1")

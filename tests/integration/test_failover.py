@@ -8,6 +8,7 @@ in commit order nor in position order. The failover time (leader SIGKILL -> firs
 written by the new leader) is printed. A ZooKeeper restart pauses the capture, which then
 resumes with the same lease and without loss.
 """
+
 from __future__ import annotations
 
 import random
@@ -48,13 +49,15 @@ class Pair:
         self.db.create()
         if seed_rows:
             self.db.seed(random.Random(7), seed_rows)
-        self.config = write_config(self.tmp_path / "dblog.toml", self.db.source_config(self.source_id),
-                                   self.state_url, f"delta://{self.lake}")
+        self.config = write_config(
+            self.tmp_path / "dblog.toml", self.db.source_config(self.source_id), self.state_url, f"delta://{self.lake}"
+        )
         self.state = make_state({"url": self.state_url})
 
     def start(self, name: str, faults: tuple[str, ...] = ()) -> Capture:
-        cap = self.captures[name] = Capture(self.config, self.tmp_path / f"{name}.log", "--identity", name,
-                                            faults=faults)
+        cap = self.captures[name] = Capture(
+            self.config, self.tmp_path / f"{name}.log", "--identity", name, faults=faults
+        )
         cap.start()
         return cap
 
@@ -73,7 +76,13 @@ class Pair:
         a = self.start("a")
         wait_for(lambda: self.leader_epoch("a") is not None, 90, "a to lead", a.assert_alive, detail=a.tail)
         b = self.start("b")
-        wait_for(lambda: "standby: a (epoch" in b.log_path.read_text(), 60, "b to wait as standby", b.assert_alive, detail=b.tail)
+        wait_for(
+            lambda: "standby: a (epoch" in b.log_path.read_text(),
+            60,
+            "b to wait as standby",
+            b.assert_alive,
+            detail=b.tail,
+        )
         assert self.leader_epoch("a") is not None, "b must not have taken the lease"
         return a, b
 
@@ -85,10 +94,10 @@ class Pair:
         dt = deltalake.DeltaTable(str(self.lake / "changelog"))
         t = dt.to_pyarrow_table(columns=["source_id", "position", "epoch", "written_at"])
         t = t.filter(pc.equal(t["source_id"], self.source_id))
-        rows = sorted(zip(t["position"].to_pylist(), t["epoch"].to_pylist(),
-                          [w.timestamp() for w in t["written_at"].to_pylist()]))
-        commits = [c.get("dblog.epoch") for c in sorted(dt.history(), key=lambda c: c["version"])
-                   if "dblog.epoch" in c]
+        rows = sorted(
+            zip(t["position"].to_pylist(), t["epoch"].to_pylist(), [w.timestamp() for w in t["written_at"].to_pylist()])
+        )
+        commits = [c.get("dblog.epoch") for c in sorted(dt.history(), key=lambda c: c["version"]) if "dblog.epoch" in c]
         return rows, [int(e) for e in commits]
 
     def assert_epochs_never_decrease(self):
@@ -105,13 +114,20 @@ class Pair:
         no mismatch in any table."""
         sentinel = str(uuid.uuid4())
         with self.db.connect() as c:
-            c.cursor().execute(f"INSERT INTO {self.db.ns}.notes (uid, body, flag) VALUES (%s, %s, %s)",
-                               (sentinel, "{}", True))
+            c.cursor().execute(
+                f"INSERT INTO {self.db.ns}.notes (uid, body, flag) VALUES (%s, %s, %s)", (sentinel, "{}", True)
+            )
             c.commit()
         out = make_output(f"delta://{self.lake}")
         out.open()
-        wait_for(lambda: any(e.key == (sentinel,) for e in out.scan(self.source_id, f"{self.db.ns}.notes")),
-                 60, "the last write to reach the changelog", capture.assert_alive, detail=capture.tail, interval=0.5)
+        wait_for(
+            lambda: any(e.key == (sentinel,) for e in out.scan(self.source_id, f"{self.db.ns}.notes")),
+            60,
+            "the last write to reach the changelog",
+            capture.assert_alive,
+            detail=capture.tail,
+            interval=0.5,
+        )
         result = dblog(self.config, "verify", check=False)
         assert result.returncode == 0, f"verify found mismatches:\n{result.stdout}\n{result.stderr}"
         assert result.stdout.count(" 0 mismatches") == len(self.db.tables()), result.stdout
@@ -163,8 +179,10 @@ def test_sigkill_of_the_leader_during_a_dump(pair):
     assert {e for _, e, _ in rows} == {1, 2}
     first_new = min(w for _, e, w in rows if e == 2)
     failover = first_new - killed_at
-    print(f"\nfailover ({pair.db.kind}, session timeout {SESSION_TIMEOUT} s): leader SIGKILL -> first "
-          f"event of the new leader in {failover:.2f} s")
+    print(
+        f"\nfailover ({pair.db.kind}, session timeout {SESSION_TIMEOUT} s): leader SIGKILL -> first "
+        f"event of the new leader in {failover:.2f} s"
+    )
     assert SESSION_TIMEOUT - 1 < failover < SESSION_TIMEOUT + 15
 
 
@@ -173,10 +191,14 @@ def test_deposed_leader_that_wakes_up_writes_nothing(pair):
     pair.setup(seed_rows=0)  # every row is born under capture: the log alone converges
     a, b = pair.start_pair()
     with Workload(pair.db, seed=12):
-        wait_for(lambda: any(e == 1 for _, e, _ in pair.changelog()[0]), 30, "a to write", a.assert_alive, detail=a.tail)
+        wait_for(
+            lambda: any(e == 1 for _, e, _ in pair.changelog()[0]), 30, "a to write", a.assert_alive, detail=a.tail
+        )
         a.proc.send_signal(signal.SIGSTOP)
         wait_for(lambda: pair.leader_epoch("b") == 2, 30, "b to take over", b.assert_alive, detail=b.tail)
-        wait_for(lambda: any(e == 2 for _, e, _ in pair.changelog()[0]), 30, "b to write", b.assert_alive, detail=b.tail)
+        wait_for(
+            lambda: any(e == 2 for _, e, _ in pair.changelog()[0]), 30, "b to write", b.assert_alive, detail=b.tail
+        )
         before = [r for r in pair.changelog()[0] if r[1] == 1]
         a.proc.send_signal(signal.SIGCONT)
         code = a.proc.wait(30)
@@ -208,7 +230,9 @@ def test_zookeeper_restart_pauses_and_resumes_the_capture(tmp_zk, pair):
     a = pair.start("a")
     wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.tail)
     with Workload(pair.db, seed=13):
-        wait_for(lambda: any(e == 1 for _, e, _ in pair.changelog()[0]), 30, "a to write", a.assert_alive, detail=a.tail)
+        wait_for(
+            lambda: any(e == 1 for _, e, _ in pair.changelog()[0]), 30, "a to write", a.assert_alive, detail=a.tail
+        )
         tmp_zk.kill()
         time.sleep(3)
         a.assert_alive()  # paused, not failed
@@ -239,8 +263,14 @@ def test_runtime_control_through_zookeeper_within_a_second(pair):
     for command, expected in (("pause", DumpStatus.PAUSED), ("resume", DumpStatus.RUNNING)):
         dblog(pair.config, command, dump_id)
         t0 = time.time()
-        wait_for(lambda expected=expected: pair.state.get_dump(dump_id).status is expected, 5, command, a.assert_alive,
-                 detail=a.tail, interval=0.02)
+        wait_for(
+            lambda expected=expected: pair.state.get_dump(dump_id).status is expected,
+            5,
+            command,
+            a.assert_alive,
+            detail=a.tail,
+            interval=0.02,
+        )
         took = time.time() - t0
         print(f"\n{command} took effect in {took:.2f} s")
         assert took < 1.0, f"{command} took {took:.2f} s"
@@ -252,8 +282,14 @@ def test_runtime_control_through_zookeeper_within_a_second(pair):
     assert not p1.done and (p1.rows - p0.rows) == 40 * (p1.chunks - p0.chunks), "the new chunk size is not in use"
     dblog(pair.config, "cancel", dump_id)
     t0 = time.time()
-    wait_for(lambda: pair.state.get_dump(dump_id).status is DumpStatus.CANCELLED or progress().done, 5,
-             "cancel", a.assert_alive, detail=a.tail, interval=0.02)
+    wait_for(
+        lambda: pair.state.get_dump(dump_id).status is DumpStatus.CANCELLED or progress().done,
+        5,
+        "cancel",
+        a.assert_alive,
+        detail=a.tail,
+        interval=0.02,
+    )
     if pair.state.get_dump(dump_id).status is DumpStatus.CANCELLED:
         assert time.time() - t0 < 1.0, "cancel took more than a second"
     assert a.stop() == 0, a.tail()

@@ -8,6 +8,7 @@ test kills it right after a flush began, i.e. before or just after that commit b
 durable but always before its checkpoint. The new leader must resume from the checkpoint,
 skip what the output already holds, finish the dump, and converge.
 """
+
 from __future__ import annotations
 
 import random
@@ -37,13 +38,17 @@ def test_sigkill_of_the_leader_during_a_writer_flush(pair, tmp_path):  # noqa: F
     a = pair.start("a", faults=("--write-delay-ms", str(DELAY_MS), "--write-marker", str(marker)))
     wait_for(lambda: pair.leader_epoch("a") is not None, 90, "a to lead", a.assert_alive, detail=a.tail)
     b = pair.start("b")
-    wait_for(lambda: "standby: a (epoch" in b.log_path.read_text(), 60, "b to wait as standby", b.assert_alive, detail=b.tail)
+    wait_for(
+        lambda: "standby: a (epoch" in b.log_path.read_text(), 60, "b to wait as standby", b.assert_alive, detail=b.tail
+    )
     rng = random.Random(5)
     with Workload(pair.db, seed=13):
         dump_id = dblog(pair.config, "dump", "--all", "--chunk-size", "10", "--delay-ms", "100").stdout.strip()
         wait_for(lambda: _flushes(marker) >= 3, 60, "a few flushes of a", a.assert_alive, detail=a.tail, interval=0.05)
         n = _flushes(marker)
-        wait_for(lambda: _flushes(marker) > n, 30, "the next flush to begin", a.assert_alive, detail=a.tail, interval=0.01)
+        wait_for(
+            lambda: _flushes(marker) > n, 30, "the next flush to begin", a.assert_alive, detail=a.tail, interval=0.01
+        )
         time.sleep(rng.uniform(0, DELAY_MS / 1000 * 0.9))  # inside that flush
         assert pair.state.get_dump(dump_id).status is not DumpStatus.DONE, "kill a mid-dump"
         a.kill()

@@ -1,6 +1,7 @@
 """The ZooKeeper leader lease against a real ZooKeeper: one holder, strictly increasing
 epochs, takeover after release and after the holder's session expires, and the old holder's
 check() refusing afterwards."""
+
 from __future__ import annotations
 
 import threading

@@ -1,4 +1,5 @@
 """MySQLSource against a real MariaDB/MySQL server (scripts/services up mysql)."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,14 @@ from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-_ENV = ("DBLOG_MYSQL_HOST", "DBLOG_MYSQL_PORT", "DBLOG_MYSQL_USER", "DBLOG_MYSQL_PASSWORD",
-        "DBLOG_MYSQL_ROOT_USER", "DBLOG_MYSQL_ROOT_PASSWORD")
+_ENV = (
+    "DBLOG_MYSQL_HOST",
+    "DBLOG_MYSQL_PORT",
+    "DBLOG_MYSQL_USER",
+    "DBLOG_MYSQL_PASSWORD",
+    "DBLOG_MYSQL_ROOT_USER",
+    "DBLOG_MYSQL_ROOT_PASSWORD",
+)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -31,16 +38,22 @@ REPO = Path(__file__).resolve().parents[2]
 def env() -> dict:
     missing = [k for k in _ENV if not os.environ.get(k)]
     if missing:
-        pytest.skip(f"MySQL test server not configured ({', '.join(missing)} unset): "
-                    "run `eval \"$(scripts/services env)\"`")
+        pytest.skip(
+            f'MySQL test server not configured ({", ".join(missing)} unset): run `eval "$(scripts/services env)"`'
+        )
     return {k: os.environ[k] for k in _ENV}
 
 
 @pytest.fixture(scope="module")
 def root(env):
-    conn = pymysql.connect(host=env["DBLOG_MYSQL_HOST"], port=int(env["DBLOG_MYSQL_PORT"]),
-                           user=env["DBLOG_MYSQL_ROOT_USER"], password=env["DBLOG_MYSQL_ROOT_PASSWORD"],
-                           autocommit=True, charset="utf8mb4")
+    conn = pymysql.connect(
+        host=env["DBLOG_MYSQL_HOST"],
+        port=int(env["DBLOG_MYSQL_PORT"]),
+        user=env["DBLOG_MYSQL_ROOT_USER"],
+        password=env["DBLOG_MYSQL_ROOT_PASSWORD"],
+        autocommit=True,
+        charset="utf8mb4",
+    )
     yield conn
     conn.close()
 
@@ -65,9 +78,13 @@ def make_source(env, root):
 
     def make(user=None, password=None, **kwargs) -> MySQLSource:
         kwargs.setdefault("source_id", f"it-{uuid.uuid4().hex[:10]}")
-        src = MySQLSource(host=env["DBLOG_MYSQL_HOST"], port=int(env["DBLOG_MYSQL_PORT"]),
-                          user=user or env["DBLOG_MYSQL_USER"],
-                          password=password or env["DBLOG_MYSQL_PASSWORD"], **kwargs)
+        src = MySQLSource(
+            host=env["DBLOG_MYSQL_HOST"],
+            port=int(env["DBLOG_MYSQL_PORT"]),
+            user=user or env["DBLOG_MYSQL_USER"],
+            password=password or env["DBLOG_MYSQL_PASSWORD"],
+            **kwargs,
+        )
         made.append(src)
         return src
 
@@ -118,8 +135,12 @@ def test_log_events_in_commit_order(root, db, make_source):
     assert schema_at < next(i for i, x in enumerate(items) if isinstance(x, ChangeEvent))
     ev = changes(items)
     assert [(e.op, e.key) for e in ev] == [
-        (Op.CREATE, (1,)), (Op.CREATE, (2,)), (Op.CREATE, (3,)),
-        (Op.UPDATE, (2,)), (Op.UPDATE, (10,)), (Op.DELETE, (3,)),
+        (Op.CREATE, (1,)),
+        (Op.CREATE, (2,)),
+        (Op.CREATE, (3,)),
+        (Op.UPDATE, (2,)),
+        (Op.UPDATE, (10,)),
+        (Op.DELETE, (3,)),
     ]
     assert ev[0].after == {"id": 1, "v": "a"} and ev[0].before is None
     assert ev[3].before == {"id": 2, "v": "b"} and ev[3].after == {"id": 2, "v": "b2"}
@@ -179,11 +200,11 @@ TYPES = """
 ROWS = [
     "(1, -2147483648, 18446744073709551615, 12.30, -0.0000000001, 'héllo ✓', 'long text 🚀', 2,"
     " '2024-02-29', '2024-01-02 03:04:05.123456', '1999-12-31 23:59:59', '2024-01-02 03:04:05.5',"
-    " '{\"k\": [1, 2.5, \"x\", null, {\"n\": true}], \"é\": \"ü\"}', x'00ff80fe', 0.1, 0.1234567,"
+    ' \'{"k": [1, 2.5, "x", null, {"n": true}], "é": "ü"}\', x\'00ff80fe\', 0.1, 0.1234567,'
     " 'Y z', 'c,a', b'1000000001', 'ab', '-838:59:59.5', 2024, 'ab  ',"
     " '123e4567-e89b-12d3-a456-426614174000', '::ffff:1.2.3.4', 'café')",
     "(2, 0, 0, -99.99, 0, '', '', 0, '1000-01-01', '2000-01-01 00:00:00', '2000-01-01 00:00:00',"
-     " '1970-01-01 00:00:01', '[]', x'', 1.7976931348623157e308, 3.4e38, 'x', '', b'0', x'00',"
+    " '1970-01-01 00:00:01', '[]', x'', 1.7976931348623157e308, 3.4e38, 'x', '', b'0', x'00',"
     " '00:00:00', 0, '', 'f81d4fae-7dec-11d0-a765-00a0c91e6bf6', '2001:db8::1', '')",
     "(3" + ", NULL" * 25 + ")",
 ]
@@ -232,13 +253,13 @@ def test_timestamp_is_utc_whatever_the_process_time_zone(root, db, env):
         from airflow_provider_dblog.core.events import ChangeEvent, WatermarkEvent
         from airflow_provider_dblog.sources.mysql import MySQLSource
         assert time.localtime(0).tm_hour != 0, "TZ not applied"
-        src = MySQLSource(source_id="tz-{db}", host="{env['DBLOG_MYSQL_HOST']}",
-                          port={env['DBLOG_MYSQL_PORT']}, user="{env['DBLOG_MYSQL_USER']}",
-                          password="{env['DBLOG_MYSQL_PASSWORD']}", tables=["{db}.t"])
+        src = MySQLSource(source_id="tz-{db}", host="{env["DBLOG_MYSQL_HOST"]}",
+                          port={env["DBLOG_MYSQL_PORT"]}, user="{env["DBLOG_MYSQL_USER"]}",
+                          password="{env["DBLOG_MYSQL_PASSWORD"]}", tables=["{db}.t"])
         src.open(); src.start_log(None)
-        c = pymysql.connect(host="{env['DBLOG_MYSQL_HOST']}", port={env['DBLOG_MYSQL_PORT']},
-                            user="{env['DBLOG_MYSQL_ROOT_USER']}",
-                            password="{env['DBLOG_MYSQL_ROOT_PASSWORD']}", autocommit=True)
+        c = pymysql.connect(host="{env["DBLOG_MYSQL_HOST"]}", port={env["DBLOG_MYSQL_PORT"]},
+                            user="{env["DBLOG_MYSQL_ROOT_USER"]}",
+                            password="{env["DBLOG_MYSQL_ROOT_PASSWORD"]}", autocommit=True)
         c.cursor().execute("SET time_zone = '+05:00'")
         c.cursor().execute("INSERT INTO `{db}`.t VALUES (1, '2024-06-01 05:00:00.25', '2024-06-01 05:00:00')")
         src.write_watermark("tz")
@@ -250,8 +271,13 @@ def test_timestamp_is_utc_whatever_the_process_time_zone(root, db, env):
         print(log_row["ts"], sel_row["ts"], log_row["dt"], sel_row["dt"])
         src.close()
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "TZ": "America/New_York", "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TZ": "America/New_York", "PYTHONPATH": str(REPO)},
+    )
     sql(root, "DELETE FROM dblog.watermarks WHERE source_id = %s", [f"tz-{db}"])
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2024-06-01T00:00:00.250000+00:00"] * 2 + ["2024-06-01T05:00:00"] * 2
@@ -309,8 +335,11 @@ def test_composite_key_chunks_walk_in_key_order(root, db, make_source):
 
 def test_chunk_keys_of_decimal_datetime_and_binary_types(root, db, make_source):
     sql(root, f"CREATE TABLE `{db}`.k (d decimal(10,3), t timestamp(6), bn varbinary(4), PRIMARY KEY (d, t, bn))")
-    sql(root, f"INSERT INTO `{db}`.k VALUES (1.5, '2024-01-01 00:00:00.5', x'00'), "
-              f"(1.5, '2024-01-01 00:00:00.5', x'01'), (1.5, '2024-01-01 00:00:01', x'00'), (2, '2020-01-01', x'')")
+    sql(
+        root,
+        f"INSERT INTO `{db}`.k VALUES (1.5, '2024-01-01 00:00:00.5', x'00'), "
+        f"(1.5, '2024-01-01 00:00:00.5', x'01'), (1.5, '2024-01-01 00:00:01', x'00'), (2, '2020-01-01', x'')",
+    )
     src = make_source(tables=[f"{db}.k"])
     src.open()
     schema = src.table_schema(f"{db}.k")
@@ -341,7 +370,7 @@ def test_restart_mid_transaction_loses_nothing(root, db, make_source):
     again.start_log(first[k].position)
     second = [i for i in collect(again, has_watermark("w1")) if not isinstance(i, SchemaEvent)]
     after_k = [i for i in second if i.position > first[k].position]
-    assert after_k == first[k + 1:]
+    assert after_k == first[k + 1 :]
     assert all(i in first for i in second)  # anything earlier is a duplicate, not new
 
 
@@ -355,9 +384,14 @@ def test_close_stops_the_reader_promptly(db, root, make_source):
 
 
 # -- clear errors --------------------------------------------------------------------------
-@pytest.mark.parametrize("name, bad", [
-    ("binlog_format", "STATEMENT"), ("binlog_row_image", "MINIMAL"), ("binlog_row_metadata", "MINIMAL"),
-])
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("binlog_format", "STATEMENT"),
+        ("binlog_row_image", "MINIMAL"),
+        ("binlog_row_metadata", "MINIMAL"),
+    ],
+)
 def test_wrong_global_binlog_settings_are_refused(root, db, make_source, name, bad):
     sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
     old = sql(root, f"SELECT @@GLOBAL.{name}")[0][0]

@@ -10,6 +10,7 @@ every typed Delta mirror must equal its source table, row for row.
 Seeds: one fixed seed, plus one random seed drawn per run and printed (DBLOG_ORACLE_SEED
 replays a failing one).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -86,13 +87,22 @@ def _spark_env() -> dict:
 
 
 def spark_module(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"airflow_provider_dblog.spark.{name}", *args],
-                          capture_output=True, text=True, timeout=600, env=_spark_env())
+    return subprocess.run(
+        [sys.executable, "-m", f"airflow_provider_dblog.spark.{name}", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_spark_env(),
+    )
 
 
 def spark_module_async(log_path, name: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", f"airflow_provider_dblog.spark.{name}", *args],
-                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=_spark_env())
+    return subprocess.Popen(
+        [sys.executable, "-m", f"airflow_provider_dblog.spark.{name}", *args],
+        stdout=open(log_path, "w"),
+        stderr=subprocess.STDOUT,
+        env=_spark_env(),
+    )
 
 
 @pytest.mark.integration
@@ -108,14 +118,21 @@ def test_convergence_oracle(kind, seed, tmp_path):
     mid_land = None
     try:
         db.seed(rng, 300)  # rows that exist before the capture: only dumps can deliver them
-        config = write_config(tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db",
-                              f"delta://{tmp_path / 'lake'}")
+        config = write_config(
+            tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
+        )
         state = LocalStateStore(str(tmp_path / "state.db"))
         # Widen each chunk's window (SELECT .. HW) so concurrent writes land inside it often:
         # without the window's key removal this test then fails (checked by mutation).
         capture = Capture(config, tmp_path / "capture.log", faults=("--window-delay-ms", "30"))
         capture.start()
-        wait_for(lambda: state.get_value(status_key(source_id)) is not None, 90, "the capture to start", capture.assert_alive, detail=capture.tail)
+        wait_for(
+            lambda: state.get_value(status_key(source_id)) is not None,
+            90,
+            "the capture to start",
+            capture.assert_alive,
+            detail=capture.tail,
+        )
 
         dumps = []
         lake = tmp_path / "lake"
@@ -132,7 +149,9 @@ def test_convergence_oracle(kind, seed, tmp_path):
                     for k in keys:
                         args += ["--key", k]
                     dumps.append(dblog(config, *args).stdout.strip())
-                    dumps.append(dblog(config, "dump", "--table", f"{db.ns}.orders", "--chunk-size", "11").stdout.strip())
+                    dumps.append(
+                        dblog(config, "dump", "--table", f"{db.ns}.orders", "--chunk-size", "11").stdout.strip()
+                    )
                     key_dump_at = 0
                 capture.kill()
                 time.sleep(rng.uniform(0.05, 1.0))
@@ -140,8 +159,9 @@ def test_convergence_oracle(kind, seed, tmp_path):
                 if mid_land is None and (lake / "changelog").exists():
                     # land incrementally while the capture runs and gets killed
                     mid_land_log = tmp_path / "land-mid.log"
-                    mid_land = spark_module_async(mid_land_log, "land_changelog", "--lake", str(lake),
-                                                  "--source", source_id, "--no-register")
+                    mid_land = spark_module_async(
+                        mid_land_log, "land_changelog", "--lake", str(lake), "--source", source_id, "--no-register"
+                    )
         assert load.txns > 50, f"workload too small: {load.txns} transactions, errors {load.errors[:3]}"
 
         def all_done():
@@ -155,7 +175,9 @@ def test_convergence_oracle(kind, seed, tmp_path):
         # A last write we can recognise: once it is in the changelog, so is everything before it.
         sentinel = str(uuid.uuid4())
         with db.connect() as c:
-            c.cursor().execute(f"INSERT INTO {db.ns}.notes (uid, body, flag) VALUES (%s, %s, %s)", (sentinel, "{}", True))
+            c.cursor().execute(
+                f"INSERT INTO {db.ns}.notes (uid, body, flag) VALUES (%s, %s, %s)", (sentinel, "{}", True)
+            )
             c.commit()
         out = make_output(f"delta://{tmp_path / 'lake'}")
         out.open()
@@ -163,7 +185,14 @@ def test_convergence_oracle(kind, seed, tmp_path):
         def sentinel_arrived():
             return any(e.key == (sentinel,) for e in out.scan(source_id, f"{db.ns}.notes"))
 
-        wait_for(sentinel_arrived, 120, "the last write to reach the changelog", capture.assert_alive, interval=1, detail=capture.tail)
+        wait_for(
+            sentinel_arrived,
+            120,
+            "the last write to reach the changelog",
+            capture.assert_alive,
+            interval=1,
+            detail=capture.tail,
+        )
         assert capture.stop() == 0, capture.tail()
 
         origins = {"log": 0, "dump": 0}

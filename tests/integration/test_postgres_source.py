@@ -1,4 +1,5 @@
 """PostgresSource against a real PostgreSQL 15 (scripts/services up pg), for both plugins."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,15 @@ from .pg_tmpcluster import TmpCluster, has_setting  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-_ENV = ("DBLOG_PG_HOST", "DBLOG_PG_PORT", "DBLOG_PG_USER", "DBLOG_PG_PASSWORD", "DBLOG_PG_DATABASE",
-        "DBLOG_PG_SUPERUSER", "DBLOG_PG_SUPERUSER_PASSWORD")
+_ENV = (
+    "DBLOG_PG_HOST",
+    "DBLOG_PG_PORT",
+    "DBLOG_PG_USER",
+    "DBLOG_PG_PASSWORD",
+    "DBLOG_PG_DATABASE",
+    "DBLOG_PG_SUPERUSER",
+    "DBLOG_PG_SUPERUSER_PASSWORD",
+)
 PLUGINS = ["pgoutput", "wal2json"]
 
 
@@ -33,16 +41,21 @@ PLUGINS = ["pgoutput", "wal2json"]
 def env() -> dict:
     missing = [k for k in _ENV if not os.environ.get(k)]
     if missing:
-        pytest.skip(f"PostgreSQL test server not configured ({', '.join(missing)} unset): "
-                    "run `eval \"$(scripts/services env)\"`")
+        pytest.skip(
+            f'PostgreSQL test server not configured ({", ".join(missing)} unset): run `eval "$(scripts/services env)"`'
+        )
     return {k: os.environ[k] for k in _ENV}
 
 
 def _connect(env, superuser: bool = False, **kw):
     conn = psycopg2.connect(
-        host=env["DBLOG_PG_HOST"], port=int(env["DBLOG_PG_PORT"]), dbname=env["DBLOG_PG_DATABASE"],
+        host=env["DBLOG_PG_HOST"],
+        port=int(env["DBLOG_PG_PORT"]),
+        dbname=env["DBLOG_PG_DATABASE"],
         user=env["DBLOG_PG_SUPERUSER" if superuser else "DBLOG_PG_USER"],
-        password=env["DBLOG_PG_SUPERUSER_PASSWORD" if superuser else "DBLOG_PG_PASSWORD"], **kw)
+        password=env["DBLOG_PG_SUPERUSER_PASSWORD" if superuser else "DBLOG_PG_PASSWORD"],
+        **kw,
+    )
     conn.autocommit = True
     return conn
 
@@ -75,14 +88,16 @@ def ns(db, admin):
     run(db, f"CREATE SCHEMA {name}")
     yield name
     run(db, f"DROP SCHEMA IF EXISTS {name} CASCADE")
-    for slot, in run(admin, "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE %s", (f"dblog_{name}%",)):
+    for (slot,) in run(
+        admin, "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE %s", (f"dblog_{name}%",)
+    ):
         for _ in range(50):  # a closed walsender may take a moment to release its slot
             try:
                 run(admin, "SELECT pg_drop_replication_slot(%s)", (slot,))
                 break
             except psycopg2.errors.ObjectInUse:
                 time.sleep(0.1)
-    for pub, in run(admin, "SELECT pubname FROM pg_publication WHERE pubname LIKE %s", (f"dblog_{name}%",)):
+    for (pub,) in run(admin, "SELECT pubname FROM pg_publication WHERE pubname LIKE %s", (f"dblog_{name}%",)):
         run(admin, f'DROP PUBLICATION "{pub}"')
     if run(admin, "SELECT to_regclass('dblog.watermarks')")[0][0]:
         run(admin, "DELETE FROM dblog.watermarks WHERE source_id LIKE %s", (f"{name}%",))
@@ -96,8 +111,14 @@ def make_source(env, ns) -> Callable[..., PostgresSource]:
         kw.setdefault("user", env["DBLOG_PG_USER"])
         kw.setdefault("password", env["DBLOG_PG_PASSWORD"])
         src = PostgresSource(
-            source_id=f"{ns}{suffix}", host=env["DBLOG_PG_HOST"], port=int(env["DBLOG_PG_PORT"]),
-            dbname=env["DBLOG_PG_DATABASE"], tables=tables, plugin=plugin, **kw)
+            source_id=f"{ns}{suffix}",
+            host=env["DBLOG_PG_HOST"],
+            port=int(env["DBLOG_PG_PORT"]),
+            dbname=env["DBLOG_PG_DATABASE"],
+            tables=tables,
+            plugin=plugin,
+            **kw,
+        )
         opened.append(src)
         if open_:
             src.open()
@@ -138,19 +159,24 @@ def test_changes_arrive_in_commit_order_with_increasing_positions(plugin, make_s
     other.autocommit = False
     try:
         run(other, f"INSERT INTO {t} VALUES (100, 'early begin, late commit')")  # txn A begins first
-        run(db, f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")                     # txn B commits first
-        other.commit()                                                            # then A
+        run(db, f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")  # txn B commits first
+        other.commit()  # then A
     finally:
         other.close()
     run(db, f"UPDATE {t} SET v = 'a2' WHERE id = 1")
     run(db, f"DELETE FROM {t} WHERE id = 2")
-    run(db, f"UPDATE {t} SET id = 10 WHERE id = 1")                           # primary-key update
+    run(db, f"UPDATE {t} SET id = 10 WHERE id = 1")  # primary-key update
 
     events = collect(src, 6)
     assert all(isinstance(e, ChangeEvent) for e in events)
     assert [(e.op, e.key) for e in events] == [
-        (Op.CREATE, (1,)), (Op.CREATE, (2,)), (Op.CREATE, (100,)),
-        (Op.UPDATE, (1,)), (Op.DELETE, (2,)), (Op.UPDATE, (10,))]
+        (Op.CREATE, (1,)),
+        (Op.CREATE, (2,)),
+        (Op.CREATE, (100,)),
+        (Op.UPDATE, (1,)),
+        (Op.DELETE, (2,)),
+        (Op.UPDATE, (10,)),
+    ]
     positions = [e.position for e in events]
     assert positions == sorted(positions) and len(set(positions)) == 6
     assert [p.encode() for p in positions] == sorted(p.encode() for p in positions)
@@ -212,7 +238,7 @@ ALL_TYPES = """
 ROWS = [
     "(1, 9007199254740993, 12.30, 'héllo \"q\" \\\\ ✓', 'vc', 'ab', true, '2024-02-29', "
     "'2024-01-02 03:04:05.12', '2024-01-02 03:04:05.123456+02', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', "
-    "'{\"a\": [1, 2.50, null], \"b\": \"x\"}', '{\"z\": 1, \"a\": {\"k\": 0.1}}', '\\xdeadbeef00', 0.1, 1.5, "
+    '\'{"a": [1, 2.50, null], "b": "x"}\', \'{"z": 1, "a": {"k": 0.1}}\', \'\\xdeadbeef00\', 0.1, 1.5, '
     "-3, '{1,NULL,3}', '10.0.0.1', '1 day 02:00:00')",
     "(2, -1, -0.05, '', '', '', false, '0001-01-01', '2024-01-02 03:04:05', '1999-12-31 23:59:59+00', "
     "'00000000-0000-0000-0000-000000000000', '[]', 'null', '\\x', -1e300, -2.5, 0, '{}', '::1', '0')",
@@ -228,15 +254,27 @@ def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns
     src = make_source([t], plugin)
     schema = src.table_schema(t)
     assert [(c.name, c.type) for c in schema.columns][:12] == [
-        ("id", "integer"), ("b", "bigint"), ("n", "numeric(12,2)"), ("t", "text"),
-        ("vc", "character varying(20)"), ("ch", "character(5)"), ("bo", "boolean"), ("d", "date"),
-        ("ts", "timestamp without time zone"), ("tsz", "timestamp with time zone"), ("u", "uuid"), ("j", "json")]
+        ("id", "integer"),
+        ("b", "bigint"),
+        ("n", "numeric(12,2)"),
+        ("t", "text"),
+        ("vc", "character varying(20)"),
+        ("ch", "character(5)"),
+        ("bo", "boolean"),
+        ("d", "date"),
+        ("ts", "timestamp without time zone"),
+        ("tsz", "timestamp with time zone"),
+        ("u", "uuid"),
+        ("j", "json"),
+    ]
     assert schema.key == ("id",) and not schema.columns[0].nullable and schema.columns[1].nullable
     src.start_log(None)
     rows = list(ROWS)
     if plugin == "pgoutput":  # wal2json prints NaN as JSON null (documented limitation)
-        rows.append("(4, NULL, 'NaN', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-                    "'Infinity', '-Infinity', NULL, NULL, NULL, NULL)")
+        rows.append(
+            "(4, NULL, 'NaN', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+            "'Infinity', '-Infinity', NULL, NULL, NULL, NULL)"
+        )
     for r in rows:
         run(db, f"INSERT INTO {t} VALUES {r}")
     logged = {e.key: e.after for e in collect(src, len(rows))}
@@ -289,9 +327,14 @@ def test_truncate_of_a_captured_table_stops_with_the_fix(plugin, make_source, db
 @pytest.mark.parametrize("chunk", [1, 2, 7])
 def test_composite_key_chunks_walk_the_table_in_key_order(chunk, make_source, db, ns):
     t = f"{ns}.orders"
-    run(db, f"CREATE TABLE {t} (region text, no int, ts timestamptz, amount numeric(8,2), PRIMARY KEY (region, no, ts))")
-    run(db, f"""INSERT INTO {t} SELECT r, n, '2024-01-01'::timestamptz + n * interval '1.5 second', n
-                FROM unnest(ARRAY['eu','us','ap','Zz','a b']) r, generate_series(1, 5) n""")
+    run(
+        db, f"CREATE TABLE {t} (region text, no int, ts timestamptz, amount numeric(8,2), PRIMARY KEY (region, no, ts))"
+    )
+    run(
+        db,
+        f"""INSERT INTO {t} SELECT r, n, '2024-01-01'::timestamptz + n * interval '1.5 second', n
+                FROM unnest(ARRAY['eu','us','ap','Zz','a b']) r, generate_series(1, 5) n""",
+    )
     src = make_source([t])
     schema = src.table_schema(t)
     assert schema.key == ("region", "no", "ts")
@@ -347,25 +390,29 @@ def test_restart_after_a_position_delivers_every_later_event(plugin, make_source
     src.start_log(None)
     with db.cursor() as cur:
         for i in range(1, 4):  # three transactions of three changes
-            cur.execute(f"BEGIN; INSERT INTO {t} VALUES ({i}, 0); UPDATE {t} SET v = 1 WHERE id = {i}; "
-                        f"INSERT INTO {t} VALUES ({i + 10}, 0); COMMIT")
+            cur.execute(
+                f"BEGIN; INSERT INTO {t} VALUES ({i}, 0); UPDATE {t} SET v = 1 WHERE id = {i}; "
+                f"INSERT INTO {t} VALUES ({i + 10}, 0); COMMIT"
+            )
     first = collect(src, 9)
     src.close()
     for k in (0, 4, 8):  # start, middle, and end of a transaction
         again = make_source([t], plugin)
         again.start_log(first[k].position)
-        expected = first[k + 1:]
+        expected = first[k + 1 :]
         # k's whole transaction comes again (k % 3 + 1 events up to k), then the rest.
         got = [e for e in collect(again, len(expected) + k % 3 + 1) if e.position > first[k].position]
         assert [(e.position, e.op, e.key, e.after) for e in got] == [
-            (e.position, e.op, e.key, e.after) for e in expected]
+            (e.position, e.op, e.key, e.after) for e in expected
+        ]
         assert quiet(again, 0.5) == []
         again.close()
 
 
 def _confirmed(admin, slot) -> int:
-    return parse_lsn(run(admin, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                         (slot,))[0][0])
+    return parse_lsn(
+        run(admin, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))[0][0]
+    )
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -406,7 +453,7 @@ def test_dropped_slot_means_position_lost(make_source, db, admin, ns):
     src = make_source([t])
     src.start_log(None)
     run(db, f"INSERT INTO {t} VALUES (1)")
-    event, = collect(src, 1)
+    (event,) = collect(src, 1)
     src.close()
     for _ in range(50):
         try:
@@ -511,8 +558,16 @@ def test_wrong_password_names_no_secret(make_source):
 
 def _tmp_source(cluster: TmpCluster, plugin: str = "pgoutput", tables=()) -> PostgresSource:
     d = cluster.dsn
-    return PostgresSource(source_id="tmp", host=d["host"], port=d["port"], user=d["user"],
-                          password=d["password"], dbname=d["dbname"], tables=list(tables), plugin=plugin)
+    return PostgresSource(
+        source_id="tmp",
+        host=d["host"],
+        port=d["port"],
+        user=d["user"],
+        password=d["password"],
+        dbname=d["dbname"],
+        tables=list(tables),
+        plugin=plugin,
+    )
 
 
 def test_wal_level_not_logical():
@@ -527,9 +582,11 @@ def test_wal_level_not_logical():
     assert "ALTER SYSTEM SET wal_level = logical" in err.value.fix and "restart" in err.value.fix
 
 
-@pytest.mark.skipif(not has_setting("output_plugin_libraries"),
-                    reason="this PostgreSQL build has no output_plugin_libraries setting "
-                           "(stock PostgreSQL 15 loads any installed output plugin)")
+@pytest.mark.skipif(
+    not has_setting("output_plugin_libraries"),
+    reason="this PostgreSQL build has no output_plugin_libraries setting "
+    "(stock PostgreSQL 15 loads any installed output plugin)",
+)
 def test_output_plugin_not_allowed():
     with TmpCluster({"wal_level": "logical", "output_plugin_libraries": "'pgoutput'"}) as cluster:
         src = _tmp_source(cluster, plugin="wal2json")
@@ -556,8 +613,13 @@ def test_output_plugin_not_installed():
 
 
 def test_slot_whose_wal_was_removed_means_position_lost():
-    settings = {"wal_level": "logical", "max_slot_wal_keep_size": "'1MB'", "wal_keep_size": "0",
-                "max_wal_size": "'32MB'", "min_wal_size": "'32MB'"}
+    settings = {
+        "wal_level": "logical",
+        "max_slot_wal_keep_size": "'1MB'",
+        "wal_keep_size": "0",
+        "max_wal_size": "'32MB'",
+        "min_wal_size": "'32MB'",
+    }
     with TmpCluster(settings) as cluster:
         conn = psycopg2.connect(**cluster.dsn)
         conn.autocommit = True
@@ -568,12 +630,15 @@ def test_slot_whose_wal_was_removed_means_position_lost():
             src.open()
             src.start_log(None)
             run(conn, "INSERT INTO public.items VALUES (0, 'x')")
-            event, = collect(src, 1)
+            (event,) = collect(src, 1)
             src.close()
             status = None
             for i in range(20):  # write WAL past max_slot_wal_keep_size and let checkpoints remove it
-                run(conn, "INSERT INTO public.items SELECT g, repeat('x', 500) FROM generate_series(%s, %s) g",
-                    (i * 2000 + 1, i * 2000 + 2000))
+                run(
+                    conn,
+                    "INSERT INTO public.items SELECT g, repeat('x', 500) FROM generate_series(%s, %s) g",
+                    (i * 2000 + 1, i * 2000 + 2000),
+                )
                 run(conn, "SELECT pg_switch_wal()")
                 run(conn, "CHECKPOINT")
                 status = run(conn, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'dblog_tmp'")[0][0]

@@ -7,6 +7,7 @@
 * A slot dropped under a running capture stops it with PositionLostError and the fix.
 * ``status`` carries lag in bytes, warnings and per-dump rates.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,9 @@ class Capture:
         self.db, self.source_id = db, db.source_id
         self.lake = f"delta://{tmp_path / 'lake'}"
         self.state = LocalStateStore(str(tmp_path / "state.db"))
-        self.config_path = write_config(tmp_path / "dblog.toml", db.source_config(db.source_id),
-                                        tmp_path / "state.db", self.lake)
+        self.config_path = write_config(
+            tmp_path / "dblog.toml", db.source_config(db.source_id), tmp_path / "state.db", self.lake
+        )
         cfg = dict(status_interval=0.5, control_interval=0.1, heartbeat_interval=1.0)
         cfg.update(config)
         source = make_source(db.source_config(db.source_id))
@@ -118,8 +120,10 @@ def _slot_confirmed(db) -> int:
     c = db.connect()
     try:
         cur = c.cursor()
-        cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                    (f"dblog_{db.source_id}",))
+        cur.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (f"dblog_{db.source_id}",),
+        )
         return parse_lsn(cur.fetchone()[0])
     finally:
         c.close()
@@ -138,8 +142,12 @@ def test_heartbeat_moves_the_checkpoint_while_captured_tables_are_idle(db, tmp_p
                 c.commit()
                 time.sleep(0.05)
         head = _log_head(db)  # after every uncaptured write
-        wait_for(lambda: cap.checkpoint() is not None and _checkpoint_at(db, cap.checkpoint()) > head,
-                 20, "the checkpoint to pass the uncaptured writes", cap.check)
+        wait_for(
+            lambda: cap.checkpoint() is not None and _checkpoint_at(db, cap.checkpoint()) > head,
+            20,
+            "the checkpoint to pass the uncaptured writes",
+            cap.check,
+        )
         if db.kind == "postgres":
             # The slot is confirmed past them too: the server may recycle that WAL.
             wait_for(lambda: _slot_confirmed(db) > head, 20, "the slot to be confirmed past them", cap.check)
@@ -161,8 +169,10 @@ def _kill_capture_connections(db, cap) -> int:
     try:
         cur = c.cursor()
         if db.kind == "postgres":
-            cur.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                        "WHERE application_name = %s", (f"dblog-{db.source_id}",))
+            cur.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+                (f"dblog-{db.source_id}",),
+            )
             return cur.fetchone()[0]
         src = cap.engine.source
         ids = []
@@ -198,12 +208,18 @@ def test_capture_reconnects_after_the_server_kills_its_connections(db, tmp_path)
         wait_for(lambda: cap.state.get_dump(spec.dump_id).status is DumpStatus.DONE, 120, "the dump", cap.check)
         sentinel = str(uuid.uuid4())
         with db.connect() as c:
-            c.cursor().execute(f"INSERT INTO {db.ns}.notes (uid, body, flag) VALUES (%s, %s, %s)", (sentinel, "{}", True))
+            c.cursor().execute(
+                f"INSERT INTO {db.ns}.notes (uid, body, flag) VALUES (%s, %s, %s)", (sentinel, "{}", True)
+            )
             c.commit()
         out = make_output(cap.lake)
         out.open()
-        wait_for(lambda: any(e.key == (sentinel,) for e in out.scan(db.source_id, f"{db.ns}.notes")),
-                 60, "the last write", cap.check)
+        wait_for(
+            lambda: any(e.key == (sentinel,) for e in out.scan(db.source_id, f"{db.ns}.notes")),
+            60,
+            "the last write",
+            cap.check,
+        )
         assert load.txns > 20
         if db.kind == "postgres":
             assert cap.status()["reconnects"] >= 1
@@ -231,8 +247,10 @@ def test_a_slot_dropped_under_a_running_capture_stops_it_with_the_fix(tmp_path):
         cur = c.cursor()
         deadline = time.time() + 30
         while True:  # the walsender holds the slot: end it, then drop the slot before we reconnect
-            cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                        "WHERE slot_name = %s AND active", (f"dblog_{db.source_id}",))
+            cur.execute(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = %s AND active",
+                (f"dblog_{db.source_id}",),
+            )
             try:
                 cur.execute("SELECT pg_drop_replication_slot(%s)", (f"dblog_{db.source_id}",))
                 break
@@ -254,8 +272,12 @@ def test_status_json_reports_health(db, tmp_path):
     try:
         dump_id = DumpSpec.new(db.source_id, [f"{db.ns}.accounts"], None)
         cap.state.add_dump(dump_id, DumpControl(chunk_size=5, delay_ms=300))
-        wait_for(lambda: any(d.get("rows", 0) > 0 for d in (cap.status() or {}).get("dumps", {}).values()),
-                 30, "dump progress in the status", cap.check)
+        wait_for(
+            lambda: any(d.get("rows", 0) > 0 for d in (cap.status() or {}).get("dumps", {}).values()),
+            30,
+            "dump progress in the status",
+            cap.check,
+        )
         res = json.loads(dblog(cap.config_path, "status", "--json").stdout)
         for k in ("lag_bytes", "lag_seconds", "events_per_s", "warnings"):
             assert k in res, k
@@ -285,9 +307,17 @@ def test_postgres_warns_before_a_slot_loses_its_wal(tmp_path):
         conn.autocommit = True
         cur = conn.cursor()
         cur.execute("CREATE TABLE t (id int PRIMARY KEY)")
-        src = PostgresSource(source_id="retention", tables=["public.t"], **{
-            "host": cluster.dsn["host"], "port": cluster.dsn["port"], "user": "postgres",
-            "password": "", "dbname": "postgres"})
+        src = PostgresSource(
+            source_id="retention",
+            tables=["public.t"],
+            **{
+                "host": cluster.dsn["host"],
+                "port": cluster.dsn["port"],
+                "user": "postgres",
+                "password": "",
+                "dbname": "postgres",
+            },
+        )
         src.open()
         try:
             assert src.log_status()["warnings"] == []

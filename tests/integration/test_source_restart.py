@@ -4,6 +4,7 @@ and resumes from its position, and nothing is lost.
 The test stops and starts the test server itself (`scripts/services down|up`), so it must not
 run beside other tests that use the same servers (the suite runs sequentially).
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,9 @@ SERVICE = {"postgres": "pg", "mysql": "mysql"}
 
 
 def services(*args: str) -> None:
-    out = subprocess.run([str(REPO / "scripts" / "services"), *args], capture_output=True, text=True,
-                         timeout=180, env=os.environ.copy())
+    out = subprocess.run(
+        [str(REPO / "scripts" / "services"), *args], capture_output=True, text=True, timeout=180, env=os.environ.copy()
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -43,8 +45,12 @@ def test_capture_survives_a_restart_of_the_source_database(kind, tmp_path):
     source_id = f"restart_{kind}_{uuid.uuid4().hex[:6]}"
     state = LocalStateStore(str(tmp_path / "state.db"))
     lake = f"delta://{tmp_path / 'lake'}"
-    engine = Engine(make_source(db.source_config(source_id)), make_output(lake), state,
-                    EngineConfig(status_interval=0.5, reconnect_max_backoff=2.0))
+    engine = Engine(
+        make_source(db.source_config(source_id)),
+        make_output(lake),
+        state,
+        EngineConfig(status_interval=0.5, reconnect_max_backoff=2.0),
+    )
     stop, errors = threading.Event(), []
 
     def run():
@@ -73,8 +79,9 @@ def test_capture_survives_a_restart_of_the_source_database(kind, tmp_path):
         insert(50, 100)  # written after the restart
         out = make_output(lake)
         out.open()
-        wait_for(lambda: len(replay(out.scan(source_id, table))) >= 99 or errors, 120,
-                 "the rows written around the restart")
+        wait_for(
+            lambda: len(replay(out.scan(source_id, table))) >= 99 or errors, 120, "the rows written around the restart"
+        )
         assert not errors, errors
         with db.connect() as c:
             cur = c.cursor()

@@ -1,5 +1,6 @@
 """The ZooKeeper state store against a real ZooKeeper: the same contract as the local store,
 its znode layout, and a clear error when ZooKeeper cannot be reached."""
+
 from __future__ import annotations
 
 import socket
@@ -90,9 +91,11 @@ def test_unreachable_zookeeper_is_a_clear_error():
 
 
 def test_state_url_in_config_and_cli_form(zk_hosts, chroot):
-    for cfg in ({"url": f"zk://{zk_hosts}{chroot}?session_timeout=5"},
-                {"path": f"zk://{zk_hosts}{chroot}"},  # what `--state zk://...` sets
-                {"zookeeper": zk_hosts, "chroot": chroot, "session_timeout": 5}):
+    for cfg in (
+        {"url": f"zk://{zk_hosts}{chroot}?session_timeout=5"},
+        {"path": f"zk://{zk_hosts}{chroot}"},  # what `--state zk://...` sets
+        {"zookeeper": zk_hosts, "chroot": chroot, "session_timeout": 5},
+    ):
         s = make_state(cfg)
         try:
             assert isinstance(s, ZooKeeperStateStore) and s.chroot == chroot

@@ -5,6 +5,7 @@ Started straight from Debian's jars like scripts/services does, on a free port, 
 data in a temporary directory that survives restarts (so sessions survive them too, as in
 production) and is removed by ``close()``.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,9 +35,11 @@ class TmpZooKeeper:
         self.dir = tempfile.mkdtemp(prefix="dblog-zk-")
         self.cfg = os.path.join(self.dir, "zoo.cfg")
         with open(self.cfg, "w") as f:
-            f.write(f"tickTime=1000\ndataDir={self.dir}/data\nclientPort={self.port}\n"
-                    "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n"
-                    "maxSessionTimeout=60000\n")
+            f.write(
+                f"tickTime=1000\ndataDir={self.dir}/data\nclientPort={self.port}\n"
+                "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n"
+                "maxSessionTimeout=60000\n"
+            )
         self.proc: Optional[subprocess.Popen] = None
         self.log = open(os.path.join(self.dir, "zk.log"), "ab")
 
@@ -47,7 +50,9 @@ class TmpZooKeeper:
     def start(self, timeout: float = 60) -> None:
         self.proc = subprocess.Popen(
             ["java", "-Xmx128m", "-cp", ZK_CP, "org.apache.zookeeper.server.ZooKeeperServerMain", self.cfg],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         end = time.time() + timeout
         while time.time() < end:

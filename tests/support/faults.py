@@ -7,6 +7,7 @@ returns, i.e. between the SELECT and the high-watermark write, widening the wind
 concurrent writes must remove keys from the chunk. Both delegate everything else to the
 object they wrap.
 """
+
 from __future__ import annotations
 
 import time
@@ -49,8 +50,9 @@ class WideWindowSource:
         return getattr(self._inner, name)
 
 
-def faulty_parts(window_delay_s: float = 0.0, write_delay_s: float = 0.0,
-                 write_marker: Optional[str] = None) -> cli.Parts:
+def faulty_parts(
+    window_delay_s: float = 0.0, write_delay_s: float = 0.0, write_marker: Optional[str] = None
+) -> cli.Parts:
     """The ``dblog`` command's parts (cli.Parts) with these faults (0 / None: none)."""
 
     def source(src: dict) -> Any:

@@ -5,6 +5,7 @@ there (tests/e2e/test_landing.py)::
 
 in place of ``python -m airflow_provider_dblog.spark.land_changelog ARGUMENTS...``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="slow_landing")
     p.add_argument("--delay-s", type=float, required=True, help="pause before each table's merge but the first")
     opts = p.parse_args(argv[:split])
-    return land_changelog.main(argv[split + 1:], slow_lander(opts.delay_s))
+    return land_changelog.main(argv[split + 1 :], slow_lander(opts.delay_s))
 
 
 if __name__ == "__main__":

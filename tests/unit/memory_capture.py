@@ -6,6 +6,7 @@ hooks to run concurrent writes inside a chunk's window and to lose the connectio
 ``MemoryChangelog`` is an Output that keeps every event. Pure Python, no servers: the engine's
 logic is tested here, the real databases in tests/integration.
 """
+
 from __future__ import annotations
 
 import threading

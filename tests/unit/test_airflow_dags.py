@@ -1,4 +1,5 @@
 """Example DAGs parse, serialise, and their Params forms refuse bad input before a run starts."""
+
 from __future__ import annotations
 
 import copy
@@ -30,8 +31,10 @@ def test_repair_form_accepts_a_valid_request(repair_dag):
     assert params.validate()["table"] == "shop.orders"
 
 
-@pytest.mark.parametrize("field, value", [("chunk_size", 0), ("chunk_size", 2_000_000), ("table", "orders"),
-                                          ("table", "a b.c"), ("source", "")])
+@pytest.mark.parametrize(
+    "field, value",
+    [("chunk_size", 0), ("chunk_size", 2_000_000), ("table", "orders"), ("table", "a b.c"), ("source", "")],
+)
 def test_repair_form_refuses_bad_input(repair_dag, field, value):
     from airflow.sdk.exceptions import ParamValidationError
 

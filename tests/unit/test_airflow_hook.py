@@ -1,4 +1,5 @@
 """DBLogHook: source, state store and changelog built from real Airflow connections (AIRFLOW_CONN_*)."""
+
 from __future__ import annotations
 
 import json
@@ -23,24 +24,60 @@ def set_conn(monkeypatch, conn_id: str, **fields) -> None:
 
 
 def test_mysql_connection_extras_become_the_source_config(monkeypatch):
-    set_conn(monkeypatch, "shop_db", conn_type="mysql", host="db1", port=3307, login="dblog", password=SECRET,
-             schema="shop", extra={"source_id": "shop", "server_id": "4711", "watermark_schema": "wm",
-                                   "tables": "shop.orders, shop.items",
-                                   "key_columns": '{"shop.items": ["sku"]}'})
+    set_conn(
+        monkeypatch,
+        "shop_db",
+        conn_type="mysql",
+        host="db1",
+        port=3307,
+        login="dblog",
+        password=SECRET,
+        schema="shop",
+        extra={
+            "source_id": "shop",
+            "server_id": "4711",
+            "watermark_schema": "wm",
+            "tables": "shop.orders, shop.items",
+            "key_columns": '{"shop.items": ["sku"]}',
+        },
+    )
     src = DBLogHook("shop_db").source_config()
-    assert src == {"type": "mysql", "id": "shop", "password_env": "DBLOG_SOURCE_PASSWORD", "host": "db1",
-                   "port": 3307, "user": "dblog", "database": "shop", "server_id": "4711", "watermark_schema": "wm",
-                   "tables": ["shop.orders", "shop.items"], "key_columns": {"shop.items": ["sku"]}}
+    assert src == {
+        "type": "mysql",
+        "id": "shop",
+        "password_env": "DBLOG_SOURCE_PASSWORD",
+        "host": "db1",
+        "port": 3307,
+        "user": "dblog",
+        "database": "shop",
+        "server_id": "4711",
+        "watermark_schema": "wm",
+        "tables": ["shop.orders", "shop.items"],
+        "key_columns": {"shop.items": ["sku"]},
+    }
     assert SECRET not in json.dumps(src)
 
 
 def test_postgres_connection_and_default_source_id(monkeypatch):
-    set_conn(monkeypatch, "PG-Main", conn_type="postgres", host="pg", login="u", password=SECRET, schema="app",
-             extra={"slot_name": "s1", "publication": "p1", "plugin": "wal2json", "tables": ["public.a"]})
+    set_conn(
+        monkeypatch,
+        "PG-Main",
+        conn_type="postgres",
+        host="pg",
+        login="u",
+        password=SECRET,
+        schema="app",
+        extra={"slot_name": "s1", "publication": "p1", "plugin": "wal2json", "tables": ["public.a"]},
+    )
     hook = DBLogHook("PG-Main")
     src = hook.source_config()
     assert src["type"] == "postgres" and src["database"] == "app" and src["id"] == "pg_main"
-    assert (src["slot_name"], src["publication"], src["plugin"], src["tables"]) == ("s1", "p1", "wal2json", ["public.a"])
+    assert (src["slot_name"], src["publication"], src["plugin"], src["tables"]) == (
+        "s1",
+        "p1",
+        "wal2json",
+        ["public.a"],
+    )
     assert "port" not in src  # make_source applies the default
     assert DBLogHook("PG-Main", source_id="other").source_config()["id"] == "other"
     assert default_source_id("A.b-C") == "a_b_c"
@@ -70,7 +107,10 @@ def test_a_non_source_connection_is_refused(monkeypatch):
         (dict(host="/var/lib/dblog/state.db"), {"path": "/var/lib/dblog/state.db"}),
         (dict(host="zk1:2181,zk2:2181", schema="dblog"), {"zookeeper": "zk1:2181,zk2:2181", "chroot": "/dblog"}),
         (dict(host="zk1", port=2181, schema="/x"), {"zookeeper": "zk1:2181", "chroot": "/x"}),
-        (dict(host="zk1:2181", extra={"session_timeout": "7"}), {"zookeeper": "zk1:2181", "chroot": "", "session_timeout": 7.0}),
+        (
+            dict(host="zk1:2181", extra={"session_timeout": "7"}),
+            {"zookeeper": "zk1:2181", "chroot": "", "session_timeout": 7.0},
+        ),
         (dict(host="state", extra={"store": "local"}), {"path": "state"}),
         (dict(extra={"extra__dblog_state__store": "local", "path": "/p"}), {"path": "/p"}),
         (dict(extra={"url": "zk://a:1/c"}), {"url": "zk://a:1/c"}),

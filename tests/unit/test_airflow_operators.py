@@ -1,4 +1,5 @@
 """CaptureOperator / DumpOperator: DAG serialisation round trip, deferral and completion logic."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -22,10 +23,23 @@ from airflow_provider_dblog.triggers.capture import CaptureTrigger  # noqa: E402
 
 def make_dag():
     with DAG("t", schedule=None, start_date=dt.datetime(2024, 1, 1)) as dag:
-        CaptureOperator(task_id="capture", source_conn_id="src", state_conn_id="st", changelog="delta:///lake",
-                        session_seconds=120, max_sessions=3)
-        DumpOperator(task_id="dump", source_conn_id="src", state="/s.db", tables="{{ params.table }}",
-                     keys="1\n2", chunk_size=50, wait=False)
+        CaptureOperator(
+            task_id="capture",
+            source_conn_id="src",
+            state_conn_id="st",
+            changelog="delta:///lake",
+            session_seconds=120,
+            max_sessions=3,
+        )
+        DumpOperator(
+            task_id="dump",
+            source_conn_id="src",
+            state="/s.db",
+            tables="{{ params.table }}",
+            keys="1\n2",
+            chunk_size=50,
+            wait=False,
+        )
     return dag
 
 
@@ -61,7 +75,9 @@ def test_capture_defers_again_after_each_session_until_max_sessions():
         op.execute_complete({}, {"status": "session_end", "session": 1, "source_id": "src"})
     assert exc.value.trigger.session == 2
     assert op.execute_complete({}, {"status": "session_end", "session": 3, "source_id": "src"}) == {
-        "sessions": 3, "source_id": "src"}
+        "sessions": 3,
+        "source_id": "src",
+    }
     op.max_sessions = None
     with pytest.raises(TaskDeferred):
         op.execute_complete({}, {"status": "session_end", "session": 1000})
@@ -70,20 +86,44 @@ def test_capture_defers_again_after_each_session_until_max_sessions():
 def test_capture_crash_fails_with_the_child_error():
     op = make_dag().get_task("capture")
     with pytest.raises(DBLogCaptureError, match="binlog_format is STATEMENT"):
-        op.execute_complete({}, {"status": "error", "session": 1, "returncode": 2,
-                                 "message": "dblog: error: binlog_format is STATEMENT. Fix: ..."})
+        op.execute_complete(
+            {},
+            {
+                "status": "error",
+                "session": 1,
+                "returncode": 2,
+                "message": "dblog: error: binlog_format is STATEMENT. Fix: ...",
+            },
+        )
 
 
 def _dump_event(status, error=None):
-    return {"status": status, "dump": {
-        "dump_id": "d1", "status": status, "rows": 30, "chunks": 3, "error": error, "created_at": 100.0,
-        "updated_at": 112.5, "paused": False, "progress": {"a.t": {"rows": 30, "chunks": 3, "done": True}}}}
+    return {
+        "status": status,
+        "dump": {
+            "dump_id": "d1",
+            "status": status,
+            "rows": 30,
+            "chunks": 3,
+            "error": error,
+            "created_at": 100.0,
+            "updated_at": 112.5,
+            "paused": False,
+            "progress": {"a.t": {"rows": 30, "chunks": 3, "done": True}},
+        },
+    }
 
 
 def test_dump_complete_returns_the_result_for_xcom():
     op = make_dag().get_task("dump")
     assert op.execute_complete({}, _dump_event("done"), started=110.0) == {
-        "dump_id": "d1", "status": "done", "tables": {"a.t": 30}, "rows": 30, "chunks": 3, "duration_s": 2.5}
+        "dump_id": "d1",
+        "status": "done",
+        "tables": {"a.t": 30},
+        "rows": 30,
+        "chunks": 3,
+        "duration_s": 2.5,
+    }
 
 
 @pytest.mark.parametrize("status", ["failed", "cancelled"])
@@ -93,6 +133,12 @@ def test_dump_failure_fails_the_task(status):
 
 
 def test_parse_keys_one_per_line():
-    assert parse_keys(' 42\n\n"x"\n["eu", 7]\n{"id": 3}\nplain text \n') == [42, "x", ["eu", 7], {"id": 3}, "plain text"]
+    assert parse_keys(' 42\n\n"x"\n["eu", 7]\n{"id": 3}\nplain text \n') == [
+        42,
+        "x",
+        ["eu", 7],
+        {"id": 3},
+        "plain text",
+    ]
     assert parse_keys([1, 2]) == [1, 2]
     assert parse_keys("") is None and parse_keys(None) is None

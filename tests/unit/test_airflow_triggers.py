@@ -3,6 +3,7 @@
 The capture child here is a small shell script standing in for ``python`` (the trigger's
 ``python`` argument), so the supervision logic runs for real without database servers.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,8 +41,18 @@ def roundtrip(trigger):
 
 def test_capture_trigger_round_trip_holds_no_secret(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SRC", json.dumps({"conn_type": "mysql", "host": "h", "password": SECRET}))
-    kwargs = roundtrip(CaptureTrigger("src", state="/s.db", output="delta:///l", source_id="x",
-                                      session_seconds=60, status_interval=2, session=3, python="/usr/bin/python3"))
+    kwargs = roundtrip(
+        CaptureTrigger(
+            "src",
+            state="/s.db",
+            output="delta:///l",
+            source_id="x",
+            session_seconds=60,
+            status_interval=2,
+            session=3,
+            python="/usr/bin/python3",
+        )
+    )
     assert kwargs["session"] == 3 and kwargs["session_seconds"] == 60.0
     assert SECRET not in json.dumps(kwargs)
 
@@ -55,14 +66,16 @@ def test_dump_trigger_round_trip():
 def fake_python(tmp_path, body: str) -> str:
     """A stand-in for ``python``: argv is ``-m airflow_provider_dblog.cli --config PATH capture ...``."""
     script = tmp_path / "fake-python"
-    script.write_text("#!/bin/sh\nCONFIG=\"$4\"\n" + textwrap.dedent(body))
+    script.write_text('#!/bin/sh\nCONFIG="$4"\n' + textwrap.dedent(body))
     script.chmod(0o755)
     return str(script)
 
 
 def set_source(monkeypatch, tmp_path):
-    monkeypatch.setenv("AIRFLOW_CONN_SRC", json.dumps(
-        {"conn_type": "postgres", "host": "127.0.0.1", "login": "u", "password": SECRET, "schema": "d"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SRC",
+        json.dumps({"conn_type": "postgres", "host": "127.0.0.1", "login": "u", "password": SECRET, "schema": "d"}),
+    )
     monkeypatch.setenv("SEEN", str(tmp_path / "seen"))
 
 
@@ -75,18 +88,25 @@ def run_events(trigger, limit=5.0):
 
 def test_session_end_config_without_password_and_password_in_env(monkeypatch, tmp_path):
     set_source(monkeypatch, tmp_path)
-    py = fake_python(tmp_path, """
+    py = fake_python(
+        tmp_path,
+        """
         cp "$CONFIG" "$SEEN.toml"
         stat -c %a "$CONFIG" > "$SEEN.mode"
         printf '%s' "$DBLOG_SOURCE_PASSWORD" > "$SEEN.pw"
         echo "$@" > "$SEEN.argv"
         echo "[dblog] position=1 checkpoint=1"
         echo "[dblog] position=2 checkpoint=2"
-    """)
+    """,
+    )
     trigger = CaptureTrigger("src", state=str(tmp_path / "s.db"), output="jsonl:///x", session_seconds=5, python=py)
     (event,) = run_events(trigger)
-    assert event == {"status": "session_end", "session": 1, "source_id": "src",
-                     "last_status": "[dblog] position=2 checkpoint=2"}
+    assert event == {
+        "status": "session_end",
+        "session": 1,
+        "source_id": "src",
+        "last_status": "[dblog] position=2 checkpoint=2",
+    }
     text = (tmp_path / "seen.toml").read_text()
     assert SECRET not in text and "password_env" in text
     assert (tmp_path / "seen.mode").read_text().strip() == "600"
@@ -102,12 +122,15 @@ def test_session_end_config_without_password_and_password_in_env(monkeypatch, tm
 
 def test_child_failure_yields_its_error_lines(monkeypatch, tmp_path):
     set_source(monkeypatch, tmp_path)
-    py = fake_python(tmp_path, """
+    py = fake_python(
+        tmp_path,
+        """
         echo "[dblog] position=1"
         echo "some log line" >&2
         echo "dblog: error: wal_level is replica. Fix: set wal_level = logical" >&2
         exit 2
-    """)
+    """,
+    )
     (event,) = run_events(CaptureTrigger("src", state=str(tmp_path / "s.db"), python=py))
     assert event["status"] == "error" and event["returncode"] == 2
     assert event["message"].endswith("dblog: error: wal_level is replica. Fix: set wal_level = logical")
@@ -115,11 +138,14 @@ def test_child_failure_yields_its_error_lines(monkeypatch, tmp_path):
 
 def test_cleanup_stops_the_child(monkeypatch, tmp_path):
     set_source(monkeypatch, tmp_path)
-    py = fake_python(tmp_path, """
+    py = fake_python(
+        tmp_path,
+        """
         trap 'echo stopped > "$SEEN.term"; exit 0' TERM
         echo $$ > "$SEEN.pid"
         while true; do sleep 0.1; done
-    """)
+    """,
+    )
     trigger = CaptureTrigger("src", state=str(tmp_path / "s.db"), python=py)
 
     async def go():
@@ -145,11 +171,14 @@ def test_cleanup_kills_a_child_that_ignores_sigterm(monkeypatch, tmp_path):
 
     monkeypatch.setattr(capture, "STOP_GRACE_SECONDS", 0.5)
     set_source(monkeypatch, tmp_path)
-    py = fake_python(tmp_path, """
+    py = fake_python(
+        tmp_path,
+        """
         trap '' TERM
         echo $$ > "$SEEN.pid"
         while true; do sleep 0.1; done
-    """)
+    """,
+    )
     trigger = CaptureTrigger("src", state=str(tmp_path / "s.db"), python=py)
 
     async def go():
@@ -207,6 +236,13 @@ def test_dump_trigger_on_kill_cancels_the_dump(tmp_path):
 
 
 def test_progress_line_without_estimates():
-    d = {"dump_id": "a", "status": "running", "paused": True, "chunks": 2, "rows": 7, "error": None,
-         "progress": {"t": {"rows": 7, "chunks": 2, "done": False}}}
+    d = {
+        "dump_id": "a",
+        "status": "running",
+        "paused": True,
+        "chunks": 2,
+        "rows": 7,
+        "error": None,
+        "progress": {"t": {"rows": 7, "chunks": 2, "done": False}},
+    }
     assert progress_line(d) == "dump a running (paused): 2 chunks, 7 rows"

@@ -1,5 +1,6 @@
 """Dump rows as blocks (core/batch.py): they must read exactly like the per-row events they
 replace, in the writer, the bookkeeping of every output, and the Delta changelog's columns."""
+
 import pyarrow as pa
 import pytest
 
@@ -21,16 +22,27 @@ def block(n, first_sub=1, start=0):
 
 
 def log_ev(coord, key):
-    return ChangeEvent("src", "public.t", Op.UPDATE, (key,), {"id": key}, {"id": key, "v": "x"},
-                       Position(coord), commit_ts=1_700_000_000_000_000, txid="77")
+    return ChangeEvent(
+        "src",
+        "public.t",
+        Op.UPDATE,
+        (key,),
+        {"id": key},
+        {"id": key, "v": "x"},
+        Position(coord),
+        commit_ts=1_700_000_000_000_000,
+        txid="77",
+    )
 
 
 def test_block_reads_as_the_events_it_replaces():
     b = block(3, first_sub=5)
     evs = b.events()
     assert [e.position for e in evs] == [HW.with_sub(5), HW.with_sub(6), HW.with_sub(7)]
-    assert all(e.op is Op.READ and e.origin is Origin.DUMP and e.dump_id == "d1" and e.schema_id == "sch1"
-               and e.before is None for e in evs)
+    assert all(
+        e.op is Op.READ and e.origin is Origin.DUMP and e.dump_id == "d1" and e.schema_id == "sch1" and e.before is None
+        for e in evs
+    )
     assert [(e.key, e.after) for e in evs] == list(zip(b.keys, b.rows))
     head, tail = b.split(2)
     assert head.events() + tail.events() == evs

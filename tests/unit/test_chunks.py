@@ -37,7 +37,9 @@ def _py_greater(key, after):
 @pytest.mark.parametrize("after", [(1, "b", 2), (0, "z", 9), (2, "a", 0), (1, "a", 3)])
 def test_mysql_expansion_means_lexicographic_greater(after):
     # Evaluate the generated predicate with Python in place of SQL on every key of a grid.
-    pred, params = greater_than(MYSQL, TableSchema("d.t", tuple(Column(c, "int") for c in "abc"), ("a", "b", "c")), after)
+    pred, params = greater_than(
+        MYSQL, TableSchema("d.t", tuple(Column(c, "int") for c in "abc"), ("a", "b", "c")), after
+    )
     expr = pred.replace("`", "").replace("AND", "and").replace("OR", "or").replace(" = ", " == ")
     grid = [(a, b, c) for a in range(3) for b in "abz" for c in range(4)]
     for key in grid:
@@ -62,7 +64,7 @@ def test_keys_query_single_and_composite():
 def test_identifiers_are_quoted():
     t = TableSchema('odd"schema.we`ird', (Column('i"d', "int"),), ('i"d',))
     assert '"odd""schema"."we`ird"' in chunk_query(POSTGRES, t, ["1"], None, 1)[0]
-    assert "`odd\"schema`.`we``ird`" in chunk_query(MYSQL, t, ["1"], None, 1)[0]
+    assert '`odd"schema`.`we``ird`' in chunk_query(MYSQL, t, ["1"], None, 1)[0]
 
 
 def test_limit_must_be_positive():

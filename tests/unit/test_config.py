@@ -1,5 +1,6 @@
 """config.py: the TOML writer (render_config, write_private_config) beside its reader
 (load_config): what is written is read back as the same dict."""
+
 from __future__ import annotations
 
 import math
@@ -22,11 +23,21 @@ def read_back(cfg, tmp_path):
 def test_every_value_type_round_trips(tmp_path):
     cfg = {
         "source": {
-            "type": "mysql", "id": "s", "port": 3306, "server_id": -4242, "big": 2**62,
-            "ratio": 0.25, "tiny": 1e-07, "huge": 1e300, "flag": True, "off": False,
+            "type": "mysql",
+            "id": "s",
+            "port": 3306,
+            "server_id": -4242,
+            "big": 2**62,
+            "ratio": 0.25,
+            "tiny": 1e-07,
+            "huge": 1e300,
+            "flag": True,
+            "off": False,
             "tables": ["a.b", 'q"x', "back\\slash", "tab\there", "line\nbreak", "ünïcödé ✓", "del\x7f", "nul\x00"],
-            "empty": [], "nested_list": [[1, 2], ["x"], []], "mixed": [1, "two", 3.5, True, {"k": "v"}],
-            "key_columns": {"a.b": ["k1", "k2"], "weird key = \"x\"": ["c"]},
+            "empty": [],
+            "nested_list": [[1, 2], ["x"], []],
+            "mixed": [1, "two", 3.5, True, {"k": "v"}],
+            "key_columns": {"a.b": ["k1", "k2"], 'weird key = "x"': ["c"]},
             "deep": {"one": {"two": {"three": [1, {"four": "x"}]}}, "empty": {}},
             "password_env": "P",
         },
@@ -43,11 +54,12 @@ def test_none_is_left_out_and_special_floats_survive(tmp_path):
     assert "a" not in back["s"]
 
 
-scalars = st.one_of(st.text(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
-                    st.floats(allow_nan=False))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.text(), inner, max_size=4)),
-                      max_leaves=12)
+scalars = st.one_of(st.text(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False))
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(), inner, max_size=4)),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=150, deadline=None)

@@ -5,6 +5,7 @@ No Docker engine here. `docker compose config` (or Debian's `docker-compose conf
 resolves and validates the file without one; when neither client is installed the same checks
 run on the file parsed with PyYAML (anchors and merge keys resolved, env_file merged by hand).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,13 @@ from scripts import airflow_stack  # noqa: E402 - after the importorskip
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 
-AIRFLOW_SERVICES = ("airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                    "airflow-triggerer")
+AIRFLOW_SERVICES = (
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+)
 LONG_RUNNING = AIRFLOW_SERVICES[1:] + ("airflow-db", "source-mysql", "source-postgres", "zookeeper")
 
 
@@ -50,8 +56,13 @@ def config() -> dict:
     cmd = compose_client()
     if cmd is None:
         return yaml_config()
-    out = subprocess.run([*cmd, "-f", str(DOCKER / "compose.yaml"), "config"], capture_output=True, text=True,
-                         cwd=REPO, env={"PATH": "/usr/bin:/bin:/usr/local/bin"})
+    out = subprocess.run(
+        [*cmd, "-f", str(DOCKER / "compose.yaml"), "config"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin:/usr/local/bin"},
+    )
     assert out.returncode == 0, f"{' '.join(cmd)} config rejected docker/compose.yaml:\n{out.stderr}"
     return yaml.safe_load(out.stdout)
 
@@ -73,15 +84,27 @@ def test_compose_config_is_valid_and_complete(config):
     init = " ".join(services["airflow-init"]["command"])
     assert "airflow db migrate" in init and "SIMPLE_AUTH_MANAGER_PASSWORDS_FILE" in init
     commands = {n: services[n]["command"][0] for n in AIRFLOW_SERVICES[1:]}
-    assert commands == {"airflow-apiserver": "api-server", "airflow-scheduler": "scheduler",
-                        "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}
-    assert any(str(p.get("target", p) if isinstance(p, dict) else p).endswith("8080")
-               for p in services["airflow-apiserver"]["ports"])
+    assert commands == {
+        "airflow-apiserver": "api-server",
+        "airflow-scheduler": "scheduler",
+        "airflow-dag-processor": "dag-processor",
+        "airflow-triggerer": "triggerer",
+    }
+    assert any(
+        str(p.get("target", p) if isinstance(p, dict) else p).endswith("8080")
+        for p in services["airflow-apiserver"]["ports"]
+    )
 
 
 def test_sources_are_configured_for_cdc(config):
     mysql = " ".join(config["services"]["source-mysql"]["command"])
-    for opt in ("--binlog-format=ROW", "--binlog-row-image=FULL", "--binlog-row-metadata=FULL", "--server-id=", "--log-bin"):
+    for opt in (
+        "--binlog-format=ROW",
+        "--binlog-row-image=FULL",
+        "--binlog-row-metadata=FULL",
+        "--server-id=",
+        "--log-bin",
+    ):
         assert opt in mysql, opt
     pg = config["services"]["source-postgres"]["command"]
     assert "wal_level=logical" in pg
@@ -93,9 +116,16 @@ def test_compose_env_matches_the_e2e_stack(config, tmp_path):
     end-to-end test and the demo gets the very same shared settings."""
     shared = airflow_stack.shared_settings()
     assert shared["DBLOG_SOURCE_CONN_ID"] and shared["DBLOG_STATE_CONN_ID"]
-    stack_env = airflow_stack.Airflow(tmp_path / "home", "postgresql+psycopg2://x@h/db", airflow_stack.dag_env(
-        source_conn={"conn_type": "mysql"}, state_conn={"conn_type": "dblog_state"},
-        changelog="delta:///tmp/lake", repair_tables=["a.b"])).environ
+    stack_env = airflow_stack.Airflow(
+        tmp_path / "home",
+        "postgresql+psycopg2://x@h/db",
+        airflow_stack.dag_env(
+            source_conn={"conn_type": "mysql"},
+            state_conn={"conn_type": "dblog_state"},
+            changelog="delta:///tmp/lake",
+            repair_tables=["a.b"],
+        ),
+    ).environ
     for key, value in shared.items():
         assert stack_env[key] == value, key
     for name in AIRFLOW_SERVICES:
@@ -116,8 +146,10 @@ def test_compose_env_matches_the_e2e_stack(config, tmp_path):
         # the lake the capture writes is the volume every component mounts
         assert env["DBLOG_CHANGELOG"] == "delta:///opt/dblog/lake"
         # tokens signed by one component are checked by the others
-        assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == config["services"]["airflow-apiserver"]["environment"][
-            "AIRFLOW__API_AUTH__JWT_SECRET"]
+        assert (
+            env["AIRFLOW__API_AUTH__JWT_SECRET"]
+            == config["services"]["airflow-apiserver"]["environment"]["AIRFLOW__API_AUTH__JWT_SECRET"]
+        )
 
 
 def test_yaml_fallback_agrees_with_the_client(config):

@@ -25,8 +25,8 @@ def test_parse_scalar_for_single_column():
         ("[1]", "has 1 value(s) but the key has 2"),
         ('{"a": 1}', "missing ['b']"),
         ('{"a": 1, "b": 2, "c": 3}', "unknown ['c']"),
-        ('[1, null]', "must be a scalar"),
-        ('[1, [2]]', "must be a scalar"),
+        ("[1, null]", "must be a scalar"),
+        ("[1, [2]]", "must be a scalar"),
     ],
 )
 def test_malformed_keys_are_refused_with_the_reason(text, needle):

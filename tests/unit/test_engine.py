@@ -2,6 +2,7 @@
 order and convergence with writes inside chunk windows, stale watermarks after a restart,
 redelivered events, checkpoints only after the output commit, reconnects and their deadline,
 and a bad request that fails only its dump. The real databases are in tests/integration."""
+
 from __future__ import annotations
 
 import threading
@@ -18,8 +19,9 @@ from airflow_provider_dblog.state.local import LocalStateStore
 
 from .memory_capture import SOURCE_ID, TABLE, MemoryChangelog, MemoryDatabase, MemorySource
 
-FAST = dict(poll_timeout=0.005, flush_interval=0.005, control_interval=0.01, status_interval=0.05,
-            heartbeat_interval=None)
+FAST = dict(
+    poll_timeout=0.005, flush_interval=0.005, control_interval=0.01, status_interval=0.05, heartbeat_interval=None
+)
 
 
 def wait_until(check, timeout=20.0, what="condition"):
@@ -109,8 +111,11 @@ def test_dump_under_writes_in_its_windows_converges_in_order(db, state):
     dumped = [e for e in out.events if e.origin is Origin.DUMP]
     assert dumped and all(e.op is Op.READ and e.dump_id == spec.dump_id for e in dumped)
     # No time travel: no dump row for a key that changed inside its window.
-    changed_in_window = {e.key for e in out.events if e.origin is Origin.LOG and e.after
-                         and str(e.after.get("v", "")).startswith("updated in window")}
+    changed_in_window = {
+        e.key
+        for e in out.events
+        if e.origin is Origin.LOG and e.after and str(e.after.get("v", "")).startswith("updated in window")
+    }
     for e in dumped:
         later = [x for x in out.events if x.key == e.key and x.position > e.position]
         assert e.key not in changed_in_window or later or e.after["v"].startswith("updated")

@@ -1,4 +1,5 @@
 """tests/support: the fault-injecting wrappers and the ``faulty_dblog`` entry point."""
+
 from __future__ import annotations
 
 import time
@@ -57,8 +58,12 @@ def test_slow_output_marks_each_flush(tmp_path):
 
 def test_faulty_dblog_runs_the_dblog_command(tmp_path, capsys):
     state = tmp_path / "state.db"
-    assert faulty_dblog.main(["--write-delay-ms", "5", "--", "status", "--state", str(state),
-                              "--source-id", "s", "--json"]) == 0
+    assert (
+        faulty_dblog.main(
+            ["--write-delay-ms", "5", "--", "status", "--state", str(state), "--source-id", "s", "--json"]
+        )
+        == 0
+    )
     assert '"source_id": "s"' in capsys.readouterr().out
     assert faulty_dblog.main(["--", "pause", "--state", str(state), "nope"]) == 2
     assert "no dump with id" in capsys.readouterr().err

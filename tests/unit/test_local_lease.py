@@ -1,4 +1,5 @@
 """The local leader lease: a file lock next to the SQLite store, epochs from its counter."""
+
 import threading
 import time
 

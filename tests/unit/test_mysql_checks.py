@@ -1,5 +1,6 @@
 """Start-up checks of the MySQL source that need server settings the test server cannot
 change at runtime (binlog filters, log_bin): driven by a stub session."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,11 +27,14 @@ def checks(**answers) -> StartupChecks:
     return StartupChecks(StubSession(answers), ConnectionSettings("h", 1, "u", "secret"), mariadb=True)
 
 
-@pytest.mark.parametrize("do_db, ignore_db, hidden", [
-    ("shop", "", "dblog"),          # only shop is logged: the watermarks are not
-    ("", "dblog", "dblog"),
-    ("", "shop,other", "shop"),
-])
+@pytest.mark.parametrize(
+    "do_db, ignore_db, hidden",
+    [
+        ("shop", "", "dblog"),  # only shop is logged: the watermarks are not
+        ("", "dblog", "dblog"),
+        ("", "shop,other", "shop"),
+    ],
+)
 def test_binlog_filters_hiding_needed_databases_are_refused(do_db, ignore_db, hidden):
     c = checks(**{"SHOW BINARY LOG STATUS": [("mysql-bin.000001", 4, do_db, ignore_db)]})
     with pytest.raises(ConfigurationError) as err:

@@ -1,4 +1,5 @@
 """Canonical value conversion and positions of the MySQL source (no server needed)."""
+
 from __future__ import annotations
 
 import datetime
@@ -42,21 +43,37 @@ def col(t: str) -> Column:
         ("enum('x','y')", "y", "y", "y"),
         ("date", datetime.date(2024, 2, 29), datetime.date(2024, 2, 29), "2024-02-29"),
         ("date", None, "0000-00-00", None),
-        ("datetime(6)", datetime.datetime(2024, 1, 2, 3, 4, 5, 6), datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
-         "2024-01-02T03:04:05.000006"),
+        (
+            "datetime(6)",
+            datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
+            datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
+            "2024-01-02T03:04:05.000006",
+        ),
         ("datetime", None, "0000-00-00 00:00:00", None),
-        ("timestamp(6)", datetime.datetime(2024, 1, 2, 3, 4, 5), datetime.datetime(2024, 1, 2, 3, 4, 5),
-         "2024-01-02T03:04:05+00:00"),
+        (
+            "timestamp(6)",
+            datetime.datetime(2024, 1, 2, 3, 4, 5),
+            datetime.datetime(2024, 1, 2, 3, 4, 5),
+            "2024-01-02T03:04:05+00:00",
+        ),
         ("timestamp", datetime.datetime(1970, 1, 1), "0000-00-00 00:00:00", None),
-        ("time(3)", datetime.timedelta(days=-35, seconds=3600, microseconds=500000),
-         datetime.timedelta(days=-35, seconds=3600, microseconds=500000), "-838:59:59.500000"),
+        (
+            "time(3)",
+            datetime.timedelta(days=-35, seconds=3600, microseconds=500000),
+            datetime.timedelta(days=-35, seconds=3600, microseconds=500000),
+            "-838:59:59.500000",
+        ),
         ("time", datetime.timedelta(hours=25, seconds=1), datetime.timedelta(hours=25, seconds=1), "25:00:01"),
         ("json", {b"k": [b"v", 1]}, '{"k": ["v", 1]}', {"k": ["v", 1]}),
         ("json", '{"k": 1}', '{"k": 1}', {"k": 1}),
         ("text", "é", "é", "é"),
         ("blob", b"\xff", b"\xff", {"$b64": "/w=="}),
-        ("uuid", b"\x12>Eg\xe8\x9b\x12\xd3\xa4VBf\x14\x17@",
-         "123e4567-e89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-426614174000"),
+        (
+            "uuid",
+            b"\x12>Eg\xe8\x9b\x12\xd3\xa4VBf\x14\x17@",
+            "123e4567-e89b-12d3-a456-426614174000",
+            "123e4567-e89b-12d3-a456-426614174000",
+        ),
         ("inet6", b"\x00" * 10 + b"\xff\xff\x01\x02\x03\x04", "::ffff:1.2.3.4", "::ffff:1.2.3.4"),
     ],
 )
@@ -88,8 +105,13 @@ def test_key_values_become_comparable_parameters():
 
 
 def test_coordinates_sort_in_log_order():
-    coords = [encode_coord(1, 900, 950, 3), encode_coord(2, 4, 100, 0), encode_coord(2, 4, 100, 1),
-              encode_coord(2, 4, 200, 0), encode_coord(10, 4, 5, 0)]
+    coords = [
+        encode_coord(1, 900, 950, 3),
+        encode_coord(2, 4, 100, 0),
+        encode_coord(2, 4, 100, 1),
+        encode_coord(2, 4, 200, 0),
+        encode_coord(10, 4, 5, 0),
+    ]
     assert coords == sorted(coords)
     assert decode_coord(coords[2]) == (2, 4, 100, 1)
     assert file_number("mysql-bin.000042") == 42

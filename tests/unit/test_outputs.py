@@ -1,4 +1,5 @@
 """Outputs on local directories: round trip, idempotent retry, fencing, public readability."""
+
 import json
 import os
 import textwrap
@@ -38,13 +39,33 @@ def ev(n, sub=0, *, source="pg1", table="public.t", op=Op.CREATE, key=None, befo
 def rich_events():
     """Every field and value shape the format must carry unchanged."""
     return [
-        ev(1, commit_ts=1_700_000_000_000_001, txid="771", schema_id="abcd0123abcd0123",
-           after={"id": 1, "name": "Zoë 中文 🚀 \u2028 \"q\" \\", "price": "12.30", "f": 1.5,
-                  "big": 2**63 - 1, "ok": True, "none": None, "blob": {"$b64": "AAH/"},
-                  "doc": {"a": [1, {"b": None, "c": "é"}], "n": -0.25},
-                  "ts": "2024-02-29T23:59:59.999999+00:00", "d": "2024-02-29"}),
-        ev(2, op=Op.UPDATE, before={"id": 2, "v": "old"}, after={"id": 2, "v": "new"},
-           commit_ts=1_700_000_000_000_002, txid="772"),
+        ev(
+            1,
+            commit_ts=1_700_000_000_000_001,
+            txid="771",
+            schema_id="abcd0123abcd0123",
+            after={
+                "id": 1,
+                "name": 'Zoë 中文 🚀 \u2028 "q" \\',
+                "price": "12.30",
+                "f": 1.5,
+                "big": 2**63 - 1,
+                "ok": True,
+                "none": None,
+                "blob": {"$b64": "AAH/"},
+                "doc": {"a": [1, {"b": None, "c": "é"}], "n": -0.25},
+                "ts": "2024-02-29T23:59:59.999999+00:00",
+                "d": "2024-02-29",
+            },
+        ),
+        ev(
+            2,
+            op=Op.UPDATE,
+            before={"id": 2, "v": "old"},
+            after={"id": 2, "v": "new"},
+            commit_ts=1_700_000_000_000_002,
+            txid="772",
+        ),
         ev(3, op=Op.DELETE, before={"id": 3, "v": "gone"}, after=None, commit_ts=0, txid="773"),
         ev(3, sub=1, op=Op.DELETE, before=None, after=None, txid=None),  # delete with no image
         ev(4, key=(4, "ü-key"), after={"id": 4, "k2": "ü-key"}, commit_ts=-1_000_000, txid="774"),
@@ -274,9 +295,12 @@ def test_delta_changelog_is_readable_by_other_engines(tmp_path):
     # Positions whose true order differs from the order they are written in, with subs
     # (9 < 10 < 100) and coordinates (0x9 < 0xA < 0x10) that naive text would misorder.
     tricky = [pos(0x9, 10), pos(0x9, 9), pos(0x10, 0), pos(0xA, 0), pos(0x1_0000_0000, 0), pos(0x9, 100)]
-    events = [ChangeEvent("pg1", "public.t", Op.CREATE, (i,), None, {"id": i, "s": "é"}, p,
-                          commit_ts=1_700_000_000_000_000 + i)
-              for i, p in enumerate(tricky)]
+    events = [
+        ChangeEvent(
+            "pg1", "public.t", Op.CREATE, (i,), None, {"id": i, "s": "é"}, p, commit_ts=1_700_000_000_000_000 + i
+        )
+        for i, p in enumerate(tricky)
+    ]
     out.write(events, epoch=2)  # one batch, out of order (nothing is skipped on a fresh table)
     out.close()
     want = [p.encode() for p in sorted(tricky)]  # Position's own (coord, sub) order
@@ -372,11 +396,13 @@ def deltalake_schema_fields():
 
 # -- callable ------------------------------------------------------------------------------
 def test_callable_output_gets_batches_once(tmp_path, monkeypatch):
-    (tmp_path / "my_sink.py").write_text(textwrap.dedent("""
+    (tmp_path / "my_sink.py").write_text(
+        textwrap.dedent("""
         BATCHES = []
         def collect(events):
             BATCHES.append(list(events))
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     out = make_output("python:my_sink:collect")
     assert isinstance(out, CallableOutput)

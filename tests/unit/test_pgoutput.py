@@ -1,5 +1,6 @@
 """pgoutput protocol-1 decoding, canonical PostgreSQL values and the log decoder, on
 hand-built messages (no server)."""
+
 from __future__ import annotations
 
 import struct
@@ -90,7 +91,9 @@ def test_relation():
     assert isinstance(r, pgoutput.Relation)
     assert (r.relid, r.namespace, r.name, r.replica_identity) == (16385, "public", "orders", "f")
     assert [(c.name, c.type_oid, c.type_modifier, c.is_key) for c in r.columns] == [
-        ("id", 23, -1, True), ("amount", 1700, 786438, False)]
+        ("id", 23, -1, True),
+        ("amount", 1700, 786438, False),
+    ]
     assert r.qualified_name == "public.orders"
     assert decode(relation(1, "", "pg_x", [])).qualified_name == "pg_catalog.pg_x"
 
@@ -237,8 +240,14 @@ ORDERS = TableSchema("public.orders", (Column("id", "integer", False), Column("n
 def _decoder():
     info = TableInfo(ORDERS, 1, {"id": "integer", "note": "text"}, "d", ("id",))
     types = {23: "integer", 25: "text", 1184: "timestamp with time zone"}
-    return LogDecoder("src1", "dblog.watermarks", {"public.orders"}, lambda t, refresh=False: info, types.__getitem__,
-                      lambda oid, mod: {23: "integer", 25: "text"}[oid])
+    return LogDecoder(
+        "src1",
+        "dblog.watermarks",
+        {"public.orders"},
+        lambda t, refresh=False: info,
+        types.__getitem__,
+        lambda oid, mod: {23: "integer", 25: "text"}[oid],
+    )
 
 
 def _feed(dec, *messages):
@@ -250,14 +259,18 @@ def _feed(dec, *messages):
 
 
 ORDERS_REL = relation(100, "public", "orders", [(1, "id", 23, -1), (0, "note", 25, -1)])
-WM_REL = relation(200, "dblog", "watermarks", [(1, "source_id", 25, -1), (0, "value", 25, -1), (0, "updated_at", 1184, -1)])
+WM_REL = relation(
+    200, "dblog", "watermarks", [(1, "source_id", 25, -1), (0, "value", 25, -1), (0, "updated_at", 1184, -1)]
+)
 
 
 def test_log_decoder_changes_positions_and_watermarks():
     dec = _decoder()
     items = _feed(
         dec,
-        begin(0x500, 10, 77), ORDERS_REL, WM_REL,
+        begin(0x500, 10, 77),
+        ORDERS_REL,
+        WM_REL,
         insert(100, "1", "a"),
         update(100, new=("2", UNCHANGED_TOAST), old=("1", None)),
         delete(100, ("2", None)),
@@ -293,12 +306,16 @@ def test_log_decoder_refuses_a_delete_without_key():
 def test_log_decoder_wal2json_matches_pgoutput():
     dec = _decoder()
     dec.wal2json('{"action":"B","xid":77,"timestamp":"2000-01-01 00:00:00.00001+00","lsn":"0/500","nextlsn":"0/530"}')
-    dec.wal2json('{"action":"U","xid":77,"lsn":"0/480","schema":"public","table":"orders",'
-                 '"columns":[{"name":"id","typeoid":23,"value":2}],'
-                 '"identity":[{"name":"id","typeoid":23,"value":1}]}')
-    dec.wal2json('{"action":"U","xid":77,"lsn":"0/490","schema":"public","table":"orders",'
-                 '"columns":[{"name":"id","typeoid":23,"value":2},{"name":"note","typeoid":25,"value":"x"}],'
-                 '"identity":[{"name":"id","typeoid":23,"value":2}]}')
+    dec.wal2json(
+        '{"action":"U","xid":77,"lsn":"0/480","schema":"public","table":"orders",'
+        '"columns":[{"name":"id","typeoid":23,"value":2}],'
+        '"identity":[{"name":"id","typeoid":23,"value":1}]}'
+    )
+    dec.wal2json(
+        '{"action":"U","xid":77,"lsn":"0/490","schema":"public","table":"orders",'
+        '"columns":[{"name":"id","typeoid":23,"value":2},{"name":"note","typeoid":25,"value":"x"}],'
+        '"identity":[{"name":"id","typeoid":23,"value":2}]}'
+    )
     items = list(dec.pending)
     assert isinstance(items[0], SchemaEvent)
     u1, u2 = items[1:]

@@ -3,6 +3,7 @@
 A fake source stands in for the database (only its catalog is used); the state store is the
 real local one.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,11 +62,21 @@ def test_status_key_is_the_engines_key():
     assert status_key("shop") == "status/shop"
 
 
-@pytest.mark.parametrize("value,expected", [
-    (None, None), ("", None), ("all", None), (" ALL ", None), ("*", None), ([], None),
-    ("s.one", ["s.one"]), (" s.one ", ["s.one"]), (["s.one", "s.two"], ["s.one", "s.two"]),
-    (("s.two",), ["s.two"]),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        (None, None),
+        ("", None),
+        ("all", None),
+        (" ALL ", None),
+        ("*", None),
+        ([], None),
+        ("s.one", ["s.one"]),
+        (" s.one ", ["s.one"]),
+        (["s.one", "s.two"], ["s.one", "s.two"]),
+        (("s.two",), ["s.two"]),
+    ],
+)
 def test_parse_tables(value, expected):
     assert parse_tables(value) == expected
 
@@ -90,16 +101,19 @@ def test_request_keys_as_json_text_and_as_values(state):
     assert [d.dump_id for d in state.list_dumps("src")] == [text.dump_id, values.dump_id, one.dump_id]
 
 
-@pytest.mark.parametrize("tables,keys,kwargs,needle", [
-    (["s.nope"], None, {}, "unknown table s.nope"),
-    (["s.one", "s.two"], [1], {}, "exactly one table"),
-    (None, [1], {}, "exactly one table"),
-    (["s.one"], [], {}, "key list is empty"),
-    (["s.two"], ["[1]"], {"keys_as_json": True}, r"has 1 value\(s\)"),
-    (["s.one"], ["{oops"], {"keys_as_json": True}, "not valid JSON"),
-    (["s.one"], None, {"chunk_size": 0}, "chunk size 0"),
-    (["s.one"], None, {"delay_ms": -1}, "negative"),
-])
+@pytest.mark.parametrize(
+    "tables,keys,kwargs,needle",
+    [
+        (["s.nope"], None, {}, "unknown table s.nope"),
+        (["s.one", "s.two"], [1], {}, "exactly one table"),
+        (None, [1], {}, "exactly one table"),
+        (["s.one"], [], {}, "key list is empty"),
+        (["s.two"], ["[1]"], {"keys_as_json": True}, r"has 1 value\(s\)"),
+        (["s.one"], ["{oops"], {"keys_as_json": True}, "not valid JSON"),
+        (["s.one"], None, {"chunk_size": 0}, "chunk size 0"),
+        (["s.one"], None, {"delay_ms": -1}, "negative"),
+    ],
+)
 def test_invalid_requests_record_nothing(state, tables, keys, kwargs, needle):
     src = FakeSource()
     with pytest.raises(RequestError, match=needle):
@@ -136,11 +150,22 @@ def test_status_merges_the_capture_report(state):
     spec = request_dump(FakeSource(), state, "s.one")
     state.save_progress(spec.dump_id, "s.one", TableProgress((10,), 10, 1))
     state.set_checkpoint("src", Position("0000000001", 3))
-    state.put_value(status_key("src"), json.dumps({
-        "updated_at": time.time() - 2, "pid": 1, "position": "x", "events_per_s": 5, "lag_bytes": 7,
-        "lag_seconds": 0.5, "warnings": ["w"], "estimates": {"s.one": 40},
-        "dumps": {spec.dump_id: {"rows_per_s": 3.0, "eta_seconds": 10}},
-    }))
+    state.put_value(
+        status_key("src"),
+        json.dumps(
+            {
+                "updated_at": time.time() - 2,
+                "pid": 1,
+                "position": "x",
+                "events_per_s": 5,
+                "lag_bytes": 7,
+                "lag_seconds": 0.5,
+                "warnings": ["w"],
+                "estimates": {"s.one": 40},
+                "dumps": {spec.dump_id: {"rows_per_s": 3.0, "eta_seconds": 10}},
+            }
+        ),
+    )
     leader = {"identity": "a", "epoch": 3}
     st = read_status(state, "src", leader)
     assert st["leader"] == leader and st["lag_bytes"] == 7 and st["warnings"] == ["w"]

@@ -1,4 +1,5 @@
 """The log-retention warning decisions of both sources, with numbers (no servers)."""
+
 from airflow_provider_dblog.sources.mysql import _expire_seconds, binlog_expiry_warning
 from airflow_provider_dblog.sources.postgres import retention_warning
 

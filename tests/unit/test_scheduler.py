@@ -1,6 +1,7 @@
 """The dump scheduler (core/scheduler.py) on a real local state store and a fake clock:
 lifecycle (pause, resume, cancel, fail, done), throttle changes, the back-off after an aborted
 chunk, and progress that is stored only once durable and resumed after a restart."""
+
 from __future__ import annotations
 
 import pytest

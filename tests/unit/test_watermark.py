@@ -7,6 +7,7 @@ engine processes the log with an arbitrary lag. Checked:
   * order: every log event is emitted, in log order, and dump rows sit exactly at their HW;
   * convergence: replaying the output (last write per key wins) gives the final table.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """The writer with a pure in-memory output (no I/O): order, markers, backpressure, retry."""
+
 import dataclasses
 import threading
 import time
