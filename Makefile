@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install services services-down test test-unit test-integration demo bench clean
+.PHONY: install services services-down lint test test-unit test-integration demo bench clean
 
 # A virtualenv with the package and its test extras; redone when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -21,9 +21,18 @@ services:
 services-down:
 	scripts/services down
 
-# Everything: unit, contract and integration tests against real servers, started here and
-# stopped afterwards (scripts/run-tests).
-test: install
+# Lint, format and types (configured in pyproject.toml): ruff on all Python code, mypy
+# --strict on the engine core and in normal mode on the whole package.
+LINT_PATHS := airflow_provider_dblog tests bench scripts dags
+lint: install
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy --strict airflow_provider_dblog/core
+	$(VENV)/bin/mypy
+
+# Everything: lint, then unit, contract and integration tests against real servers, started
+# here and stopped afterwards (scripts/run-tests).
+test: install lint
 	PY=$(PY) scripts/run-tests
 
 test-unit: install
