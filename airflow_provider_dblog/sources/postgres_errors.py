@@ -1,6 +1,6 @@
 """PostgreSQL server errors with a known cause, as errors that name the cause and the fix.
 
-Invariant 8 of DESIGN.md: a bad configuration stops with the setting or command to change.
+DESIGN invariant 8 (docs/design.md): a bad configuration stops with the setting or command to change.
 """
 
 from __future__ import annotations
