@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 
 from .errors import RequestError
 from .events import Key, TableSchema
+from .key_types import check_key_value
 
 DEFAULT_CHUNK_SIZE = 10_000
 MAX_CHUNK_SIZE = 1_000_000
@@ -209,6 +210,7 @@ def parse_key(text: str, schema: TableSchema) -> Key:
 
     Accepted: a scalar for a single-column key (``42``, ``"abc"``), a JSON array in key
     order (``[1, "x"]``), or an object naming every key column (``{"a": 1, "b": "x"}``).
+    Each value must be a value of its column's type (``check_key_value``).
     """
     try:
         value = json.loads(text)
@@ -250,4 +252,6 @@ def key_from_value(value: Any, schema: TableSchema, shown: Any = None) -> Key:
                 f"key {shown} for table {schema.table}: column {c} must be a scalar, got {json.dumps(v)}.",
                 "key values are numbers or strings (dates, decimals and uuids as strings).",
             )
-    return tuple(parts)
+    # Each value must be one of its column's type, as is: no cast (core/key_types.py).
+    columns = {col.name: col for col in schema.columns}
+    return tuple(check_key_value(schema.table, columns[c], v) if c in columns else v for c, v in zip(cols, parts))

@@ -15,7 +15,8 @@ def test_parse_key_forms(text, key):
 
 def test_parse_scalar_for_single_column():
     assert parse_key("42", ONE) == (42,)
-    assert parse_key('"42"', ONE) == ("42",)
+    with pytest.raises(RequestError, match=r'"42" for column id \(int\)'):
+        parse_key('"42"', ONE)  # a string is no integer: no silent cast
 
 
 @pytest.mark.parametrize(

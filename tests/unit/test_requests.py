@@ -96,8 +96,8 @@ def test_request_keys_as_json_text_and_as_values(state):
     assert text.keys == ((1, "x"), (2, "y"))
     values = request_dump(FakeSource(), state, "s.two", [[1, "x"], {"b": "y", "a": 2}])
     assert values.keys == text.keys and values.tables == ("s.two",)
-    one = request_dump(FakeSource(), state, "s.one", ["abc", 5])  # decoded: a string is the value
-    assert one.keys == (("abc",), (5,))
+    one = request_dump(FakeSource(), state, "s.one", [7, 5])  # decoded values: an int key is an int
+    assert one.keys == ((7,), (5,))
     assert [d.dump_id for d in state.list_dumps("src")] == [text.dump_id, values.dump_id, one.dump_id]
 
 
@@ -112,6 +112,9 @@ def test_request_keys_as_json_text_and_as_values(state):
         (["s.one"], ["{oops"], {"keys_as_json": True}, "not valid JSON"),
         (["s.one"], None, {"chunk_size": 0}, "chunk size 0"),
         (["s.one"], None, {"delay_ms": -1}, "negative"),
+        (["s.one"], ["abc"], {}, r'"abc" for column id \(int\) of table s.one'),  # a decoded string
+        (["s.one"], ['"7"'], {"keys_as_json": True}, r'"7" for column id \(int\)'),  # a quoted number
+        (["s.two"], ['{"a": 1, "c": "x"}'], {"keys_as_json": True}, r"unknown \['c'\]"),
     ],
 )
 def test_invalid_requests_record_nothing(state, tables, keys, kwargs, needle):
