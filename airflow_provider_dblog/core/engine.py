@@ -18,8 +18,9 @@ it and reads the log again from where it was (``_reconnect``); only after
 ``reconnect_timeout`` does it fail.
 
 With a leader lease (invariant 7) the engine first waits as standby until it holds the lease,
-then runs with the lease's epoch; the lease is checked before every output commit and every
-checkpoint, and losing it stops the engine at once with StaleEpochError.
+then runs with the lease's epoch: the lease is checked before every output commit, every state
+write is conditional on it (``StateStore.fenced``), the source checks it before each log
+connection (``Source.take_over``), and losing it stops the engine at once with StaleEpochError.
 """
 
 from __future__ import annotations
@@ -123,7 +124,11 @@ class Engine:
             if epoch is None:
                 return  # stopped while standby
             self.config = dataclasses.replace(self.config, epoch=epoch)
+            # Fenced from here on: every output commit and every state write of this process
+            # is refused once a newer leader exists, and the source opens no log connection.
             self.output = FencedOutput(self.output, self.lease)
+            self.state = self.scheduler.state = self.state.fenced(self.lease.fence())
+            self.source.take_over(self.lease.check, self._previous_log_status())
             log.info("capture of %s: leader with epoch %d", self.source_id, epoch)
         try:
             self._run(stop, deadline)
@@ -140,6 +145,15 @@ class Engine:
         finally:
             if self.lease is not None:
                 self.lease.release()
+
+    def _previous_log_status(self) -> Optional[dict[str, Any]]:
+        """The log status in the last report of this source's capture (the previous leader's)."""
+        report = self.state.get_value(status_key(self.source_id))
+        try:
+            log_status = json.loads(report).get("log") if report else None
+        except ValueError:  # a torn or foreign value: nothing to learn from it
+            return None
+        return log_status if isinstance(log_status, dict) else None
 
     def _lease_error_or(self, exc: BaseException) -> BaseException:
         if self.lease is not None:
@@ -173,7 +187,7 @@ class Engine:
             epoch=self.config.epoch,
         )
         try:
-            self._start(writer)
+            self._start(writer, stop)
             next_status = time.monotonic() + self.config.status_interval
             t0, n0 = time.monotonic(), 0
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
@@ -203,7 +217,7 @@ class Engine:
             self.source.close()
             self.output.close()
 
-    def _start(self, writer: Writer) -> None:
+    def _start(self, writer: Writer, stop: threading.Event) -> None:
         if self.config.reset_position:
             self.state.clear_checkpoint(self.source_id)
             log.warning("capture of %s: checkpoint reset, starting at the end of the log", self.source_id)
@@ -216,7 +230,10 @@ class Engine:
         for table in self.source.tables():
             self._schema(table, writer)
         writer.start()
-        self.source.start_log(checkpoint, from_end=self.config.reset_position and checkpoint is None)
+        try:
+            self.source.start_log(checkpoint, from_end=self.config.reset_position and checkpoint is None)
+        except SourceUnavailable as exc:  # e.g. a previous leader's session still holds the log
+            self._reconnect(exc, stop)
         self._last_item_at = time.monotonic()
         log.info("capture of %s started at %s", self.source_id, checkpoint or "the source's bookmark (no checkpoint)")
 
@@ -405,8 +422,7 @@ class Engine:
         if not done:
             return
         last_log: Optional[Position] = None
-        self._fence()  # a deposed leader must not move checkpoints or dump progress
-        for marker in done:
+        for marker in done:  # the fenced state store refuses these from a deposed leader
             if isinstance(marker, ChunkProgress):
                 self.scheduler.durable(marker)
             elif isinstance(marker, LogCheckpoint):

@@ -58,6 +58,14 @@ class Source(Protocol):
         """Up to ``max_items`` log items in log order; waits at most ``timeout`` seconds
         for the first one and returns [] when the log is idle."""
 
+    def take_over(self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None) -> None:
+        """This process holds the source's leader lease (called before ``open``). The source
+        then calls ``check()`` (it raises StaleEpochError once the lease is lost) before every
+        connection its log reader opens, so a deposed process opens none; and it ends a
+        previous holder's replication session that still holds the log (a paused or cut-off
+        old leader) instead of waiting for the server to time it out. ``previous``: the
+        previous holder's last ``log_status()`` report, where a source can find that session."""
+
     def write_watermark(self, uuid: str) -> None:
         """Commit one UPDATE of this source's watermark row (it then appears in the log)."""
 
@@ -107,9 +115,28 @@ class ReadableOutput(Output, Protocol):
         """Every stored event of one table, in any order (used by ``dblog verify``)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Fence:
+    """Proof that the writer holds a source's leader lease at ``epoch`` (invariant 7), in the
+    form the state store can check atomically with each write: ZooKeeper checks that the
+    holder's contender znode ``holder`` still exists and the epoch znode still has
+    ``version``; the local store checks the epoch it keeps for the source."""
+
+    source_id: str
+    epoch: int
+    holder: str = ""
+    version: int = -1
+
+
 @runtime_checkable
 class StateStore(Protocol):
     """Checkpoints, dump requests and their progress. Shared by the engine and the CLI."""
+
+    def fenced(self, fence: Fence) -> "StateStore":
+        """A view of this store for the lease holder: reads as usual; every write (checkpoint,
+        dump status and progress, values) happens only if ``fence`` still holds, in one atomic
+        step with that check, and raises StaleEpochError otherwise. Its checkpoints never move
+        backwards (a lower position than the stored one is not written)."""
 
     def get_checkpoint(self, source_id: str) -> Optional[Position]: ...
 
@@ -171,5 +198,8 @@ class LeaderLease(Protocol):
 
     def leader(self) -> Optional[dict[str, Any]]:
         """The current holder: {"identity", "epoch", "acquired_at", "standby"}; None if none."""
+
+    def fence(self) -> Fence:
+        """The proof of the current holding, for ``StateStore.fenced`` (after ``acquire``)."""
 
     def release(self) -> None: ...

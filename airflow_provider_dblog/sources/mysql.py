@@ -26,7 +26,7 @@ import logging
 import queue
 import random
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import pymysql
 
@@ -45,7 +45,9 @@ log = logging.getLogger(__name__)
 
 
 # Lost connection, server gone/shutting down, connection killed, can't connect (yet).
-_CONNECTION_LOST = {2003, 2006, 2013, 2055, 1053, 1927}
+# 4052: a reader with our server_id is still registered (a previous leader's, or our own
+# before the server noticed it gone): retried like a lost connection, never fatal.
+_CONNECTION_LOST = {2003, 2006, 2013, 2055, 1053, 1927, 4052}
 
 
 def _expire_seconds(variables: dict) -> float:
@@ -128,6 +130,10 @@ class MySQLSource:
         self._tables: list[str] = []
         self._schemas: dict[str, TableSchema] = {}
         self._reader: Optional[BinlogReader] = None
+        # Set by take_over: the lease check before every binlog connection, and the binlog
+        # connections a previous leader reported, to end before reading the log ourselves.
+        self._lease_check: Optional[Callable[[], None]] = None
+        self._previous_readers: list[int] = []
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=queue_size)
         self._pending: collections.deque = collections.deque()
         self._failure: Optional[BaseException] = None
@@ -198,10 +204,31 @@ class MySQLSource:
         return int(rows[0][0] or 0) if rows else 0
 
     # -- log -------------------------------------------------------------------------------
+    def take_over(self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None) -> None:
+        self._lease_check = check
+        self._previous_readers = [int(i) for i in (previous or {}).get("reader_connections") or ()]
+
+    def _end_previous_readers(self, session: Session) -> None:
+        """End the binlog dump threads of the previous leader (paused, cut off or killed): the
+        server refuses our reader (error 4052, same server_id) while they live, which without
+        this lasts until its net_write_timeout notices a dead or stalled client."""
+        ids, self._previous_readers = self._previous_readers, []
+        for cid in ids:
+            rows = session.query("SELECT COMMAND, USER FROM information_schema.PROCESSLIST WHERE ID = %s", [cid])
+            if not rows or rows[0][0] != "Binlog Dump" or rows[0][1] != self._settings.user:
+                continue  # gone already, or no longer a binlog reader of ours
+            try:
+                session.run(f"KILL CONNECTION {cid}")
+                log.warning("ended binlog connection %d of the previous leader of %s", cid, self.source_id)
+            except pymysql.err.MySQLError as exc:  # 1094 unknown thread: it ended by itself meanwhile
+                log.info("binlog connection %d of the previous leader: %s", cid, exc)
+
     @on_connection_loss
     def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         session = self._require_session()
         self._stop_reader()
+        if self._previous_readers:
+            self._end_previous_readers(session)
         if after is None:
             if self._bookmark is not None and not from_end:
                 # Started before but no event reached a checkpoint (e.g. the connection dropped
@@ -228,6 +255,7 @@ class MySQLSource:
             watermark_table=self._wm_table,
             schema_for=self._schema_for_log,
             out=self._queue,
+            guard=self._lease_check,
         )
         self._reader.start()
 
@@ -307,6 +335,8 @@ class MySQLSource:
             "server_file": file,
             "server_pos": pos,
             "reader_file": r.file if r else None,
+            # the binlog connections this reader opened: a new leader ends them (take_over)
+            "reader_connections": list(r.connection_ids) if r else [],
             "reader_pos": r.pos if r else None,
             "lag_bytes": None,  # binlog bytes written but not yet read
             "acknowledged": str(self._acknowledged) if self._acknowledged else None,

@@ -131,6 +131,7 @@ class BinlogReader(threading.Thread):
         schema_for: Callable[[str, list], TableSchema],  # (table, table-map columns)
         out: "queue.Queue[Any]",
         heartbeat: float = 10.0,
+        guard: Optional[Callable[[], None]] = None,  # raises once this process may not read the log
     ):
         super().__init__(name=f"dblog-binlog-{source_id}-{id(self):x}", daemon=True)
         self._settings = settings
@@ -142,6 +143,8 @@ class BinlogReader(threading.Thread):
         self._schema_for = schema_for
         self._out = out
         self._heartbeat = heartbeat
+        self._guard = guard
+        self.connection_ids: list[int] = []  # server thread ids of the connections opened last
         self._stop_flag = threading.Event()
         self._stream: Optional[BinLogStreamReader] = None
         # Where the reader is (read by log_status from another thread; plain attributes).
@@ -159,7 +162,11 @@ class BinlogReader(threading.Thread):
         # Also called by the library's reconnect-on-2013 loop: stop it once we are closing.
         if self._stop_flag.is_set():
             raise _Stopped()
-        return library_connect(**kwargs)
+        if self._guard is not None:
+            self._guard()  # StaleEpochError: a deposed leader opens no binlog connection
+        conn = library_connect(**kwargs)
+        self.connection_ids = [*self.connection_ids[-1:], conn.thread_id()]  # the stream's and its control's
+        return conn
 
     def run(self) -> None:
         # After a kill -9 of an earlier capture, MariaDB keeps its binlog dump thread until a

@@ -38,9 +38,10 @@ import logging
 import re
 import select
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import psycopg2
+import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 
@@ -158,11 +159,14 @@ class PostgresSource:
         self._label_cache: dict[tuple[int, int], str] = {}
         self._slot_created = False
         self._encoding = "utf-8"
+        self._lease_check: Optional[Callable[[], None]] = None  # set by take_over
         self._reset_stream()
 
     # -- connections -------------------------------------------------------------------
     def _connect(self, replication: bool = False):
         kwargs = dict(self._dsn, options=_OPTIONS)
+        if replication and self._lease_check is not None:
+            self._lease_check()  # StaleEpochError: a deposed leader opens no replication connection
         if replication:
             kwargs["connection_factory"] = psycopg2.extras.LogicalReplicationConnection
         try:
@@ -288,13 +292,40 @@ class PostgresSource:
         # An active slot is no error yet: the CLI opens a source next to a running capture
         # (to validate a dump request); only start_log needs the slot to itself.
 
+    def take_over(self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None) -> None:
+        self._lease_check = check  # the previous holder's session is found through the slot
+
+    def _end_previous_reader(self, slot: dict) -> None:
+        """We hold the lease, yet the slot is in use: by a deposed leader (paused, cut off) or
+        a walsender that has not noticed its client died. End it now instead of waiting for
+        wal_sender_timeout."""
+        if self._lease_check is not None:
+            self._lease_check()  # still ours: whoever holds the slot is not the leader
+        try:
+            with self._cur() as cur:
+                cur.execute("SELECT pg_terminate_backend(%s)", (slot["active_pid"],))
+            log.warning(
+                "ended the replication session (pid %s) of the previous leader on slot %s",
+                slot["active_pid"],
+                self.slot_name,
+            )
+        except psycopg2.errors.InsufficientPrivilege as exc:  # then only the wait helps
+            log.warning(
+                "cannot end the previous leader's replication session on slot %s: %s", self.slot_name, first_line(exc)
+            )
+
     def _check_slot_free(self, slot: dict, wait: float = 10.0) -> dict:
         """A closed reader's walsender can hold the slot a moment longer: wait a little
-        before deciding that another process uses it."""
+        before deciding that another process uses it. The lease holder ends that session."""
+        if slot["active"] and self._lease_check is not None:
+            self._end_previous_reader(slot)
         deadline = time.monotonic() + wait
         while slot["active"] and time.monotonic() < deadline:
             time.sleep(0.2)
             slot = self._slot_row() or dict(slot, active=False)
+        if slot["active"] and self._lease_check is not None:
+            # Leading, so the holder is a deposed leader on its way out: retried, not fatal.
+            raise SourceUnavailable(f"replication slot {self.slot_name} is still in use by pid {slot['active_pid']}.")
         if slot["active"]:
             raise ConfigurationError(
                 f"replication slot {self.slot_name} is in use by another process (pid {slot['active_pid']}).",

@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable, Optional
 
 from ..core.errors import StaleEpochError
-from ..core.protocols import LeaderLease, StateStore
+from ..core.protocols import Fence, LeaderLease, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class ZooKeeperLease:
         # timeout ZooKeeper has expired the session, so a standby may be leading already.
         self.suspend_limit = suspend_limit if suspend_limit is not None else store.session_timeout
         self.epoch: Optional[int] = None
+        self._epoch_version = -1  # the epoch znode's version once we took our epoch
         self._node: Optional[str] = None
         self._session: Optional[int] = None
         self._lost = threading.Event()
@@ -134,6 +135,7 @@ class ZooKeeperLease:
             if any(isinstance(r, Exception) for r in results):
                 raise next(r for r in results if isinstance(r, Exception))
             self.epoch = epoch
+            self._epoch_version = stat.version + 1  # our set_data moved it by one
             log.info("leader of %s with epoch %d (%s)", self.source_id, epoch, self.identity)
             return epoch
         self.release()
@@ -177,6 +179,11 @@ class ZooKeeperLease:
                 self._lost.set()
                 raise lease_lost(self.source_id, self.epoch, "its ZooKeeper znode is gone")
             return
+
+    def fence(self) -> Fence:
+        if self.epoch is None or self._node is None:
+            raise lease_lost(self.source_id, None, "this process does not hold the lease")
+        return Fence(self.source_id, self.epoch, self._node, self._epoch_version)
 
     def leader(self) -> Optional[dict]:
         from kazoo.exceptions import NoNodeError
@@ -261,6 +268,11 @@ class LocalLease:
         now = json.loads(self.store.get_value(self._key) or "{}").get("epoch")
         if now != self.epoch:
             raise lease_lost(self.source_id, self.epoch, f"epoch {now} was taken by {self.lock_path}'s new holder")
+
+    def fence(self) -> Fence:
+        if self.epoch is None:
+            raise lease_lost(self.source_id, None, "this process does not hold the lease")
+        return Fence(self.source_id, self.epoch, self.lock_path)
 
     def leader(self) -> Optional[dict]:
         info = json.loads(self.store.get_value(self._key) or "null")

@@ -11,11 +11,12 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from ..core.dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from ..core.errors import ConfigurationError, RequestError
 from ..core.events import Position
+from ..core.protocols import Fence
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -147,9 +148,74 @@ class LocalStateStore:
         rows = self._exec("SELECT value FROM kv WHERE key=?", (key,))
         return rows[0][0] if rows else None
 
+    def fenced(self, fence: Fence) -> "FencedLocalStore":
+        return FencedLocalStore(self, fence)
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+class FencedLocalStore:
+    """``LocalStateStore.fenced``: the lease holder's view. Each write is one SQLite
+    transaction that first reads the source's epoch (kept by the local lease under
+    ``leader/<source>``) and rolls back with StaleEpochError when a newer holder took one."""
+
+    def __init__(self, store: LocalStateStore, fence: Fence):
+        self._store = store
+        self._fence = fence
+        self._key = f"leader/{fence.source_id}"
+
+    def __getattr__(self, name: str) -> Any:  # reads and user-side writes: the store's own
+        return getattr(self._store, name)
+
+    def fenced(self, fence: Fence) -> "FencedLocalStore":
+        return FencedLocalStore(self._store, fence)
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        from .lease import lease_lost
+
+        db = self._store._db
+        with self._store._lock:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT value FROM kv WHERE key=?", (self._key,)).fetchone()
+                epoch = json.loads(row[0]).get("epoch") if row else None
+                if epoch != self._fence.epoch:
+                    raise lease_lost(self._fence.source_id, self._fence.epoch, f"epoch {epoch} was taken since")
+                db.execute(sql, params)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def set_checkpoint(self, source_id: str, position: Position) -> None:
+        """Only forwards: encoded positions sort as positions do, so SQLite compares them."""
+        self._write(
+            "INSERT INTO checkpoints VALUES (?,?,?) ON CONFLICT(source_id) DO UPDATE "
+            "SET position=excluded.position, updated_at=excluded.updated_at "
+            "WHERE excluded.position > checkpoints.position",
+            (source_id, position.encode(), time.time()),
+        )
+
+    def clear_checkpoint(self, source_id: str) -> None:
+        self._write("DELETE FROM checkpoints WHERE source_id=?", (source_id,))
+
+    def set_status(self, dump_id: str, status: DumpStatus, error: Optional[str] = None) -> None:
+        self._write(
+            "UPDATE dump_status SET status=?, error=?, updated_at=? WHERE dump_id=?",
+            (status.value, error, time.time(), dump_id),
+        )
+
+    def save_progress(self, dump_id: str, table: str, progress: TableProgress) -> None:
+        self._write(
+            "INSERT INTO dump_progress VALUES (?,?,?) ON CONFLICT(dump_id, table_name) "
+            "DO UPDATE SET progress=excluded.progress",
+            (dump_id, table, progress.to_json()),
+        )
+
+    def put_value(self, key: str, value: str) -> None:
+        self._write("INSERT INTO kv VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
 
 
 def _control_json(c: DumpControl) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 from ..core.dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from ..core.errors import ConfigurationError, RequestError
 from ..core.events import Position
+from ..core.protocols import Fence
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,19 @@ class ZooKeeperStateStore:
         # Operations are retried over connection loss (a ZooKeeper restart, a leader
         # election in the ensemble) for at most one session timeout: past that the session
         # is gone anyway, and the caller should see the error instead of hanging.
+        # Reconnect attempts come at most session_timeout/8 apart (0.5 s at 4 s), so an
+        # outage shorter than the session timeout ends in a reconnect to the same session
+        # well before the lease's suspend limit (one session timeout): the lease is kept.
         self.client = KazooClient(
             hosts=hosts,
             timeout=self.session_timeout,
-            connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 2.0},
+            connection_retry={
+                "max_tries": -1,
+                "delay": 0.1,
+                "backoff": 1.5,
+                "max_jitter": 0.1,
+                "max_delay": max(0.1, self.session_timeout / 8),
+            },
             command_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0, "deadline": self.session_timeout},
         )
         try:
@@ -276,6 +286,9 @@ class ZooKeeperStateStore:
     def get_value(self, key: str) -> Optional[str]:
         return self._get(self.path("values", encode_name(key)))
 
+    def fenced(self, fence: Fence) -> "FencedZooKeeperStore":
+        return FencedZooKeeperStore(self, fence)
+
     def close(self) -> None:
         # stop() ends the session at once: its ephemeral znodes (a held lease) go with it,
         # so a standby takes over without waiting for the session timeout.
@@ -289,3 +302,115 @@ def _control_json(c: DumpControl) -> str:
     return json.dumps(
         {"paused": c.paused, "cancelled": c.cancelled, "chunk_size": c.chunk_size, "delay_ms": c.delay_ms}
     )
+
+
+def _set_data(path: str, data: bytes, version: int = -1) -> Callable[[Any], None]:
+    """A transaction step: set ``path`` (only at ``version``, unless -1)."""
+    return lambda tx: tx.set_data(path, data, version=version)
+
+
+class FencedZooKeeperStore:
+    """``ZooKeeperStateStore.fenced``: the lease holder's view. Reads go to the store; each
+    write is one ZooKeeper transaction that first checks the holder's contender znode (it
+    vanishes with the holder's session, so a write retried by kazoo in a new session after
+    an expiry fails) and the epoch znode's version (a newer leader has moved it). Either
+    check failing rolls the write back and raises StaleEpochError."""
+
+    def __init__(self, store: ZooKeeperStateStore, fence: Fence):
+        self._store = store
+        self._fence = fence
+        self._epoch_path = store._source(fence.source_id, "leader", "epoch")
+        # Parents of what is written below, made while this process surely holds the lease
+        # (a transaction cannot create missing parents).
+        store._retry(store.client.ensure_path, store.path("values"))
+        store._retry(store.client.ensure_path, store._source(fence.source_id))
+
+    def __getattr__(self, name: str) -> Any:  # reads and user-side writes: the store's own
+        return getattr(self._store, name)
+
+    def fenced(self, fence: Fence) -> "FencedZooKeeperStore":
+        return FencedZooKeeperStore(self._store, fence)
+
+    def _commit(self, op: Callable[[Any], None]) -> Any:
+        """Run ``op(transaction)`` behind the two fence checks; returns the op's own result
+        (an exception instance when it failed for a reason of its own, e.g. NoNodeError)."""
+        from kazoo.exceptions import RolledBackError
+
+        from .lease import lease_lost
+
+        def commit() -> list[Any]:
+            tx = self._store.client.transaction()  # a new one per attempt: kazoo commits one once
+            tx.check(self._fence.holder, 0)  # contender znodes are never modified: version 0
+            tx.check(self._epoch_path, self._fence.version)
+            op(tx)
+            return list(tx.commit())
+
+        holder, epoch, result = self._store._retry(commit)
+        if isinstance(holder, Exception) and not isinstance(holder, RolledBackError):
+            raise lease_lost(self._fence.source_id, self._fence.epoch, "its ZooKeeper znode is gone")
+        if isinstance(epoch, Exception) and not isinstance(epoch, RolledBackError):
+            raise lease_lost(self._fence.source_id, self._fence.epoch, "a newer leader has taken the next epoch")
+        return result
+
+    def _put(self, path: str, value: str) -> None:
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        data = value.encode("utf-8")
+        while True:
+            result = self._commit(_set_data(path, data))
+            if not isinstance(result, NoNodeError):
+                break
+            result = self._commit(lambda tx: tx.create(path, data))
+            if not isinstance(result, NodeExistsError):
+                break  # else created concurrently: set it
+        if isinstance(result, Exception):
+            raise result
+
+    # -- the engine's writes ------------------------------------------------------------
+    def set_checkpoint(self, source_id: str, position: Position) -> None:
+        """Only forwards: a position at or below the stored one is not written."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        path = self._store._source(source_id, "checkpoint")
+        data = position.encode().encode()
+        while True:
+            try:
+                stored, stat = self._store._retry(self._store.client.get, path)
+            except NoNodeError:
+                result = self._commit(lambda tx: tx.create(path, data))
+            else:
+                if stored and Position.parse(stored.decode()) >= position:
+                    return
+                result = self._commit(_set_data(path, data, stat.version))
+            if isinstance(result, (BadVersionError, NodeExistsError, NoNodeError)):
+                continue  # written meanwhile (by ourselves, retried): compare again
+            if isinstance(result, Exception):
+                raise result
+            return
+
+    def clear_checkpoint(self, source_id: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        result = self._commit(lambda tx: tx.delete(self._store._source(source_id, "checkpoint")))
+        if isinstance(result, Exception) and not isinstance(result, NoNodeError):
+            raise result
+
+    def set_status(self, dump_id: str, status: DumpStatus, error: Optional[str] = None) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        source_id = self._store._source_of(dump_id)
+        if source_id is None:
+            return
+        data = json.dumps({"status": status.value, "error": error, "updated_at": time.time()}).encode()
+        path = self._store._dump(source_id, dump_id, "status")
+        result = self._commit(_set_data(path, data))
+        if isinstance(result, Exception) and not isinstance(result, NoNodeError):
+            raise result
+
+    def save_progress(self, dump_id: str, table: str, progress: TableProgress) -> None:
+        source_id = self._store._source_of(dump_id)
+        if source_id is not None:
+            self._put(self._store._dump(source_id, dump_id, "progress", encode_name(table)), progress.to_json())
+
+    def put_value(self, key: str, value: str) -> None:
+        self._put(self._store.path("values", encode_name(key)), value)

@@ -90,3 +90,74 @@ class StateStoreContract:
         assert not errors
         assert all(store.get_checkpoint(f"s{n}") == Position("0049") for n in range(4))
         assert len(store.get_dump(spec.dump_id).progress) == 4
+
+
+class FencedStateContract:
+    """``StateStore.fenced`` (invariant 7): the lease holder's writes land while it holds the
+    lease and are refused, changing nothing, once a newer holder took the lease; fenced
+    checkpoints never move backwards. Needs the ``store`` and ``reopen`` fixtures."""
+
+    def _lead(self, store, identity):
+        from airflow_provider_dblog.state.lease import make_lease
+
+        lease = make_lease(store, "src", identity)
+        assert lease.acquire(threading.Event()) is not None
+        return lease
+
+    def test_writes_land_while_held_and_are_refused_after_a_newer_epoch(self, store, reopen):
+        from airflow_provider_dblog.core.errors import StaleEpochError
+
+        spec = DumpSpec.new("src", ["public.t"])
+        store.add_dump(spec)
+        a = self._lead(store, "a")
+        fenced = store.fenced(a.fence())
+        fenced.set_checkpoint("src", Position("0002"))
+        fenced.set_status(spec.dump_id, DumpStatus.RUNNING)
+        fenced.save_progress(spec.dump_id, "public.t", TableProgress((1,), 1, 1))
+        fenced.put_value("status/src", "a's report")
+        seen = reopen()
+        assert seen.get_checkpoint("src") == Position("0002")
+        assert seen.get_dump(spec.dump_id).status is DumpStatus.RUNNING
+        assert seen.get_value("status/src") == "a's report"
+
+        a.release()  # as if deposed: a newer holder takes the next epoch
+        b = self._lead(reopen(), "b")
+        assert b.epoch == 2
+        writes = [
+            lambda: fenced.set_checkpoint("src", Position("0009")),
+            lambda: fenced.clear_checkpoint("src"),
+            lambda: fenced.set_status(spec.dump_id, DumpStatus.DONE),
+            lambda: fenced.save_progress(spec.dump_id, "public.t", TableProgress((9,), 9, 9, True)),
+            lambda: fenced.save_progress(spec.dump_id, "public.other", TableProgress((9,), 9, 9, True)),
+            lambda: fenced.put_value("status/src", "a woke up"),
+            lambda: fenced.put_value("status/new-key", "a woke up"),
+        ]
+        for write in writes:
+            with pytest.raises(StaleEpochError, match="lost the leader lease"):
+                write()
+        seen = reopen()
+        assert seen.get_checkpoint("src") == Position("0002")
+        dump = seen.get_dump(spec.dump_id)
+        assert dump.status is DumpStatus.RUNNING
+        assert dump.progress == {"public.t": TableProgress((1,), 1, 1)}
+        assert seen.get_value("status/src") == "a's report"
+        assert seen.get_value("status/new-key") is None
+        # The new holder's own fenced writes land.
+        store_b = reopen().fenced(b.fence())
+        store_b.set_checkpoint("src", Position("0003"))
+        assert reopen().get_checkpoint("src") == Position("0003")
+        b.release()
+
+    def test_fenced_checkpoints_never_move_backwards(self, store, reopen):
+        lease = self._lead(store, "a")
+        fenced = store.fenced(lease.fence())
+        fenced.set_checkpoint("src", Position("0005", 2))
+        fenced.set_checkpoint("src", Position("0005", 1))
+        fenced.set_checkpoint("src", Position("0004"))
+        assert reopen().get_checkpoint("src") == Position("0005", 2)
+        fenced.set_checkpoint("src", Position("0007"))
+        assert reopen().get_checkpoint("src") == Position("0007")
+        fenced.clear_checkpoint("src")  # a reset (--reset-position) is the only way back
+        fenced.set_checkpoint("src", Position("0001"))
+        assert reopen().get_checkpoint("src") == Position("0001")
+        lease.release()

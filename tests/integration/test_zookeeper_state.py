@@ -13,7 +13,7 @@ from airflow_provider_dblog.core.dumps import DumpSpec, TableProgress
 from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import Position
 from airflow_provider_dblog.state.zookeeper import ZooKeeperStateStore, encode_name
-from tests.contract.state_store_contract import StateStoreContract
+from tests.contract.state_store_contract import FencedStateContract, StateStoreContract
 
 from .databases import env
 
@@ -37,7 +37,7 @@ def chroot(zk_hosts):
         s.close()
 
 
-class TestZooKeeperStateStore(StateStoreContract):
+class TestZooKeeperStateStore(StateStoreContract, FencedStateContract):
     @pytest.fixture
     def store(self, zk_hosts, chroot):
         s = ZooKeeperStateStore(zk_hosts, chroot, timeout=5)
@@ -105,3 +105,42 @@ def test_state_url_in_config_and_cli_form(zk_hosts, chroot):
             s.close()
     with pytest.raises(ConfigurationError, match="zk://host:port"):
         make_state({"url": "zk:///nohosts"})
+
+
+def test_a_write_retried_in_a_new_session_after_expiry_is_refused(zk_hosts, chroot):
+    """kazoo retries a write that failed on an expired session in a new session; without a
+    newer leader the epoch has not moved, so only the holder's vanished contender znode
+    tells that this process no longer leads (docs/state.md, "What is fenced")."""
+    import threading
+    import time
+
+    from kazoo.client import KazooClient
+
+    from airflow_provider_dblog.core.errors import StaleEpochError
+    from airflow_provider_dblog.state.lease import make_lease
+
+    store = ZooKeeperStateStore(zk_hosts, chroot, timeout=4)
+    other = ZooKeeperStateStore(zk_hosts, chroot, timeout=4)
+    try:
+        lease = make_lease(store, "src", "a")
+        assert lease.acquire(threading.Event()) == 1
+        fenced = store.fenced(lease.fence())
+        fenced.set_checkpoint("src", Position("0001"))
+        old_session = store.client.client_id[0]
+        twin = KazooClient(hosts=zk_hosts, client_id=store.client.client_id, timeout=4)
+        twin.start(5)
+        twin.stop()  # ends the session on the server, as a long pause or a partition would
+        twin.close()
+        end = time.monotonic() + 20
+        while time.monotonic() < end and (store.client.client_id or (old_session,))[0] == old_session:
+            time.sleep(0.1)
+        assert store.client.client_id[0] != old_session, "kazoo did not open a new session"
+        with pytest.raises(StaleEpochError, match="znode is gone"):
+            fenced.set_checkpoint("src", Position("0002"))
+        with pytest.raises(StaleEpochError):
+            fenced.put_value("status/src", "from the new session")
+        assert other.get_checkpoint("src") == Position("0001")
+        assert other.get_value("status/src") is None
+    finally:
+        store.close()
+        other.close()

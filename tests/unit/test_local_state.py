@@ -2,10 +2,10 @@ import pytest
 
 from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.state.local import LocalStateStore
-from tests.contract.state_store_contract import StateStoreContract
+from tests.contract.state_store_contract import FencedStateContract, StateStoreContract
 
 
-class TestLocalStateStore(StateStoreContract):
+class TestLocalStateStore(StateStoreContract, FencedStateContract):
     @pytest.fixture
     def store(self, tmp_path):
         s = LocalStateStore(str(tmp_path / "state.db"))
