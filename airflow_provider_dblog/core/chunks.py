@@ -1,9 +1,12 @@
 """Keyset chunk queries for any primary key (DBLog paper, Algorithm 1 step "select chunk").
 
-``WHERE key > last_key ORDER BY key LIMIT n`` never scans rows it skipped before, whatever
-the key type, and works for composite keys: PostgreSQL compares row values natively and uses
-the index; MySQL/MariaDB are given the equivalent expanded predicate, which their range
-optimiser turns into an index range (it does not always do so for row constructors).
+``WHERE key > last_key AND key <= upper_key ORDER BY key LIMIT n`` never scans rows it
+skipped before, whatever the key type, and works for composite keys: PostgreSQL compares row
+values natively and uses the index; MySQL/MariaDB are given the equivalent expanded
+predicate, which their range optimiser turns into an index range (it does not always do so
+for row constructors). ``upper_key`` is the table's greatest key when its dump started
+(``max_key_query``): rows inserted later reach the changelog through the log, so a dump of a
+growing table ends.
 """
 
 from __future__ import annotations
@@ -41,26 +44,36 @@ def _key_types(schema: TableSchema) -> list[str]:
     return [types[k] for k in schema.key]
 
 
-def greater_than(dialect: Dialect, schema: TableSchema, after_key: Key) -> tuple[str, list[Any]]:
-    """Predicate ``key > after_key`` in key order, with its parameters."""
+def _compare(dialect: Dialect, schema: TableSchema, key: Key, op: str) -> tuple[str, list[Any]]:
+    """Predicate ``key <op> value`` in key order (``op``: ``>`` or ``<=``), with its parameters."""
     cols = [dialect.quote(k) for k in schema.key]
     holders = [dialect.placeholder(t) for t in _key_types(schema)]
-    if len(cols) != len(after_key):
-        raise ValueError(f"key {after_key!r} does not match key columns {schema.key}")
+    if len(cols) != len(key):
+        raise ValueError(f"key {key!r} does not match key columns {schema.key}")
     if len(cols) == 1:
-        return f"{cols[0]} > {holders[0]}", [after_key[0]]
+        return f"{cols[0]} {op} {holders[0]}", [key[0]]
     if dialect.native_row_compare:
-        return f"({', '.join(cols)}) > ({', '.join(holders)})", list(after_key)
-    # (a, b, c) > (x, y, z)  ==  a > x OR (a = x AND (b > y OR (b = y AND c > z)))
-    # written with a leading a >= x so the optimiser sees a range on the first column.
-    params: list[Any] = []
-    expr = f"{cols[-1]} > {holders[-1]}"
-    params_tail = [after_key[-1]]
+        return f"({', '.join(cols)}) {op} ({', '.join(holders)})", list(key)
+    # (a, b, c) > (x, y, z)  ==  a > x OR (a = x AND (b > y OR (b = y AND c > z))), and
+    # (a, b, c) <= (x, y, z) ==  a < x OR (a = x AND (b < y OR (b = y AND c <= z))),
+    # written with a leading a >= x (a <= x) so the optimiser sees a range on the first column.
+    strict, first = (">", ">=") if op == ">" else ("<", "<=")
+    expr = f"{cols[-1]} {op} {holders[-1]}"
+    params_tail = [key[-1]]
     for i in range(len(cols) - 2, -1, -1):
-        expr = f"{cols[i]} > {holders[i]} OR ({cols[i]} = {holders[i]} AND ({expr}))"
-        params_tail = [after_key[i], after_key[i]] + params_tail
-    params = [after_key[0]] + params_tail
-    return f"{cols[0]} >= {holders[0]} AND ({expr})", params
+        expr = f"{cols[i]} {strict} {holders[i]} OR ({cols[i]} = {holders[i]} AND ({expr}))"
+        params_tail = [key[i], key[i]] + params_tail
+    return f"{cols[0]} {first} {holders[0]} AND ({expr})", [key[0]] + params_tail
+
+
+def greater_than(dialect: Dialect, schema: TableSchema, after_key: Key) -> tuple[str, list[Any]]:
+    """Predicate ``key > after_key`` in key order, with its parameters."""
+    return _compare(dialect, schema, after_key, ">")
+
+
+def at_most(dialect: Dialect, schema: TableSchema, upper_key: Key) -> tuple[str, list[Any]]:
+    """Predicate ``key <= upper_key`` in key order (a dump's fixed upper bound), with its parameters."""
+    return _compare(dialect, schema, upper_key, "<=")
 
 
 def chunk_query(
@@ -69,18 +82,32 @@ def chunk_query(
     select_list: Sequence[str],
     after_key: Optional[Key],
     limit: int,
+    upper_key: Optional[Key] = None,
 ) -> tuple[str, list[Any]]:
-    """The next chunk: rows with a key greater than ``after_key``, in key order."""
+    """The next chunk: rows with a key greater than ``after_key`` and at most ``upper_key``
+    (the bound the table's dump fixed when it started), in key order."""
     if limit < 1:
         raise ValueError("chunk limit must be >= 1")
     order = ", ".join(dialect.quote(k) for k in schema.key)
     sql = f"SELECT {', '.join(select_list)} FROM {dialect.table(schema.table)}"
+    preds: list[str] = []
     params: list[Any] = []
-    if after_key is not None:
-        pred, params = greater_than(dialect, schema, after_key)
-        sql += f" WHERE {pred}"
+    for key, predicate in ((after_key, greater_than), (upper_key, at_most)):
+        if key is not None:
+            pred, more = predicate(dialect, schema, key)
+            preds.append(pred)  # each is a conjunction at its top level: AND-joined as is
+            params += more
+    if preds:
+        sql += " WHERE " + " AND ".join(preds)
     sql += f" ORDER BY {order} LIMIT {int(limit)}"
     return sql, params
+
+
+def max_key_query(dialect: Dialect, schema: TableSchema, select_list: Sequence[str]) -> tuple[str, list[Any]]:
+    """The row with the table's greatest key (one index lookup from the end): where a table
+    dump fixes its upper bound when it starts."""
+    order = ", ".join(f"{dialect.quote(k)} DESC" for k in schema.key)
+    return f"SELECT {', '.join(select_list)} FROM {dialect.table(schema.table)} ORDER BY {order} LIMIT 1", []
 
 
 def keys_query(

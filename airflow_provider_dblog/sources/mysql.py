@@ -30,12 +30,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import pymysql
 
-from ..core.chunks import MYSQL, chunk_query, keys_query
+from ..core.chunks import MYSQL, chunk_query, keys_query, max_key_query
 from ..core.errors import ConfigurationError, PositionLostError, RequestError
 from ..core.events import Key, LogItem, Position, TableSchema
 from ..core.protocols import ChunkResult
 from . import mysql_catalog as catalog
 from .connection_loss import on_connection_loss
+from .dump_errors import mysql_dump_errors
 from .mysql_catalog import ConnectionSettings, Session
 from .mysql_checks import StartupChecks
 from .mysql_log import BinlogReader, Failure, decode_coord, file_number
@@ -385,7 +386,8 @@ class MySQLSource:
     def _rows(self, schema: TableSchema, sql: str, params: Sequence[Any]) -> ChunkResult:
         # Its own autocommit READ COMMITTED statement: sees every commit before it (DESIGN
         # "Non-stale read"); no transaction is ever left open on this connection.
-        raw = self._require_session().query(sql, params)
+        with mysql_dump_errors(schema.table, self._settings.user):
+            raw = self._require_session().query(sql, params or None)
         names = [c.name for c in schema.columns]
         rows = [dict(zip(names, r)) for r in raw]
         # Per column, not per value: only the columns PyMySQL does not return canonical.
@@ -401,9 +403,12 @@ class MySQLSource:
         return [select_expression(MYSQL.quote, c) for c in schema.columns]
 
     @on_connection_loss
-    def select_chunk(self, schema: TableSchema, after_key: Optional[Key], limit: int) -> ChunkResult:
-        params_key = self._key_params(schema, after_key) if after_key is not None else None
-        sql, params = chunk_query(MYSQL, schema, self._select_list(schema), params_key, limit)
+    def select_chunk(
+        self, schema: TableSchema, after_key: Optional[Key], limit: int, upper_key: Optional[Key] = None
+    ) -> ChunkResult:
+        after = self._key_params(schema, after_key) if after_key is not None else None
+        upper = self._key_params(schema, upper_key) if upper_key is not None else None
+        sql, params = chunk_query(MYSQL, schema, self._select_list(schema), after, limit, upper)
         return self._rows(schema, sql, params)
 
     @on_connection_loss
@@ -412,6 +417,12 @@ class MySQLSource:
             return ChunkResult([])
         sql, params = keys_query(MYSQL, schema, self._select_list(schema), [self._key_params(schema, k) for k in keys])
         return self._rows(schema, sql, params)
+
+    @on_connection_loss
+    def max_key(self, schema: TableSchema) -> Optional[Key]:
+        sql, params = max_key_query(MYSQL, schema, self._select_list(schema))
+        rows = self._rows(schema, sql, params).rows
+        return schema.key_of(rows[0]) if rows else None
 
     # -- lifecycle -------------------------------------------------------------------------
     def _require_session(self) -> Session:

@@ -45,11 +45,12 @@ import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 
-from ..core.chunks import POSTGRES, chunk_query, keys_query
+from ..core.chunks import POSTGRES, chunk_query, keys_query, max_key_query
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position
 from ..core.protocols import ChunkResult
 from .connection_loss import on_connection_loss
+from .dump_errors import postgres_dump_errors
 from .postgres_catalog import (
     TableInfo,
     check_replica_identity,
@@ -492,16 +493,33 @@ class PostgresSource:
             )
 
     @on_connection_loss
-    def select_chunk(self, schema, after_key: Optional[Key], limit: int) -> ChunkResult:
-        sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), after_key, limit)
-        return self._select(schema, sql, params)
+    def select_chunk(
+        self, schema, after_key: Optional[Key], limit: int, upper_key: Optional[Key] = None
+    ) -> ChunkResult:
+        sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), after_key, limit, upper_key)
+        with postgres_dump_errors(schema.table, self._dsn["user"]):
+            return self._select(schema, sql, params)
 
     @on_connection_loss
     def select_keys(self, schema, keys: Sequence[Key]) -> ChunkResult:
         if not keys:
             return ChunkResult([])
         sql, params = keys_query(POSTGRES, schema, self._select_list(schema), keys)
-        return self._select(schema, sql, params)
+        with postgres_dump_errors(schema.table, self._dsn["user"]):
+            return self._select(schema, sql, params)
+
+    @on_connection_loss
+    def max_key(self, schema) -> Optional[Key]:
+        """One autocommit statement (the bound needs no snapshot of its own: whatever commits
+        after it reaches the changelog through the log)."""
+        sql, params = max_key_query(POSTGRES, schema, self._select_list(schema))
+        with postgres_dump_errors(schema.table, self._dsn["user"]), self._cur() as cur:
+            psycopg2.extensions.register_type(_RAW_TEXT, cur)
+            cur.execute(sql, params or None)
+            raw = cur.fetchall()
+            oids = [d.type_code for d in cur.description]
+        rows = self._canonical(schema, raw, oids)
+        return schema.key_of(rows[0]) if rows else None
 
     @staticmethod
     def _select_list(schema) -> list[str]:
@@ -517,8 +535,6 @@ class PostgresSource:
         from its xmax on; the latter cannot be listed from the snapshot, so the statement
         also takes an xid of its own, N: every transaction running at the snapshot has an
         xid below N, and [xmax, N) covers them."""
-        info = self._info(schema.table)
-        names = [c.name for c in schema.columns]
         with self._cur() as cur:
             # Keep every value but bool/ints as the server's text: from_pg_text then treats
             # it exactly like the text the log carries.
@@ -534,6 +550,12 @@ class PostgresSource:
             finally:
                 # Nothing was written: ROLLBACK ends it (and also clears an error).
                 cur.execute("ROLLBACK")
+        return ChunkResult(self._canonical(schema, raw, oids), invisible_xids(snapshot, int(own)))
+
+    def _canonical(self, schema, raw: list, oids: list) -> list[dict]:
+        """Rows as dicts of canonical values (the server's text as the log carries it)."""
+        info = self._info(schema.table)
+        names = [c.name for c in schema.columns]
         # Per column, not per value: which columns still need a text -> canonical step.
         todo = []
         for n, c, oid in zip(names, schema.columns, oids):
@@ -546,7 +568,7 @@ class PostgresSource:
                 v = row[n]
                 if v is not None:
                     row[n] = conv(v)
-        return ChunkResult(rows, invisible_xids(snapshot, int(own)))
+        return rows
 
     # -- progress ----------------------------------------------------------------------
     @on_connection_loss

@@ -70,3 +70,36 @@ def test_identifiers_are_quoted():
 def test_limit_must_be_positive():
     with pytest.raises(ValueError):
         chunk_query(POSTGRES, ONE, ["*"], None, 0)
+
+
+def test_chunk_below_an_upper_bound_single_and_composite():
+    sql, params = chunk_query(POSTGRES, ONE, ["*"], (10,), 100, (500,))
+    assert 'WHERE "id" > %s::bigint AND "id" <= %s::bigint ORDER BY "id" LIMIT 100' in sql and params == [10, 500]
+    sql, params = chunk_query(POSTGRES, TWO, ["*"], None, 10, (9, "z", "2024-12-31"))
+    assert 'WHERE ("a", "b", "c") <= (%s::integer, %s::varchar(10), %s::date) ORDER BY' in sql
+    assert params == [9, "z", "2024-12-31"]
+    sql, params = chunk_query(MYSQL, TWO, ["*"], (1, "x", "2024-01-02"), 10, (9, "z", "2024-12-31"))
+    assert sql.count("`a` >= %s AND (") == 1 and "AND `a` <= %s AND (`a` < %s OR" in sql
+    assert params == [1, 1, 1, "x", "x", "2024-01-02", 9, 9, 9, "z", "z", "2024-12-31"]
+
+
+@pytest.mark.parametrize("upper", [(1, "b", 2), (0, "z", 9), (2, "a", 0), (1, "a", 3)])
+def test_mysql_upper_bound_means_lexicographic_at_most(upper):
+    from airflow_provider_dblog.core.chunks import at_most
+
+    pred, params = at_most(MYSQL, TableSchema("d.t", tuple(Column(c, "int") for c in "abc"), ("a", "b", "c")), upper)
+    expr = pred.replace("`", "").replace("AND", "and").replace("OR", "or").replace(" = ", " == ")
+    for key in [(a, b, c) for a in range(3) for b in "abz" for c in range(4)]:
+        it = iter(params)
+        code = "".join(part + (repr(v) if (v := next(it, None)) is not None else "") for part in expr.split("%s"))
+        assert eval(code, {}, dict(zip("abc", key))) == (key <= upper), (code, key)
+
+
+def test_max_key_query_reads_one_row_from_the_end_of_the_key():
+    from airflow_provider_dblog.core.chunks import max_key_query
+
+    assert max_key_query(POSTGRES, TWO, ["*"]) == (
+        'SELECT * FROM "shop"."items" ORDER BY "a" DESC, "b" DESC, "c" DESC LIMIT 1',
+        [],
+    )
+    assert max_key_query(MYSQL, ONE, ["`id`"])[0] == "SELECT `id` FROM `public`.`orders` ORDER BY `id` DESC LIMIT 1"
