@@ -136,17 +136,29 @@ class TableProgress:
     chunks: int = 0
     done: bool = False
     keys_done: int = 0  # key-list dumps: how many of the requested keys are finished
+    # Table dumps: the table's greatest key when its dump started (the engine reads it before
+    # the first chunk). Chunks stop there; later inserts reach the changelog through the log.
+    # None: not fixed yet (progress stored before bounds existed fixes it at the next chunk).
+    upper_key: Optional[Key] = None
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
         d["last_key"] = list(self.last_key) if self.last_key is not None else None
+        d["upper_key"] = list(self.upper_key) if self.upper_key is not None else None
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> "TableProgress":
         d = json.loads(text)
-        lk = d.get("last_key")
-        return cls(tuple(lk) if lk is not None else None, d["rows"], d["chunks"], d["done"], d.get("keys_done", 0))
+        lk, uk = d.get("last_key"), d.get("upper_key")
+        return cls(
+            tuple(lk) if lk is not None else None,
+            d["rows"],
+            d["chunks"],
+            d["done"],
+            d.get("keys_done", 0),
+            tuple(uk) if uk is not None else None,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +193,7 @@ class Dump:
                 "chunks": p.chunks,
                 "done": p.done,
                 "last_key": list(p.last_key) if p.last_key is not None else None,
+                "upper_key": list(p.upper_key) if p.upper_key is not None else None,
             }
             # a key-list dump reads at most its keys; a table dump about the table's rows
             est = len(self.spec.keys) if self.spec.keys is not None else (estimates or {}).get(t, 0)

@@ -396,11 +396,18 @@ class Engine:
 
     def _select_chunk(self, plan: ChunkPlan, writer: Writer) -> None:
         schema = self._schema(plan.table, writer)
+        if plan.needs_bound:
+            # A table dump starts: fix its upper bound, so that it ends under a steady insert
+            # stream (later rows reach the changelog through the log anyway).
+            plan = plan.bounded(self.source.max_key(schema))
+            if plan.upper_key is None:  # an empty table is done at once, no chunk needed
+                writer.put(self.scheduler.emitted(plan, plan.empty_done(), 0))
+                return
         lw, hw = uuid.uuid4().hex, uuid.uuid4().hex
         # Log processing is paused from here to the HW write (invariant 6).
         self.source.write_watermark(lw)
         if plan.keys is None:
-            result = self.source.select_chunk(schema, plan.start.last_key, plan.size)
+            result = self.source.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key)
         elif plan.keys:
             result = self.source.select_keys(schema, plan.keys)
         else:

@@ -69,8 +69,17 @@ class Source(Protocol):
     def write_watermark(self, uuid: str) -> None:
         """Commit one UPDATE of this source's watermark row (it then appears in the log)."""
 
-    def select_chunk(self, schema: TableSchema, after_key: Optional[Key], limit: int) -> ChunkResult:
-        """``WHERE key > after_key ORDER BY key LIMIT limit`` as its own autocommit statement."""
+    def select_chunk(
+        self, schema: TableSchema, after_key: Optional[Key], limit: int, upper_key: Optional[Key] = None
+    ) -> ChunkResult:
+        """``WHERE key > after_key AND key <= upper_key ORDER BY key LIMIT limit`` as its own
+        autocommit statement (None: no such bound). RequestError when the table or a column
+        is gone or no longer readable (that dump fails, the capture goes on)."""
+
+    def max_key(self, schema: TableSchema) -> Optional[Key]:
+        """The table's greatest key now (``ORDER BY key DESC LIMIT 1``), canonical like the
+        keys of chunk rows; None for an empty table. A table dump fixes it as its upper bound
+        when it starts. RequestError as for ``select_chunk``."""
 
     def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:
         """The rows with exactly these keys (missing keys are simply absent)."""

@@ -33,8 +33,8 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.02, 1.0
 
 @dataclasses.dataclass(frozen=True)
 class ChunkPlan:
-    """The next chunk of one table of one dump: a key range after ``start.last_key`` (at most
-    ``size`` rows), or, for a key-list dump, exactly ``keys``."""
+    """The next chunk of one table of one dump: a key range after ``start.last_key`` up to
+    ``upper_key`` (at most ``size`` rows), or, for a key-list dump, exactly ``keys``."""
 
     dump_id: str
     table: str
@@ -43,15 +43,38 @@ class ChunkPlan:
     keys: Optional[tuple[Key, ...]] = None
     keys_total: int = 0  # key-list dumps: how many keys the request lists
 
+    @property
+    def needs_bound(self) -> bool:
+        """A table dump whose upper bound is not fixed yet: the engine reads the table's
+        greatest key (``Source.max_key``) before this chunk and calls ``bounded``."""
+        return self.keys is None and self.start.upper_key is None
+
+    @property
+    def upper_key(self) -> Optional[Key]:
+        """The table dump's fixed upper bound: chunks select keys up to it and no further."""
+        return self.start.upper_key
+
+    def bounded(self, upper_key: Optional[Key]) -> "ChunkPlan":
+        """This plan with the table's upper bound fixed (stored with the table's progress,
+        so a restarted capture keeps it). ``None``: the table is empty, its dump is done
+        (``empty_done``)."""
+        return dataclasses.replace(self, start=dataclasses.replace(self.start, upper_key=upper_key))
+
+    def empty_done(self) -> TableProgress:
+        """The table's progress when it was empty as its dump started: done, no chunk."""
+        return dataclasses.replace(self.start, done=True)
+
     def progress_after(self, rows: Sequence[Row], schema: TableSchema) -> TableProgress:
         """The table's progress once this chunk's rows (as selected) are emitted; the rows
-        themselves are counted when the chunk's high watermark arrives."""
+        themselves are counted when the chunk's high watermark arrives. A table is done when
+        a chunk comes back short or reaches the upper bound."""
         p = self.start
         if self.keys is not None:
             done = p.keys_done + len(self.keys)
             return TableProgress(p.last_key, p.rows, p.chunks + 1, done >= self.keys_total, done)
         last_key = schema.key_of(rows[-1]) if rows else p.last_key
-        return TableProgress(last_key, p.rows, p.chunks + 1, len(rows) < self.size, 0)
+        reached = p.upper_key is not None and last_key == p.upper_key
+        return TableProgress(last_key, p.rows, p.chunks + 1, len(rows) < self.size or reached, 0, p.upper_key)
 
 
 class DumpScheduler:

@@ -36,8 +36,8 @@ class WideWindowSource:
     def __init__(self, inner: Any, delay_s: float):
         self._inner, self._delay = inner, delay_s
 
-    def select_chunk(self, schema, after_key, limit):
-        result = self._inner.select_chunk(schema, after_key, limit)
+    def select_chunk(self, schema, after_key, limit, *upper_key):
+        result = self._inner.select_chunk(schema, after_key, limit, *upper_key)
         time.sleep(self._delay)
         return result
 

@@ -86,6 +86,7 @@ class MemorySource:
         self.in_window: Optional[Callable[[TableSchema, list[Row]], None]] = None
         self.unavailable: Callable[[], bool] = lambda: False
         self.opens = 0
+        self.chunk_selects = 0
         self.acknowledged: Optional[Position] = None
         self._cursor: Optional[int] = None
 
@@ -136,11 +137,20 @@ class MemorySource:
             self.in_window(schema, rows)
         return ChunkResult(rows)
 
-    def select_chunk(self, schema: TableSchema, after_key: Optional[Key], limit: int) -> ChunkResult:
+    def select_chunk(
+        self, schema: TableSchema, after_key: Optional[Key], limit: int, upper_key: Optional[Key] = None
+    ) -> ChunkResult:
         self._server()
+        self.chunk_selects += 1
         snap = self.db.snapshot(schema.table)
-        keys = sorted(k for k in snap if after_key is None or k > after_key)[:limit]
+        keys = sorted(
+            k for k in snap if (after_key is None or k > after_key) and (upper_key is None or k <= upper_key)
+        )[:limit]
         return self._result(schema, [snap[k] for k in keys])
+
+    def max_key(self, schema: TableSchema) -> Optional[Key]:
+        self._server()
+        return max(self.db.snapshot(schema.table), default=None)
 
     def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:
         self._server()

@@ -48,6 +48,13 @@ def test_spec_and_progress_round_trip():
     assert DumpSpec.from_json(s.to_json()) == s
     p = TableProgress((1, "x"), 10, 2, False, 3)
     assert TableProgress.from_json(p.to_json()) == p
+    bounded = TableProgress((1, "x"), 10, 2, False, 0, (9, "z"))
+    assert TableProgress.from_json(bounded.to_json()) == bounded
+
+
+def test_progress_stored_before_dump_bounds_existed_still_loads():
+    old = '{"last_key":[5],"rows":10,"chunks":2,"done":false,"keys_done":0}'
+    assert TableProgress.from_json(old) == TableProgress((5,), 10, 2, False, 0, None)
 
 
 @pytest.mark.parametrize("kw", [{"chunk_size": 0}, {"chunk_size": 10**9}, {"delay_ms": -1}])

@@ -221,6 +221,45 @@ def test_a_bad_request_fails_its_dump_and_the_capture_goes_on(db, state):
     assert [e.key for e in out.events if e.origin is Origin.DUMP] == [(500,)]
 
 
+def test_a_dump_under_a_steady_insert_stream_ends(db, state):
+    """Dumps finish: the table's greatest key when its dump starts bounds it. Every chunk
+    window inserts more keys at the end of the key space than a chunk reads; without the bound
+    the dump would chase them for ever. They reach the changelog through the log."""
+    source, out = MemorySource(db), MemoryChangelog()
+    next_id = iter(range(10_000, 1_000_000))
+
+    def append(schema, selected):
+        for _ in range(25):
+            db.upsert(TABLE, {"id": next(next_id), "v": "appended"})
+
+    run = Running(source, out, state)
+    wait_until(lambda: source.opens == 1, what="the engine to open the source")
+    source.in_window = append
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=10))
+    wait_until(dump_done(state, spec.dump_id), timeout=10, what="the dump of a growing table to end")
+    source.in_window = None
+    db.upsert(TABLE, {"id": 5, "v": "after the dump"})
+    wait_until(lambda: out.events and out.events[-1].key == (5,), what="the last update")
+    run.stop()
+    dumped = [e.key[0] for e in out.events if e.origin is Origin.DUMP]
+    assert dumped and max(dumped) <= 200 and len(dumped) <= 200  # the rows present at the start
+    assert state.get_dump(spec.dump_id).progress[TABLE].upper_key == (200,)
+    assert replay(out.events) == db.snapshot(TABLE)  # the appended rows came through the log
+
+
+def test_an_empty_table_dump_is_done_at_once_without_a_chunk(state):
+    empty = MemoryDatabase()
+    source, out = MemorySource(empty), MemoryChangelog()
+    run = Running(source, out, state)
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl())
+    wait_until(dump_done(state, spec.dump_id), what="the dump of an empty table")
+    run.stop()
+    assert source.chunk_selects == 0
+    assert state.get_dump(spec.dump_id).progress[TABLE] == TableProgress(None, 0, 0, True, 0, None)
+
+
 def test_pause_holds_chunks_and_resume_continues(db, state):
     source, out = MemorySource(db), MemoryChangelog()
     spec = DumpSpec.new(SOURCE_ID, [TABLE])

@@ -201,3 +201,31 @@ def test_health_reports_rows_estimate_and_pause(state, clock):
     finish(s, s.next_chunk(), rows(1, 2))
     health = s.health()[dump_id]
     assert (health["rows"], health["estimated_total"], health["paused"]) == (2, 1000, False)
+
+
+def test_a_table_dump_stops_at_its_upper_bound_and_a_restart_keeps_it(state, clock):
+    """Part of "dumps finish": the bound fixed at the start travels with the progress; the
+    chunk that reaches it ends the table even when it is full."""
+    dump_id = request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    plan = s.next_chunk()
+    assert plan.needs_bound and plan.upper_key is None
+    plan = plan.bounded((4,))  # what the engine does with Source.max_key
+    assert not plan.needs_bound and plan.upper_key == (4,)
+    finish(s, plan, rows(1, 2))
+    restarted = scheduler(state, clock)  # the stored progress carries the bound
+    plan = restarted.next_chunk()
+    assert (plan.start.last_key, plan.upper_key, plan.needs_bound) == ((2,), (4,), False)
+    marker = finish(restarted, plan, rows(3, 4))  # a full chunk, but it reached the bound
+    assert marker.dump_done and marker.progress.done
+    assert status(state, dump_id) is DumpStatus.DONE
+    assert state.get_dump(dump_id).progress[TABLE] == TableProgress((4,), 4, 2, True, 0, (4,))
+
+
+def test_an_empty_table_is_done_without_a_chunk(state, clock):
+    dump_id = request(state, tables=None)
+    s = scheduler(state, clock)
+    plan = s.next_chunk().bounded(None)
+    s.durable(s.emitted(plan, plan.empty_done(), 0))
+    assert state.get_dump(dump_id).progress[TABLE] == TableProgress(None, 0, 0, True, 0, None)
+    assert s.next_chunk().table == "app.other"  # the dump goes on with its next table
