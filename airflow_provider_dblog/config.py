@@ -26,6 +26,8 @@ Config file (TOML), every key optional, command-line options override it::
     url = "delta://dblog-lake"      # delta://DIR, jsonl://DIR or python:module:function
 
 Passwords never come from argv: only from the environment or a file (invariant 8).
+An unknown section or key is an error that names it and the closest valid one
+(``check_config``): a typo must not silently change what is captured.
 
 ``load_config`` reads such a file; ``render_config`` / ``write_private_config`` write one
 (the Airflow trigger hands its capture child the configuration this way).
@@ -33,12 +35,13 @@ Passwords never come from argv: only from the environment or a file (invariant 8
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
 import sys
 import tempfile
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .core.errors import ConfigurationError
 
@@ -50,10 +53,70 @@ else:  # pragma: no cover
 DEFAULT_PASSWORD_ENV = "DBLOG_SOURCE_PASSWORD"
 
 
-def load_config(path: Optional[str]) -> dict[str, Any]:
-    path = path or os.environ.get("DBLOG_CONFIG")
-    if not path:
-        return {}
+# Every section and key the config understands (DESIGN invariant 8: an unknown one is an
+# error, not ignored: a typo such as `tabels` would otherwise capture every table).
+# ``password`` is listed so that read_password refuses it with its own fix.
+SOURCE_KEYS = (
+    "type",
+    "id",
+    "host",
+    "port",
+    "user",
+    "database",
+    "databases",
+    "password_env",
+    "password_file",
+    "password",
+    "tables",
+    "key_columns",
+    "plugin",
+    "slot_name",
+    "publication",
+    "server_id",
+    "watermark_schema",
+)
+STATE_KEYS = ("path", "url", "zookeeper", "chroot", "session_timeout")
+OUTPUT_KEYS = ("url",)
+SECTIONS = {"source": SOURCE_KEYS, "state": STATE_KEYS, "output": OUTPUT_KEYS}
+
+
+def closest(name: str, valid: Sequence[str]) -> str:
+    """' (did you mean X?)' for the closest valid name, or the list of valid names."""
+    match = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    return f"did you mean {match[0]!r}?" if match else f"valid: {', '.join(valid)}."
+
+
+def check_keys(section: str, values: dict[str, Any], where: str = "the configuration") -> None:
+    """ConfigurationError naming the first key of ``[section]`` that DBLog does not know, and
+    the closest valid one."""
+    valid = SECTIONS[section]
+    for key in values:
+        if key not in valid:
+            raise ConfigurationError(
+                f"unknown key {key!r} in [{section}] of {where}.",
+                f"remove or correct it ({closest(key, valid)})",
+            )
+
+
+def check_config(config: dict[str, Any], where: str = "the configuration") -> dict[str, Any]:
+    """``config`` if every section and key is one DBLog knows, else ConfigurationError
+    naming the unknown one and the closest valid one."""
+    for section, values in config.items():
+        if section not in SECTIONS:
+            raise ConfigurationError(
+                f"unknown section [{section}] in {where}.",
+                f"remove or correct it ({closest(section, list(SECTIONS))})",
+            )
+        if not isinstance(values, dict):
+            raise ConfigurationError(
+                f"{section} in {where} is a value, not a section.", f"write it as a table: [{section}] on its own line."
+            )
+        check_keys(section, values, where)
+    return config
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    """The file's TOML as a dict, unchecked (``load_config`` checks it)."""
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
@@ -61,6 +124,15 @@ def load_config(path: Optional[str]) -> dict[str, Any]:
         raise ConfigurationError(f"config file {path} does not exist.", "pass an existing file to --config.") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"config file {path} is not valid TOML: {exc}.", "fix the file's syntax.") from None
+
+
+def load_config(path: Optional[str]) -> dict[str, Any]:
+    """The config file (``path``, else ``DBLOG_CONFIG``; none: ``{}``), every section and key
+    checked: an unknown one is a ConfigurationError naming it and the closest valid one."""
+    path = path or os.environ.get("DBLOG_CONFIG")
+    if not path:
+        return {}
+    return check_config(read_toml(path), f"config file {path}")
 
 
 # -- writing the file ------------------------------------------------------------------
@@ -143,6 +215,7 @@ def read_password(src: dict[str, Any]) -> Optional[str]:
 def make_source(src: dict[str, Any], password: Optional[str] = None):
     """The source described by ``src``; ``password`` (from an Airflow connection, in memory)
     takes the place of ``password_env`` / ``password_file``."""
+    check_keys("source", src)
     kind = (src.get("type") or "").lower()
     if not src.get("id"):
         raise ConfigurationError("the source has no id.", "set [source] id or pass --source-id.")
@@ -185,6 +258,7 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
 def make_state(state: dict[str, Any]):
     """The local SQLite store (``path``) or the ZooKeeper store (``url = "zk://..."``, or
     ``zookeeper = "host:port,..."`` with ``chroot``); ``--state`` may be either form."""
+    check_keys("state", state)
     url = state.get("url") or state.get("path") or os.environ.get("DBLOG_STATE") or "dblog-state/state.db"
     if state.get("zookeeper") and not state.get("url"):
         url = f"zk://{state['zookeeper']}{state.get('chroot', '')}"
@@ -211,6 +285,7 @@ def make_state(state: dict[str, Any]):
 
 
 def make_output(out: dict[str, Any]):
+    check_keys("output", out)
     from .outputs import make_output as _make
 
     return _make(out.get("url") or os.environ.get("DBLOG_OUTPUT") or "delta://dblog-lake")

@@ -6,6 +6,7 @@ Three things to locate, each from a connection or an argument:
   password, schema = database). DBLog options live in the connection's extras: ``source_id``,
   ``slot_name``, ``publication``, ``plugin``, ``server_id``, ``watermark_schema``, ``tables``
   (list or comma-separated), ``key_columns`` (``{"schema.table": ["col", ...]}``), ``databases``.
+  An extra that looks like a misspelt DBLog option is an error (``check_source_extras``).
 * the **state store** (checkpoints, dump requests): a ``dblog_state`` connection (a local path,
   or ZooKeeper hosts + chroot) or the ``state`` argument (a path or ``zk://`` URL).
 * the **changelog**: the ``output`` argument (``delta://DIR``, ``s3://...``, ``jsonl://DIR``) or
@@ -20,6 +21,7 @@ source object in memory, and the capture child gets it through its environment (
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -37,6 +39,75 @@ PASSWORD_ENV = dblog_config.DEFAULT_PASSWORD_ENV
 _SOURCE_TYPES = {"postgres": "postgres", "postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
 # Extras copied verbatim into the [source] table (make_source knows them).
 _SOURCE_EXTRAS = ("slot_name", "publication", "plugin", "server_id", "watermark_schema", "databases")
+# DBLog's options in a source connection's extras: these and nothing else.
+DBLOG_SOURCE_EXTRAS = ("source_id", "tables", "key_columns", "dbname", *_SOURCE_EXTRAS)
+# Extras Airflow's own Postgres / MySQL connections and their drivers define (docs/airflow.md):
+# they may be there for other tasks on the same connection; DBLog does not use them.
+AIRFLOW_SOURCE_EXTRAS = frozenset(
+    (
+        # postgres provider / psycopg2
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "sslcrl",
+        "application_name",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "connect_timeout",
+        "options",
+        "client_encoding",
+        "cursor",
+        "iam",
+        "redshift",
+        "redshift-serverless",
+        "aws_conn_id",
+        "cluster-identifier",
+        "workgroup-name",
+        "enable_log_db_messages",
+        "sqlalchemy_scheme",
+        "sqlalchemy_options",
+        "sqlalchemy_query",
+        "azure_conn_id",
+        # mysql provider / drivers
+        "charset",
+        "unix_socket",
+        "ssl",
+        "ssl_mode",
+        "local_infile",
+        "client",
+        "init_command",
+        "compress",
+        "named_pipe",
+        "conv",
+        "use_pure",
+        "allow_local_infile",
+    )
+)
+# An extra this close to a DBLog option (difflib ratio) is taken for a misspelt one.
+_MISSPELT = 0.75
+
+
+def check_source_extras(conn_id: str, extra: dict[str, Any]) -> None:
+    """Refuse an extra that looks like a misspelt DBLog option (``tabels``), naming the
+    closest one. Which extras are DBLog's: ``DBLOG_SOURCE_EXTRAS``; Airflow's and the
+    drivers' own (``AIRFLOW_SOURCE_EXTRAS``) are left alone, as is anything not close to a
+    DBLog option (another tool's extra on a shared connection)."""
+    for key in extra:
+        if key in DBLOG_SOURCE_EXTRAS or key in AIRFLOW_SOURCE_EXTRAS:
+            continue
+        match = difflib.get_close_matches(key.lower().replace("-", "_"), DBLOG_SOURCE_EXTRAS, n=1, cutoff=_MISSPELT)
+        if match:
+            raise ConfigurationError(
+                f"connection {conn_id} has the extra {key!r}, which is not a DBLog option.",
+                f"did you mean {match[0]!r}? DBLog's extras: {', '.join(DBLOG_SOURCE_EXTRAS)} (docs/airflow.md).",
+            )
+
+
+# The extras of a dblog_state connection (all DBLog's; the UI may prefix them).
+STATE_EXTRAS = ("url", "path", "store", "zookeeper", "chroot", "session_timeout")
 
 
 def _as_list(value: Any) -> Optional[list[str]]:
@@ -144,6 +215,7 @@ class DBLogHook(BaseHook):
                 "use a Postgres or MySQL connection (MariaDB: the MySQL type).",
             )
         extra = conn.extra_dejson
+        check_source_extras(self.source_conn_id, extra)
         src: dict[str, Any] = {"type": kind, "id": self.source_id, "password_env": PASSWORD_ENV}
         for key, value in (("host", conn.host), ("port", conn.port), ("user", conn.login), ("database", conn.schema)):
             if value not in (None, ""):
@@ -171,6 +243,12 @@ class DBLogHook(BaseHook):
         conn = self._connection(self.state_conn_id)
         # form fields may be saved with Airflow's old "extra__<type>__<field>" prefix
         extra = {k.replace("extra__dblog_state__", ""): v for k, v in conn.extra_dejson.items()}
+        for key in extra:
+            if key not in STATE_EXTRAS:
+                raise ConfigurationError(
+                    f"the state connection {self.state_conn_id} has the extra {key!r}, which DBLog does not know.",
+                    f"remove or correct it ({dblog_config.closest(key, STATE_EXTRAS)})",
+                )
         state: dict[str, Any] = {}
         if extra.get("session_timeout") not in (None, ""):
             state["session_timeout"] = float(extra["session_timeout"])

@@ -146,6 +146,50 @@ def test_changelog_from_argument_or_connection(monkeypatch):
     assert DBLogHook(output_conn_id="lake2").output_config() == {"url": "s3://b/changelog"}
 
 
+def test_a_misspelt_dblog_extra_is_refused_and_airflows_own_extras_are_left_alone(monkeypatch, tmp_path):
+    """Strict configuration: an extra that looks like a DBLog option but is none (``tabels``)
+    is an error naming the closest one; Airflow's own Postgres/MySQL extras (``sslmode``) and
+    extras far from any DBLog option are not DBLog's and pass. The capture trigger's config
+    file (render_config of engine_config) then loads under the strict reader."""
+    from airflow_provider_dblog.config import load_config, write_private_config
+
+    set_conn(
+        monkeypatch,
+        "typo",
+        conn_type="postgres",
+        host="pg",
+        login="u",
+        schema="app",
+        extra={"tabels": ["public.a"], "sslmode": "require"},
+    )
+    with pytest.raises(ConfigurationError) as info:
+        DBLogHook("typo").source_config()
+    assert "'tabels'" in str(info.value) and "did you mean 'tables'?" in str(info.value)
+    set_conn(monkeypatch, "st", conn_type="dblog_state", host="/s.db", extra={"sesion_timeout": 5})
+    with pytest.raises(ConfigurationError, match="'sesion_timeout'.*did you mean 'session_timeout'"):
+        DBLogHook(state_conn_id="st").state_config()
+
+    set_conn(
+        monkeypatch,
+        "ok",
+        conn_type="postgres",
+        host="pg",
+        login="u",
+        password=SECRET,
+        schema="app",
+        extra={"tables": "public.a", "sslmode": "require", "application_name": "etl", "team_owner": "data"},
+    )
+    set_conn(monkeypatch, "st", conn_type="dblog_state", host="zk1:2181", schema="dblog", extra={"session_timeout": 5})
+    hook = DBLogHook("ok", "st", output="delta:///lake")
+    path = write_private_config(hook.engine_config())  # what triggers/capture.py hands its child
+    try:
+        loaded = load_config(path)
+    finally:
+        os.unlink(path)
+    assert loaded["source"]["tables"] == ["public.a"] and "sslmode" not in loaded["source"]
+    assert loaded["state"] == {"session_timeout": 5.0, "zookeeper": "zk1:2181", "chroot": "/dblog"}
+
+
 def test_ui_metadata_for_the_state_connection_type():
     behaviour = DBLogHook.get_ui_field_behaviour()
     assert "password" in behaviour["hidden_fields"] and behaviour["relabeling"]["schema"] == "ZooKeeper chroot"

@@ -1,5 +1,6 @@
 """config.py: the TOML writer (render_config, write_private_config) beside its reader
-(load_config): what is written is read back as the same dict."""
+(load_config): what is written is read back as the same dict; and the reader is strict: an
+unknown section or key is an error naming it and the closest valid one."""
 
 from __future__ import annotations
 
@@ -11,13 +12,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_dblog.config import load_config, render_config, write_private_config
+from airflow_provider_dblog.config import (
+    load_config,
+    make_output,
+    make_source,
+    make_state,
+    read_toml,
+    render_config,
+    write_private_config,
+)
+from airflow_provider_dblog.core.errors import ConfigurationError
 
 
 def read_back(cfg, tmp_path):
+    """The writer's output read back as TOML (unchecked: these tests cover every TOML value,
+    not only the keys DBLog knows)."""
     p = tmp_path / "c.toml"
     p.write_text(render_config(cfg), encoding="utf-8")
-    return load_config(str(p))
+    return read_toml(str(p))
 
 
 def test_every_value_type_round_trips(tmp_path):
@@ -82,3 +94,105 @@ def test_private_file_is_the_owners_only_and_holds_no_password(tmp_path):
         os.unlink(path)
     with pytest.raises(ValueError):
         write_private_config({"source": {"password": "x"}})
+
+
+def write(tmp_path, text):
+    p = tmp_path / "dblog.toml"
+    p.write_text(text, encoding="utf-8")
+    return str(p)
+
+
+def test_a_misspelt_key_is_refused_naming_it_and_the_closest_valid_one(tmp_path):
+    path = write(tmp_path, '[source]\ntype = "postgres"\nid = "shop"\ntabels = ["public.orders"]\n')
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path)
+    text = str(info.value)
+    assert "unknown key 'tabels' in [source]" in text and path in text and "did you mean 'tables'?" in text
+
+
+@pytest.mark.parametrize(
+    "text,needles",
+    [
+        ('[sources]\nid = "x"\n', ["unknown section [sources]", "did you mean 'source'?"]),
+        ("[capture]\nheartbeat = 5\n", ["unknown section [capture]", "valid: source, state, output."]),
+        ('[state]\npth = "/tmp/s.db"\n', ["unknown key 'pth' in [state]", "did you mean 'path'?"]),
+        ('[output]\nuri = "delta:///x"\n', ["unknown key 'uri' in [output]", "did you mean 'url'?"]),
+        ('source = "x"\n', ["source in config file", "is a value, not a section"]),
+    ],
+)
+def test_unknown_sections_and_keys_are_refused(tmp_path, text, needles):
+    with pytest.raises(ConfigurationError) as info:
+        load_config(write(tmp_path, text))
+    for needle in needles:
+        assert needle in str(info.value), str(info.value)
+
+
+def test_the_builders_refuse_unknown_keys_too():
+    """Dicts that do not come from a file (the Airflow hook, programs) are checked as well."""
+    with pytest.raises(ConfigurationError, match="did you mean 'tables'"):
+        make_source({"type": "postgres", "id": "s", "tabels": ["a.b"]})
+    with pytest.raises(ConfigurationError, match="did you mean 'session_timeout'"):
+        make_state({"path": "x.db", "session_timeot": 5})
+    with pytest.raises(ConfigurationError, match="unknown key 'ur' in \\[output\\]"):
+        make_output({"ur": "delta:///x"})
+
+
+def test_every_documented_key_loads(tmp_path):
+    text = """
+[source]
+type = "postgres"
+id = "shop"
+host = "db"
+port = 5432
+user = "dblog"
+database = "shop"
+databases = ["shop"]
+password_env = "P"
+password_file = "/run/secrets/p"
+tables = ["public.orders"]
+key_columns = { "public.events" = ["event_id"] }
+plugin = "pgoutput"
+slot_name = "s"
+publication = "p"
+server_id = 4242
+watermark_schema = "dblog"
+
+[state]
+path = "s.db"
+url = "zk://z:2181/dblog"
+zookeeper = "z:2181"
+chroot = "/dblog"
+session_timeout = 10
+
+[output]
+url = "delta:///lake"
+"""
+    assert set(load_config(write(tmp_path, text))) == {"source", "state", "output"}
+
+
+def test_the_capture_triggers_generated_config_loads(tmp_path):
+    """What the Airflow hook builds and the capture trigger writes (config.render_config)."""
+    cfg = {
+        "source": {
+            "type": "mysql",
+            "id": "shop",
+            "password_env": "DBLOG_SOURCE_PASSWORD",
+            "host": "db1",
+            "port": 3307,
+            "user": "dblog",
+            "database": "shop",
+            "server_id": "4711",
+            "watermark_schema": "wm",
+            "slot_name": None,
+            "tables": ["shop.orders", "shop.items"],
+            "key_columns": {"shop.items": ["sku"]},
+        },
+        "state": {"session_timeout": 7.5, "zookeeper": "z1:2181,z2:2181", "chroot": "/dblog"},
+        "output": {"url": "s3://lake/changelog"},
+    }
+    path = write_private_config(cfg)
+    try:
+        loaded = load_config(path)
+    finally:
+        os.unlink(path)
+    assert loaded["source"]["tables"] == ["shop.orders", "shop.items"] and "slot_name" not in loaded["source"]
