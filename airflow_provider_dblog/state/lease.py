@@ -61,9 +61,12 @@ class ZooKeeperLease:
         self.base = store.path("sources", encode_name(source_id), "leader")
         self.contenders = self.base + "/contenders"
         self.epoch_path = self.base + "/epoch"
-        # A connection suspended longer than this is treated as lost: past one session
-        # timeout ZooKeeper has expired the session, so a standby may be leading already.
-        self.suspend_limit = suspend_limit if suspend_limit is not None else store.session_timeout
+        # How long `check` waits for a suspended connection before giving the lease up. Safety
+        # does not depend on it (`check` is a round trip: after a reconnect it passes only if
+        # our znode is still ours, and every write is fenced), only availability does: an
+        # outage shorter than the session timeout, plus the reconnect delay after it (at most
+        # session_timeout/8, see zookeeper.py), must not cost the lease.
+        self.suspend_limit = suspend_limit if suspend_limit is not None else 1.25 * store.session_timeout
         self.epoch: Optional[int] = None
         self._epoch_version = -1  # the epoch znode's version once we took our epoch
         self._node: Optional[str] = None
