@@ -33,6 +33,19 @@ CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+# The engine's writes, shared by the plain store and its fenced view (FencedLocalStore).
+_SET_CHECKPOINT = (
+    "INSERT INTO checkpoints VALUES (?,?,?) ON CONFLICT(source_id) DO UPDATE "
+    "SET position=excluded.position, updated_at=excluded.updated_at"
+)
+_CLEAR_CHECKPOINT = "DELETE FROM checkpoints WHERE source_id=?"
+_SET_STATUS = "UPDATE dump_status SET status=?, error=?, updated_at=? WHERE dump_id=?"
+_SAVE_PROGRESS = (
+    "INSERT INTO dump_progress VALUES (?,?,?) ON CONFLICT(dump_id, table_name) DO UPDATE SET progress=excluded.progress"
+)
+_PUT_VALUE = "INSERT INTO kv VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value"
+
+
 class LocalStateStore:
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
@@ -63,13 +76,12 @@ class LocalStateStore:
 
     def set_checkpoint(self, source_id: str, position: Position) -> None:
         self._exec(
-            "INSERT INTO checkpoints VALUES (?,?,?) ON CONFLICT(source_id) DO UPDATE "
-            "SET position=excluded.position, updated_at=excluded.updated_at",
+            _SET_CHECKPOINT,
             (source_id, position.encode(), time.time()),
         )
 
     def clear_checkpoint(self, source_id: str) -> None:
-        self._exec("DELETE FROM checkpoints WHERE source_id=?", (source_id,))
+        self._exec(_CLEAR_CHECKPOINT, (source_id,))
 
     # -- dumps -------------------------------------------------------------------------
     def add_dump(self, spec: DumpSpec, control: Optional[DumpControl] = None) -> None:
@@ -129,20 +141,19 @@ class LocalStateStore:
 
     def set_status(self, dump_id: str, status: DumpStatus, error: Optional[str] = None) -> None:
         self._exec(
-            "UPDATE dump_status SET status=?, error=?, updated_at=? WHERE dump_id=?",
+            _SET_STATUS,
             (status.value, error, time.time(), dump_id),
         )
 
     def save_progress(self, dump_id: str, table: str, progress: TableProgress) -> None:
         self._exec(
-            "INSERT INTO dump_progress VALUES (?,?,?) ON CONFLICT(dump_id, table_name) "
-            "DO UPDATE SET progress=excluded.progress",
+            _SAVE_PROGRESS,
             (dump_id, table, progress.to_json()),
         )
 
     # -- small values ------------------------------------------------------------------
     def put_value(self, key: str, value: str) -> None:
-        self._exec("INSERT INTO kv VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
+        self._exec(_PUT_VALUE, (key, value))
 
     def get_value(self, key: str) -> Optional[str]:
         rows = self._exec("SELECT value FROM kv WHERE key=?", (key,))
@@ -192,30 +203,27 @@ class FencedLocalStore:
     def set_checkpoint(self, source_id: str, position: Position) -> None:
         """Only forwards: encoded positions sort as positions do, so SQLite compares them."""
         self._write(
-            "INSERT INTO checkpoints VALUES (?,?,?) ON CONFLICT(source_id) DO UPDATE "
-            "SET position=excluded.position, updated_at=excluded.updated_at "
-            "WHERE excluded.position > checkpoints.position",
+            _SET_CHECKPOINT + " WHERE excluded.position > checkpoints.position",
             (source_id, position.encode(), time.time()),
         )
 
     def clear_checkpoint(self, source_id: str) -> None:
-        self._write("DELETE FROM checkpoints WHERE source_id=?", (source_id,))
+        self._write(_CLEAR_CHECKPOINT, (source_id,))
 
     def set_status(self, dump_id: str, status: DumpStatus, error: Optional[str] = None) -> None:
         self._write(
-            "UPDATE dump_status SET status=?, error=?, updated_at=? WHERE dump_id=?",
+            _SET_STATUS,
             (status.value, error, time.time(), dump_id),
         )
 
     def save_progress(self, dump_id: str, table: str, progress: TableProgress) -> None:
         self._write(
-            "INSERT INTO dump_progress VALUES (?,?,?) ON CONFLICT(dump_id, table_name) "
-            "DO UPDATE SET progress=excluded.progress",
+            _SAVE_PROGRESS,
             (dump_id, table, progress.to_json()),
         )
 
     def put_value(self, key: str, value: str) -> None:
-        self._write("INSERT INTO kv VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
+        self._write(_PUT_VALUE, (key, value))
 
 
 def _control_json(c: DumpControl) -> str:
