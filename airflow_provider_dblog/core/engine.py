@@ -360,8 +360,8 @@ class Engine:
                 out.append(em)
             elif isinstance(em, ChunkDone):
                 out.extend(self._chunk_done(em))
-            else:
-                log.info("chunk of %s selected again: %s", em.context.plan.table, em.reason)
+            else:  # e.g. a TRUNCATE of its table inside the window: select it again
+                self.scheduler.aborted(em.context.plan.table, em.reason)
         return out
 
     # -- dump chunks ------------------------------------------------------------------------

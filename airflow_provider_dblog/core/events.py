@@ -32,6 +32,9 @@ class Op(str, enum.Enum):
     UPDATE = "u"
     DELETE = "d"
     READ = "r"  # a row emitted by a dump
+    # TRUNCATE of the whole table: key (), no row images. Every row of the table with a
+    # smaller position is gone; later events of the table apply as usual.
+    TRUNCATE = "t"
 
 
 class Origin(str, enum.Enum):
@@ -180,7 +183,8 @@ class TableSchema:
 
 @dataclasses.dataclass(slots=True)
 class ChangeEvent:
-    """A change of one row, from the log (op c/u/d) or from a dump (op r).
+    """A change of one row, from the log (op c/u/d) or from a dump (op r), or a TRUNCATE of
+    the whole table (op t: ``key`` is ``()``, ``before`` and ``after`` are None).
 
     Treat as immutable (use ``dataclasses.replace``); not frozen only because frozen
     dataclasses are markedly slower to create, and millions are created per minute."""

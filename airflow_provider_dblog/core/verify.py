@@ -1,7 +1,8 @@
 """Replay a changelog and compare it with the source table (the convergence oracle).
 
 Replay rule (the changelog's public contract): per key, the event with the highest position
-wins; a delete removes the key. Dump rows and log rows are treated alike.
+wins; a delete removes the key; a TRUNCATE removes every row of its table with a smaller
+position. Dump rows and log rows are treated alike.
 """
 
 from __future__ import annotations
@@ -13,12 +14,20 @@ from .events import ChangeEvent, Key, Op, Position, Row
 
 
 def replay(events: Iterable[ChangeEvent]) -> dict[Key, Row]:
+    """The rows of one table after ``events`` (any order). A TRUNCATE (op t) removes every
+    row whose last event is older than it; later events apply as usual."""
     latest: dict[Key, tuple[Position, Optional[Row]]] = {}
+    truncated: Optional[Position] = None  # the table's latest TRUNCATE
     for e in events:
+        if e.op is Op.TRUNCATE:
+            truncated = e.position if truncated is None else max(truncated, e.position)
+            continue
         cur = latest.get(e.key)
         if cur is None or e.position > cur[0]:
             latest[e.key] = (e.position, None if e.op is Op.DELETE else e.after)
-    return {k: row for k, (_, row) in latest.items() if row is not None}
+    return {
+        k: row for k, (p, row) in latest.items() if row is not None and (truncated is None or p > truncated)
+    }
 
 
 @dataclasses.dataclass

@@ -17,6 +17,11 @@ can still be invisible to the chunk SELECT. The source reports such transactions
 (``invisible_txids``, from the SELECT's snapshot); their events remove keys from the chunk even
 when they come before LW, and if one of them was already passed on before the window was
 opened the chunk is discarded (``ChunkAborted``) and selected again.
+
+A TRUNCATE of the chunk's table (op ``t``) between LW and HW (or in such an invisible
+transaction) also discards the chunk: the SELECT may have read rows the TRUNCATE removed,
+and emitted at HW they would outlive it. A TRUNCATE before LW needs nothing: the SELECT
+came after it and saw only rows written since.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import enum
 from typing import Any, Iterable, Optional, Union
 
 from .errors import WatermarkSequenceError
-from .events import ChangeEvent, Key, Position, Row, WatermarkEvent
+from .events import ChangeEvent, Key, Op, Position, Row, WatermarkEvent
 
 
 class WindowState(enum.Enum):
@@ -112,6 +117,12 @@ class WatermarkWindow:
         if self.state is not WindowState.IDLE and item.table == self._table:
             in_window = self.state is WindowState.OPEN
             if in_window or (item.txid is not None and item.txid in self._invisible):
+                if item.op is Op.TRUNCATE:
+                    # Any row of the chunk may be gone, and which ones the SELECT saw before or
+                    # after the TRUNCATE is unknown: select the chunk again.
+                    aborted = ChunkAborted(self._context, f"table {item.table} was truncated inside the window")
+                    self._reset()
+                    return [item, aborted]
                 self._rows.pop(item.key, None)
         return [item]
 

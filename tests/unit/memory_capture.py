@@ -63,6 +63,14 @@ class MemoryDatabase:
             self.log.append(ChangeEvent(SOURCE_ID, table, Op.DELETE, key, before, None, pos, txid=str(self._seq)))
             return pos
 
+    def truncate(self, table: str) -> Position:
+        """TRUNCATE: every row goes, and one table-level event (op t, key ()) is logged."""
+        with self._lock:
+            self.rows[table].clear()
+            pos = self._position()
+            self.log.append(ChangeEvent(SOURCE_ID, table, Op.TRUNCATE, (), None, None, pos, txid=str(self._seq)))
+            return pos
+
     def watermark(self, uuid: str) -> None:
         with self._lock:
             pos = self._position()

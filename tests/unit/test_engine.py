@@ -1,7 +1,7 @@
 """The engine (core/engine.py) on an in-memory source and changelog (tests/unit/memory_capture.py):
 order and convergence with writes inside chunk windows, stale watermarks after a restart,
 redelivered events, checkpoints only after the output commit, reconnects and their deadline,
-and a bad request that fails only its dump. The real databases are in tests/integration."""
+a bad request that fails only its dump, and a TRUNCATE inside a chunk window. The real databases are in tests/integration."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import DBLogError
-from airflow_provider_dblog.core.events import Op, Origin, WatermarkEvent
+from airflow_provider_dblog.core.events import Column, Op, Origin, TableSchema, WatermarkEvent
 from airflow_provider_dblog.core.verify import replay
 from airflow_provider_dblog.state.local import LocalStateStore
 
-from .memory_capture import SOURCE_ID, TABLE, MemoryChangelog, MemoryDatabase, MemorySource
+from .memory_capture import SCHEMA, SOURCE_ID, TABLE, MemoryChangelog, MemoryDatabase, MemorySource
 
 FAST = dict(
     poll_timeout=0.005, flush_interval=0.005, control_interval=0.01, status_interval=0.05, heartbeat_interval=None
@@ -276,3 +276,58 @@ def test_pause_holds_chunks_and_resume_continues(db, state):
     wait_until(dump_done(state, spec.dump_id), what="the dump after resuming")
     run.stop()
     assert sorted(e.key[0] for e in out.events if e.origin is Origin.DUMP) == list(range(1, 201))
+
+
+def test_a_truncate_inside_a_chunk_window_drops_the_chunk_and_the_replay_equals_the_source(state):
+    """A TRUNCATE of the table between a chunk's LW and HW: the chunk's rows may be gone, so it
+    is dropped and selected again; rows inserted after the TRUNCATE survive, and another
+    table's changes around it are all there."""
+    other = TableSchema("app.other", (Column("k", "text", False), Column("n", "integer")), ("k",))
+    db = MemoryDatabase((SCHEMA, other))
+    for i in range(1, 201):
+        db.upsert(TABLE, {"id": i, "v": f"initial {i}"})
+    db.upsert(other.table, {"k": "a", "n": 0})
+    source, out = MemorySource(db), MemoryChangelog()
+    windows = []
+
+    def in_window(schema, selected):
+        windows.append([r["id"] for r in selected])
+        if len(windows) == 3:
+            db.upsert(other.table, {"k": "a", "n": 1})
+            truncated_at.append(db.truncate(TABLE))
+            for i in (5, 1000, 1001):
+                db.upsert(TABLE, {"id": i, "v": "after the truncate"})
+            db.upsert(other.table, {"k": "b", "n": 2})
+
+    truncated_at: list = []
+    run = Running(source, out, state)
+    wait_until(lambda: len(out.events) == 201, what="the initial events")
+    source.in_window = in_window
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=20))
+    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    db.upsert(TABLE, {"id": 6, "v": "last"})
+    wait_until(lambda: out.events[-1].key == (6,), what="the last insert")
+    run.stop()
+
+    positions = [e.position for e in out.events]
+    assert positions == sorted(positions)
+    (t,) = [e for e in out.events if e.op is Op.TRUNCATE]
+    assert t.table == TABLE and t.key == () and t.position == truncated_at[0]
+    # The third chunk was selected again (finding nothing left of the table's key range).
+    assert windows[:3] == [list(range(1, 21)), list(range(21, 41)), list(range(41, 61))]
+    assert windows[3:] == [[]] and state.get_dump(spec.dump_id).progress[TABLE].rows == 40
+    assert all(e.position < t.position for e in out.events if e.origin is Origin.DUMP)
+    mine = [e for e in out.events if e.table == TABLE]
+    assert (
+        replay(mine)
+        == db.snapshot(TABLE)
+        == {
+            (5,): {"id": 5, "v": "after the truncate"},
+            (6,): {"id": 6, "v": "last"},
+            (1000,): {"id": 1000, "v": "after the truncate"},
+            (1001,): {"id": 1001, "v": "after the truncate"},
+        }
+    )
+    assert replay(e for e in out.events if e.table == other.table) == db.snapshot(other.table)
+    assert [e.after["n"] for e in out.events if e.table == other.table] == [0, 1, 2]

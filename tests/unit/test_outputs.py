@@ -18,6 +18,7 @@ from airflow_provider_dblog.core.events import (  # noqa: E402
     Position,
     TableSchema,
 )
+from airflow_provider_dblog.core.verify import replay  # noqa: E402
 from airflow_provider_dblog.outputs import make_output  # noqa: E402
 from airflow_provider_dblog.outputs.callable import CallableOutput  # noqa: E402
 from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput, changelog_batch  # noqa: E402
@@ -332,6 +333,85 @@ def test_delta_changelog_is_readable_by_other_engines(tmp_path):
     assert lazy["position"].to_list() == want
     assert str(lazy.schema["commit_ts"]) == "Datetime(time_unit='us', time_zone='UTC')"
     assert lazy["after"].str.json_path_match("$.s").to_list() == ["é"] * len(want)
+
+
+def truncate_history():
+    """Rows before a TRUNCATE (one updated after it), the TRUNCATE, rows after it."""
+    return [
+        ev(1),
+        ev(2),
+        ev(3, op=Op.TRUNCATE, key=(), commit_ts=1_700_000_000_000_003, txid="773", schema_id="abcd0123abcd0123"),
+        ev(4, key=(2,), after={"id": 2, "v": "after"}),
+        ev(5),
+        ev(6, op=Op.DELETE, key=(5,), before=None, after=None),
+        ev(7, key=(7,), op=Op.READ, origin=Origin.DUMP, dump_id="d1"),
+    ]
+
+
+def test_truncate_round_trips_and_replays_to_the_rows_written_after_it(factory):
+    out = factory()
+    events = truncate_history()
+    out.write(events, epoch=None)
+    got = scan_sorted(out)
+    assert got == events
+    t = got[2]
+    assert t.op is Op.TRUNCATE and t.key == () and t.before is None and t.after is None
+    assert replay(got) == {(2,): {"id": 2, "v": "after"}, (7,): {"id": 7, "v": "row 7"}}
+
+
+def test_the_documented_consumer_queries_apply_a_truncate(tmp_path):
+    """docs/changelog-format.md, "Reading it": DuckDB, pandas and Polars give the replay."""
+    out = make_delta(tmp_path)
+    out.open()
+    out.write(truncate_history() + [ev(8, source="pg2")], epoch=None)  # another source: no TRUNCATE
+    out.close()
+    dt = deltalake.DeltaTable(out.changelog_uri)
+
+    duckdb = pytest.importorskip("duckdb")
+    changelog = dt.to_pyarrow_dataset()  # noqa: F841 - read by name in the query
+    rows = duckdb.sql("""
+        SELECT CAST(after->>'$.id' AS INTEGER) AS id, source_id, after->>'$.v' AS v
+        FROM (
+            SELECT *, max(CASE WHEN op = 't' THEN position END) OVER (PARTITION BY source_id) AS truncated_at
+            FROM changelog WHERE "table" = 'public.t'
+        )
+        WHERE op <> 't'
+        QUALIFY row_number() OVER (PARTITION BY source_id, key ORDER BY position DESC) = 1
+            AND op <> 'd' AND (truncated_at IS NULL OR position > truncated_at)
+    """).fetchall()
+    assert sorted(rows) == [(2, "pg1", "after"), (7, "pg1", "row 7"), (8, "pg2", "row 8")]
+
+    df = dt.to_pandas(filters=[("table", "=", "public.t")])
+    cut = df[df.op == "t"].groupby("source_id")["position"].max()
+    df = df[df.op != "t"].sort_values("position").drop_duplicates(["source_id", "key"], keep="last")
+    df = df[df.position > df.source_id.map(cut).fillna("")]
+    assert sorted(json.loads(a)["v"] for a in df.loc[df.op != "d", "after"]) == ["after", "row 7", "row 8"]
+
+    pl = pytest.importorskip("polars")
+    cur = (
+        pl.scan_delta(out.changelog_uri)
+        .filter(pl.col("table") == "public.t")
+        .with_columns(pl.col("position").filter(pl.col("op") == "t").max().over("source_id").alias("truncated_at"))
+        .filter(pl.col("op") != "t")
+        .sort("position")
+        .group_by("source_id", "key")
+        .last()
+        .filter(
+            (pl.col("op") != "d") & (pl.col("truncated_at").is_null() | (pl.col("position") > pl.col("truncated_at")))
+        )
+        .with_columns(pl.col("after").str.json_path_match("$.v").alias("v"))
+        .collect()
+    )
+    assert sorted(cur["v"].to_list()) == ["after", "row 7", "row 8"]
+
+
+def test_callable_output_passes_a_truncate_on():
+    got = []
+    out = CallableOutput(got.extend)
+    events = truncate_history()
+    out.write(events, epoch=None)
+    assert got == events and got[2].op is Op.TRUNCATE
+    assert replay(got) == {(2,): {"id": 2, "v": "after"}, (7,): {"id": 7, "v": "row 7"}}
 
 
 # -- JSON lines ----------------------------------------------------------------------------

@@ -27,7 +27,12 @@ def pos(i: int) -> Position:
     return Position(f"{i:010d}")
 
 
+TRUNCATE = -1  # a "write" of this key is a TRUNCATE of the table
+
+
 def ev(i: int, key: int, value, txid=None) -> ChangeEvent:
+    if key == TRUNCATE:
+        return ChangeEvent("s", T, Op.TRUNCATE, (), None, None, pos(i), txid=txid or f"x{i}")
     op = Op.DELETE if value is None else Op.UPDATE
     after = None if value is None else {"id": key, "v": value}
     return ChangeEvent("s", T, op, (key,), None, after, pos(i), txid=txid or f"x{i}")
@@ -37,6 +42,16 @@ actions = st.lists(
     st.one_of(
         st.tuples(st.just("write"), st.integers(0, 15), st.one_of(st.none(), st.integers(0, 1000))),
         st.tuples(st.just("chunk"), st.integers(1, 6), st.integers(0, 3)),
+        st.tuples(st.just("process"), st.integers(0, 8)),
+    ),
+    max_size=120,
+)
+# The same with TRUNCATEs among the writes, so some land inside chunk windows.
+truncating_actions = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.integers(TRUNCATE, 15), st.one_of(st.none(), st.integers(0, 1000))),
+        st.tuples(st.just("chunk"), st.integers(1, 6), st.integers(0, 3)),
+        st.tuples(st.just("truncating chunk"), st.integers(1, 6)),  # a TRUNCATE right after its SELECT
         st.tuples(st.just("process"), st.integers(0, 8)),
     ),
     max_size=120,
@@ -70,7 +85,9 @@ class Sim:
         return e
 
     def _apply(self, key, value):
-        if value is None:
+        if key == TRUNCATE:
+            self.db.clear()
+        elif value is None:
             self.db.pop(key, None)
         else:
             self.db[key] = value
@@ -86,7 +103,9 @@ class Sim:
             item = self.log[self.cursor]
             self.cursor += 1
             for em in self.window.process(item):
-                if isinstance(em, ChangeEvent):
+                if isinstance(em, ChangeEvent) and em.op is Op.TRUNCATE:
+                    self.out.append((em.position, TRUNCATE, None, "log"))
+                elif isinstance(em, ChangeEvent):
                     self.out.append((em.position, em.key[0], em.after["v"] if em.after else None, "log"))
                 elif isinstance(em, ChunkDone):
                     for j, row in enumerate(em.rows):
@@ -132,6 +151,8 @@ def run(actions, **kw) -> Sim:
         elif a[0] == "chunk":
             sim.chunk(a[1], a[2], writes[wi : wi + a[2] + 1])
             wi = (wi + 1) % len(writes)
+        elif a[0] == "truncating chunk":  # (invisible_bug: the TRUNCATE before LW is invisible too)
+            sim.chunk(a[1], 1, [(TRUNCATE, None), (TRUNCATE, None)])
         else:
             sim.process(a[1])
     sim.finish()
@@ -145,7 +166,7 @@ def run(actions, **kw) -> Sim:
 def check(sim: Sim) -> None:
     positions = [p for p, *_ in sim.out]
     assert positions == sorted(positions), "output is not in position order"
-    logged = [(e.position, e.key[0]) for e in sim.log if isinstance(e, ChangeEvent)]
+    logged = [(e.position, e.key[0] if e.key else TRUNCATE) for e in sim.log if isinstance(e, ChangeEvent)]
     assert [(p, k) for p, k, _, o in sim.out if o == "log"] == logged, "a log event was lost or reordered"
     for p, k, v, origin in sim.out:
         if origin == "dump":
@@ -153,7 +174,9 @@ def check(sim: Sim) -> None:
             assert sim.state_at[hw_index].get(k) == v, f"time travel: dump row {k}={v} at {p}"
     replay: dict[int, int] = {}
     for _, k, v, _ in sim.out:
-        if v is None:
+        if k == TRUNCATE:
+            replay.clear()
+        elif v is None:
             replay.pop(k, None)
         else:
             replay[k] = v
@@ -170,6 +193,18 @@ def test_algorithm1_no_time_travel_order_and_convergence(acts):
 @settings(max_examples=300, deadline=None)
 @given(actions)
 def test_invisible_transactions_before_lw_are_window_events(acts):
+    check(run(acts, invisible_bug=True, report_invisible=True))
+
+
+@settings(max_examples=400, deadline=None)
+@given(truncating_actions)
+def test_truncates_inside_windows_abort_the_chunk_and_converge(acts):
+    check(run(acts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(truncating_actions)
+def test_invisible_truncates_before_lw_abort_the_chunk_and_converge(acts):
     check(run(acts, invisible_bug=True, report_invisible=True))
 
 
@@ -232,3 +267,31 @@ def test_window_cannot_open_twice():
     w.open("a", "b", T, [], context=None)
     with pytest.raises(WatermarkSequenceError):
         w.open("c", "d", T, [], context=None)
+
+
+def test_truncate_inside_the_window_aborts_the_chunk_and_is_passed_on():
+    w = WatermarkWindow()
+    w.open("lw", "hw", T, [((1,), {"id": 1, "v": 0})], context="c")
+    w.process(WatermarkEvent("lw", pos(0)))
+    t = ev(1, TRUNCATE, None)
+    out = w.process(t)
+    assert out[0] is t and isinstance(out[1], ChunkAborted) and out[1].context == "c"
+    assert "truncated" in out[1].reason and not w.busy
+    assert w.process(WatermarkEvent("hw", pos(2))) == []  # the aborted chunk's HW is stale
+
+
+def test_truncate_before_lw_or_of_another_table_keeps_the_chunk():
+    w = WatermarkWindow()
+    w.open("lw", "hw", T, [((1,), {"id": 1, "v": 0})], context=None)
+    assert w.process(ev(0, TRUNCATE, None)) == [ev(0, TRUNCATE, None)]  # the SELECT came after it
+    w.process(WatermarkEvent("lw", pos(1)))
+    w.process(dataclasses.replace(ev(2, TRUNCATE, None), table="public.other"))
+    (done,) = w.process(WatermarkEvent("hw", pos(3)))
+    assert isinstance(done, ChunkDone) and [r["id"] for r in done.rows] == [1]
+
+
+def test_truncate_in_a_transaction_invisible_to_the_select_aborts_the_chunk():
+    w = WatermarkWindow()
+    w.open("lw", "hw", T, [((1,), {"id": 1, "v": 0})], frozenset({"tx5"}), context=None)
+    out = w.process(ev(0, TRUNCATE, None, txid="tx5"))  # before LW, but the SELECT did not see it
+    assert isinstance(out[-1], ChunkAborted) and not w.busy
