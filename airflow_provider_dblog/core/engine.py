@@ -43,6 +43,7 @@ from .markers import ChunkProgress, LogCheckpoint
 from .protocols import LeaderLease, Output, Source, StateStore
 from .requests import status_key
 from .scheduler import ChunkPlan, DumpScheduler
+from .toast import unchanged_toast_dumps
 from .watermark import ChunkAborted, ChunkDone, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
 
@@ -310,6 +311,7 @@ class Engine:
     # -- log ------------------------------------------------------------------------------
     def _log_step(self, writer: Writer) -> None:
         items = self.source.poll(self.config.poll_batch, self.config.poll_timeout)
+        self._queue_unchanged_toast()
         if not items:
             return
         self._last_item_at = time.monotonic()
@@ -342,6 +344,27 @@ class Engine:
             self.last_seen = last
             out.append(LogCheckpoint(last))
         writer.put_many(out)
+
+    def _queue_unchanged_toast(self) -> None:
+        """Queue a key-list dump for the keys of changes whose ``after`` still holds an
+        unchanged-TOAST placeholder (PostgreSQL without REPLICA IDENTITY FULL; core/toast.py).
+        Stored before those changes reach the writer, so it is never lost: a crash before
+        they are durable reads them again. Changes already durable were queued before."""
+        take = getattr(self.source, "take_unchanged_toast", None)
+        if take is None:
+            return
+        skip = self._skip_until
+        hits = [(table, key) for table, key, pos in take() if skip is None or pos > skip]
+        if hits:
+            for spec in unchanged_toast_dumps(self.state, self.source_id, hits):
+                log.info(
+                    "capture of %s: dump %s queued for %d key(s) of %s whose unchanged TOAST value is not in the log",
+                    self.source_id,
+                    spec.dump_id,
+                    len(spec.keys or ()),
+                    (spec.tables or ("?",))[0],
+                )
+            self.scheduler.wake()
 
     def _split(self, ev: ChangeEvent) -> list[ChangeEvent]:
         """A primary-key update is a delete of the old key and an upsert of the new one."""

@@ -2,7 +2,8 @@
 
 Replay rule (the changelog's public contract): per key, the event with the highest position
 wins; a delete removes the key; a TRUNCATE removes every row of its table with a smaller
-position. Dump rows and log rows are treated alike.
+position. Dump rows and log rows are treated alike. A column holding the unchanged-TOAST
+placeholder keeps the key's previous value of that column (core/toast.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import dataclasses
 from typing import Iterable, Optional
 
 from .events import ChangeEvent, Key, Op, Position, Row
+from .toast import ToastHistory
 
 
 def replay(events: Iterable[ChangeEvent]) -> dict[Key, Row]:
@@ -18,15 +20,19 @@ def replay(events: Iterable[ChangeEvent]) -> dict[Key, Row]:
     row whose last event is older than it; later events apply as usual."""
     latest: dict[Key, tuple[Position, Optional[Row]]] = {}
     truncated: Optional[Position] = None  # the table's latest TRUNCATE
+    toast = ToastHistory()  # what an unchanged-TOAST placeholder is filled from
     for e in events:
         if e.op is Op.TRUNCATE:
             truncated = e.position if truncated is None else max(truncated, e.position)
             continue
+        toast.add(e)
         cur = latest.get(e.key)
         if cur is None or e.position > cur[0]:
             latest[e.key] = (e.position, None if e.op is Op.DELETE else e.after)
     return {
-        k: row for k, (p, row) in latest.items() if row is not None and (truncated is None or p > truncated)
+        k: toast.fill(k, row, p, truncated)
+        for k, (p, row) in latest.items()
+        if row is not None and (truncated is None or p > truncated)
     }
 
 

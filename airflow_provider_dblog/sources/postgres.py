@@ -480,6 +480,14 @@ class PostgresSource:
                 break
         return [pending.popleft() for _ in range(min(max_items, len(pending)))]
 
+    def take_unchanged_toast(self) -> list[tuple[str, Key, Position]]:
+        """(table, key, position) of the changes decoded since the last call whose ``after``
+        still holds an unchanged-TOAST placeholder (a table without REPLICA IDENTITY FULL);
+        the engine queues a key-list dump for them (core/toast.py)."""
+        hits = self._decoder.unchanged_toast
+        self._decoder.unchanged_toast = []
+        return hits
+
     # -- watermarks and chunks -------------------------------------------------------------
     @on_connection_loss
     def write_watermark(self, uuid: str) -> None:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 
 from ..core.errors import ConfigurationError, DBLogError
 from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
+from ..core.toast import fill_from_before, unchanged_columns
 from . import pgoutput
 from .pgoutput import Relation  # annotations: the name `pgoutput` is also a method below
 from .postgres_catalog import TableInfo, quote_table, type_label
@@ -95,6 +96,9 @@ class LogDecoder:
         self._row_converters: dict[int, tuple[pgoutput.Relation, list]] = {}
         self._schemas: dict[str, TableSchema] = {}  # table -> its schema as of the log
         self._announced: dict[str, str] = {}  # table -> schema id announced in this stream
+        # (table, key, position) of each change whose `after` still holds an unchanged-TOAST
+        # placeholder (no REPLICA IDENTITY FULL): the engine queues a key-list dump for them.
+        self.unchanged_toast: list[tuple[str, tuple, Position]] = []
 
     # -- pgoutput ---------------------------------------------------------------------
     def pgoutput(self, payload: bytes) -> None:
@@ -122,7 +126,14 @@ class LogDecoder:
             elif isinstance(m, pgoutput.Update):
                 # 'K' (key changed) carries the identity columns, the others are NULL fillers.
                 before = self._pg_row(rel, m.old, key_only=m.old_kind == "K") if m.old is not None else None
-                self._change(table, Op.UPDATE, before, self._pg_row(rel, m.new), pos, txn)
+                after = self._pg_row(rel, m.new)
+                if pgoutput.UNCHANGED_TOAST in m.new:
+                    if m.old_kind == "O":  # REPLICA IDENTITY FULL: the old row has the value
+                        fill_from_before(after, before)
+                    self._change(table, Op.UPDATE, before, after, pos, txn)
+                    self._note_unchanged_toast(table, after)
+                else:
+                    self._change(table, Op.UPDATE, before, after, pos, txn)
             else:
                 before = self._pg_row(rel, m.old, key_only=m.old_kind == "K")
                 self._change(table, Op.DELETE, before, None, pos, txn)
@@ -187,6 +198,9 @@ class LogDecoder:
                 if after is not None:
                     after = self._w2j_schema_check(table, m["columns"], after, action == "U")
                 if action == "U" and before is not None and after is not None:
+                    # REPLICA IDENTITY FULL: the identity is the old row, unchanged TOASTed
+                    # values included (wal2json leaves them out of "columns" only).
+                    fill_from_before(after, before)
                     key = self._schema(table).key
                     # wal2json sends the identity with every update, pgoutput only when the
                     # key changed or the identity is FULL: keep both plugins' events alike.
@@ -194,6 +208,8 @@ class LogDecoder:
                         before = None
             op = {"I": Op.CREATE, "U": Op.UPDATE, "D": Op.DELETE}[action]
             self._change(table, op, before, after, pos, txn)
+            if action == "U" and table in self.captured:
+                self._note_unchanged_toast(table, after)
         elif action == "T":
             self._truncate([f"{m['schema']}.{m['table']}"])
         # "M" (logical messages) carries nothing DBLog needs.
@@ -294,6 +310,12 @@ class LogDecoder:
                 schema.schema_id(),
             )
         )
+
+    def _note_unchanged_toast(self, table: str, after: Optional[dict]) -> None:
+        """Remember the change just queued if its ``after`` still holds a placeholder."""
+        if unchanged_columns(after):
+            event = self.pending[-1]
+            self.unchanged_toast.append((table, event.key, event.position))
 
     def _truncate(self, tables: list[str]) -> None:
         hit = [t for t in tables if t in self.captured or t == self.watermark_table]

@@ -32,9 +32,11 @@ import json
 import re
 from typing import Any, Callable, Optional
 
-# Key of the value that replaces a TOASTed column an UPDATE did not change: PostgreSQL does
-# not send such a value unless the table has REPLICA IDENTITY FULL.
-UNCHANGED_TOAST_VALUE = {"$unchanged_toast": True}
+from ..core.toast import UNCHANGED_TOAST_KEY
+
+# The value that replaces a TOASTed column an UPDATE did not change: PostgreSQL does not send
+# such a value (with REPLICA IDENTITY FULL the decoder takes it from the old row instead).
+UNCHANGED_TOAST_VALUE = {UNCHANGED_TOAST_KEY: True}
 
 _INT = {"smallint", "integer", "bigint", "oid", "xid", "cid"}
 _FLOAT = {"real", "double precision"}

@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -54,6 +54,14 @@ METADATA = T.StructType(
 META_NAMES = set(METADATA.fieldNames())
 
 PROP_TABLE, PROP_SOURCE, PROP_KEY = "dblog.source_table", "dblog.source_id", "dblog.key"
+
+
+# An unchanged TOASTed value's placeholder (core/toast.py) as the changelog's JSON writes it.
+UNCHANGED_TOAST_JSON = '{"$unchanged_toast":true}'
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def mirror_path(mirrors: str, source_id: str, table: str) -> str:
@@ -145,26 +153,47 @@ class Lander:
         wanted = mt.data_columns(table, path, versions)
         target = self._ensure_mirror(path, source_id, table, key, wanted)
         source_types = {**{f.name: None for f in target.fields if f.name not in META_NAMES}, **wanted}
-        updates = self._updates(events, versions, key, target, source_types)
-        (
-            DeltaTable.forPath(self.spark, path)
-            .alias("t")
-            .merge(updates.alias("s"), "t._key = s._key")
+        # Unchanged TOAST placeholders in this batch: fill them from earlier events, else keep
+        # the mirror's value (the slower path, only for such batches).
+        toast = self._toast_columns(events, key, source_types)
+        updates = self._updates(events, versions, key, target, source_types, toast)
+        merge = DeltaTable.forPath(self.spark, path).alias("t").merge(updates.alias("s"), "t._key = s._key")
+        if toast:
+            merge = self._toast_merge(merge, target, toast)
+        else:
             # Monotonic: an event never replaces a row written at a newer (or the same) position.
-            .whenMatchedUpdateAll(condition="s._position > t._position")
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+            merge = merge.whenMatchedUpdateAll(condition="s._position > t._position").whenNotMatchedInsertAll()
+        merge.execute()
+
+    def _toast_columns(self, events: DataFrame, key: tuple, source_types: dict) -> list[str]:
+        """The columns that may hold the unchanged-TOAST placeholder, if any event of the
+        batch holds one (else []: the usual merge)."""
+        if events.where(F.col("after").contains(UNCHANGED_TOAST_JSON)).limit(1).count() == 0:
+            return []
+        return [c for c, t in source_types.items() if t is not None and c not in key]
 
     def _updates(
-        self, events: DataFrame, versions: list[TableSchema], key: tuple, target: T.StructType, source_types: dict
+        self,
+        events: DataFrame,
+        versions: list[TableSchema],
+        key: tuple,
+        target: T.StructType,
+        source_types: dict,
+        toast: Optional[list[str]] = None,
     ) -> DataFrame:
-        """One row per key: the event with the highest position, typed like the mirror."""
-        latest = (
-            events.groupBy("key")
-            .agg(F.max_by(F.struct("op", "after", "position", "origin", "commit_ts"), "position").alias("e"))
-            .select("key", "e.*")
-        )
+        """One row per key: the event with the highest position, typed like the mirror.
+
+        ``toast``: columns that may hold the unchanged-TOAST placeholder. Each takes the value
+        of the key's newest earlier event in the batch that has one (not across a delete);
+        where there is none, ``_toast_keep_<i>`` tells the merge to keep the mirror's value."""
+        if toast:
+            latest = events  # every event: the placeholders are filled from earlier ones below
+        else:
+            latest = (
+                events.groupBy("key")
+                .agg(F.max_by(F.struct("op", "after", "position", "origin", "commit_ts"), "position").alias("e"))
+                .select("key", "e.*")
+            )
         # A delete has no row image: build one from the key array so the tombstone keeps its
         # typed key columns (exact JSON of each key value, through the variant type).
         key_obj = F.concat(
@@ -202,7 +231,55 @@ class Lander:
             F.current_timestamp().alias("_landed_at"),
             (F.col("op") == "d").alias("_deleted"),
         ]
-        return rows.select(*cols)
+        if not toast:
+            return rows.select(*cols)
+        # The raw JSON text of each column: the placeholder is exactly UNCHANGED_TOAST_JSON.
+        raw = F.from_json(F.col("after"), T.StructType([T.StructField(c, T.StringType()) for c in toast]))
+        flags = [
+            F.coalesce(raw.getField(c) == UNCHANGED_TOAST_JSON, F.lit(False)).alias(f"_toast_{i}")
+            for i, c in enumerate(toast)
+        ]
+        typed = rows.select(*cols, *flags)
+        by_key = Window.partitionBy("_key").orderBy("_position")
+        upto = Window.unboundedPreceding, Window.currentRow
+        # A delete starts a new life of the key: nothing before it may fill a placeholder.
+        typed = typed.withColumn("_life", F.sum(F.col("_deleted").cast("int")).over(by_key.rowsBetween(*upto)))
+        life = Window.partitionBy("_key", "_life").orderBy("_position").rowsBetween(*upto)
+        for i, c in enumerate(toast):
+            value = F.when(~F.col(f"_toast_{i}"), F.struct(F.col(_q(c)).alias("v")))
+            typed = typed.withColumn(f"_toast_found_{i}", F.last(value, ignorenulls=True).over(life))
+        newest = Window.partitionBy("_key").orderBy(F.col("_position").desc())
+        typed = typed.withColumn("_rn", F.row_number().over(newest)).where("_rn = 1")
+        out = []
+        for f in target.fields:
+            if f.name in toast:
+                i = toast.index(f.name)
+                out.append(F.col(f"_toast_found_{i}.v").cast(f.dataType).alias(f.name))
+            else:
+                out.append(F.col(_q(f.name)))
+        out += [
+            (F.col(f"_toast_found_{i}").isNull() & ~F.col("_deleted")).alias(f"_toast_keep_{i}")
+            for i in range(len(toast))
+        ]
+        return typed.select(*out)
+
+    def _toast_merge(self, merge: Any, target: T.StructType, toast: list[str]) -> Any:
+        """The monotonic merge, except that a column whose placeholder found no value in the
+        batch keeps the mirror's value (NULL under a tombstone: the dump the capture queued for
+        such a key brings the value)."""
+        names = [f.name for f in target.fields]
+        update = {
+            _q(n): (
+                F.when(F.col(f"s._toast_keep_{toast.index(n)}"), F.col(f"t.{_q(n)}")).otherwise(F.col(f"s.{_q(n)}"))
+                if n in toast
+                else F.col(f"s.{_q(n)}")
+            )
+            for n in names
+        }
+        insert = {_q(n): F.col(f"s.{_q(n)}") for n in names}
+        return merge.whenMatchedUpdate(condition="s._position > t._position", set=update).whenNotMatchedInsert(
+            values=insert
+        )
 
     def _ensure_mirror(self, path: str, source_id: str, table: str, key: tuple, wanted: dict) -> T.StructType:
         """Create the mirror, or add new nullable columns; returns its schema."""

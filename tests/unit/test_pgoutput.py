@@ -324,3 +324,63 @@ def test_log_decoder_wal2json_matches_pgoutput():
     assert u1.commit_ts == PG_EPOCH + 10
     # Same key, identity = key only: like pgoutput, no before image.
     assert u2.before is None and u2.after == {"id": 2, "note": "x"} and u2.position == make_position(0x500, 2)
+
+
+# -- unchanged TOAST values (issue 11, part 3) ---------------------------------------------
+ORDERS_REL_FULL = relation(100, "public", "orders", [(1, "id", 23, -1), (0, "note", 25, -1)], ident="f")
+
+
+def test_unchanged_toast_with_replica_identity_full_is_taken_from_the_old_row():
+    dec = _decoder()
+    big = "ab" * 2000
+    items = _feed(
+        dec,
+        begin(0x500, 10, 77),
+        ORDERS_REL_FULL,
+        # REPLICA IDENTITY FULL: the old row ('O') carries the TOASTed value, the new one 'u'.
+        update(100, new=("1", UNCHANGED_TOAST), old=("1", big), kind="O"),
+        # the key changes too: the new key's row still gets the value
+        update(100, new=("2", UNCHANGED_TOAST), old=("1", big), kind="O"),
+        commit(0x500, 0x530, 10),
+    )
+    u1, u2 = items[1:]
+    assert u1.key == (1,) and u1.before == {"id": 1, "note": big} and u1.after == {"id": 1, "note": big}
+    assert u2.key == (2,) and u2.after == {"id": 2, "note": big}
+    assert dec.unchanged_toast == []  # nothing left to dump
+
+
+def test_unchanged_toast_without_replica_identity_full_is_a_placeholder_and_queued_for_a_dump():
+    dec = _decoder()
+    items = _feed(
+        dec,
+        begin(0x500, 10, 77),
+        ORDERS_REL,
+        update(100, new=("1", UNCHANGED_TOAST)),
+        update(100, new=("1", "changed")),
+        commit(0x500, 0x530, 10),
+    )
+    u1, u2 = items[1:]
+    assert u1.after == {"id": 1, "note": {"$unchanged_toast": True}} and u2.after == {"id": 1, "note": "changed"}
+    assert dec.unchanged_toast == [("public.orders", (1,), make_position(0x500, 1))]
+
+
+def test_wal2json_unchanged_toast_with_replica_identity_full_is_taken_from_the_identity():
+    dec = _decoder()
+    big = "cd" * 2000
+    dec.wal2json('{"action":"B","xid":77,"timestamp":"2000-01-01 00:00:00.00001+00","lsn":"0/500","nextlsn":"0/530"}')
+    # wal2json leaves an unchanged TOASTed column out of "columns"; with REPLICA IDENTITY
+    # FULL the identity is the whole old row, the value included.
+    dec.wal2json(
+        '{"action":"U","xid":77,"lsn":"0/480","schema":"public","table":"orders",'
+        '"columns":[{"name":"id","typeoid":23,"value":1}],'
+        '"identity":[{"name":"id","typeoid":23,"value":1},{"name":"note","typeoid":25,"value":"' + big + '"}]}'
+    )
+    dec.wal2json(
+        '{"action":"U","xid":77,"lsn":"0/490","schema":"public","table":"orders",'
+        '"columns":[{"name":"id","typeoid":23,"value":2}],'
+        '"identity":[{"name":"id","typeoid":23,"value":2}]}'
+    )
+    u1, u2 = list(dec.pending)[1:]
+    assert u1.after == {"id": 1, "note": big} and u1.before == {"id": 1, "note": big}
+    assert u2.after == {"id": 2, "note": {"$unchanged_toast": True}}
+    assert dec.unchanged_toast == [("public.orders", (2,), make_position(0x500, 2))]

@@ -1,0 +1,130 @@
+"""Unchanged TOAST values: the placeholder, how replay fills it in, and the dump fallback.
+
+PostgreSQL stores large values (text, jsonb, bytea, ... over about 2 kB after compression)
+out of line ("TOASTed"). An UPDATE that does not change such a value does not write it to
+the WAL again, so the log carries only a marker for it. With REPLICA IDENTITY FULL the old
+row, value included, is in the same log record and the source copies the value into
+``after``; without it ``after`` holds the placeholder ``{"$unchanged_toast": true}``, which
+means "this column did not change: keep the value the key had".
+
+Consumers (replay here, the Spark landing) therefore never let a placeholder overwrite a
+value: they take the column's value from the key's previous event. A previous value exists
+unless the row's earlier state was never captured (a row older than the capture whose dump
+has not reached it, a dump row dropped because this very update fell into its window, the
+new key of a primary-key update). For those the capture queues a key-list dump of the key
+(``unchanged_toast_dumps``): its row, emitted at the chunk's high watermark after the
+update, carries every value.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, Iterable, Optional, Sequence
+
+from .dumps import DumpControl, DumpSpec
+from .events import ChangeEvent, Key, Op, Position, Row
+from .protocols import StateStore
+
+UNCHANGED_TOAST_KEY = "$unchanged_toast"
+_ROW_OPS = frozenset((Op.CREATE, Op.UPDATE, Op.DELETE, Op.READ))
+
+
+def unchanged_toast_value() -> dict[str, Any]:
+    """A fresh placeholder (a new dict each time: rows are mutable)."""
+    return {UNCHANGED_TOAST_KEY: True}
+
+
+def is_unchanged_toast(value: Any) -> bool:
+    return value.__class__ is dict and len(value) == 1 and value.get(UNCHANGED_TOAST_KEY) is True
+
+
+def unchanged_columns(row: Optional[Row]) -> list[str]:
+    """The columns of ``row`` that hold the placeholder."""
+    return [c for c, v in row.items() if is_unchanged_toast(v)] if row else []
+
+
+class ToastHistory:
+    """Per key, the events a placeholder may need, in position order: those since the last
+    complete row image or delete (older ones can never be looked at). Events may arrive in
+    any order; an event older than that barrier is dropped."""
+
+    def __init__(self) -> None:
+        self._events: dict[Key, list[tuple[Position, Optional[Row]]]] = {}
+
+    def add(self, event: ChangeEvent) -> None:
+        if event.op not in _ROW_OPS:
+            return  # a table-level event (TRUNCATE): replay passes it to fill() as a barrier
+        row = None if event.op is Op.DELETE else event.after
+        entry = (event.position, row)
+        hist = self._events.get(event.key)
+        if hist is None:
+            self._events[event.key] = [entry]
+            return
+        if event.position < hist[0][0] and _complete(hist[0][1]):
+            return  # older than a complete image or a delete: never needed
+        i = bisect.bisect_left(hist, event.position, key=lambda e: e[0])
+        if i < len(hist) and hist[i][0] == event.position:
+            return  # the same event twice
+        hist.insert(i, entry)
+        if _complete(row):  # a barrier: what came before it is never needed
+            del hist[:i]
+
+    def fill(self, key: Key, row: Row, position: Position, after: Optional[Position] = None) -> Row:
+        """``row`` (the key's event at ``position``) with each placeholder replaced by the
+        column's value in the key's newest earlier event that has one. The look-back stops at
+        a delete and at ``after`` (a TRUNCATE's position); a placeholder with no earlier value
+        stays (the dump queued for the key replaces the row later)."""
+        missing = unchanged_columns(row)
+        if not missing:
+            return row
+        out = dict(row)
+        hist = self._events.get(key, [])
+        i = bisect.bisect_left(hist, position, key=lambda e: e[0])
+        for pos, earlier in reversed(hist[:i]):
+            if earlier is None or (after is not None and pos <= after):
+                break
+            for c in list(missing):
+                if c in earlier and not is_unchanged_toast(earlier[c]):
+                    out[c] = earlier[c]
+                    missing.remove(c)
+            if not missing:
+                break
+        return out
+
+
+def _complete(row: Optional[Row]) -> bool:
+    """A delete (None) or a row image without placeholders."""
+    return row is None or not any(is_unchanged_toast(v) for v in row.values())
+
+
+def fill_from_before(after: Row, before: Optional[Row]) -> Row:
+    """REPLICA IDENTITY FULL: the old row is in the log record, so an unchanged TOASTed
+    column's value is taken from it (in place; returns ``after``)."""
+    if before:
+        for c, v in after.items():
+            if is_unchanged_toast(v) and c in before and not is_unchanged_toast(before[c]):
+                after[c] = before[c]
+    return after
+
+
+def unchanged_toast_dumps(
+    state: StateStore, source_id: str, hits: Iterable[tuple[str, Key]], chunk_size: int = 1_000
+) -> list[DumpSpec]:
+    """Record one key-list dump per table for the keys of events whose ``after`` still holds
+    a placeholder. Called by the engine before those events go to the writer, so the request
+    is stored before the events can become durable (a crash in between re-reads the events
+    and requests again). Returns the recorded requests."""
+    by_table: dict[str, dict[Key, None]] = {}
+    for table, key in hits:
+        by_table.setdefault(table, {})[tuple(key)] = None
+    specs = []
+    for table, keys in sorted(by_table.items()):
+        spec = DumpSpec.new(source_id, [table], list(keys))
+        state.add_dump(spec, DumpControl(chunk_size=chunk_size))
+        specs.append(spec)
+    return specs
+
+
+def keys_with_placeholders(events: Sequence[ChangeEvent]) -> list[tuple[str, Key]]:
+    """(table, key) of the events whose ``after`` holds a placeholder."""
+    return [(e.table, e.key) for e in events if e.after is not None and unchanged_columns(e.after)]

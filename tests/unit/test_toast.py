@@ -1,0 +1,127 @@
+"""Unchanged TOAST values (issue 11, part 3): replay never lets the placeholder overwrite a
+value, and the engine queues a key-list dump for keys whose earlier value was never captured
+(core/toast.py). The decoders are in test_pgoutput.py, the real server in
+tests/integration/test_toast.py."""
+
+from __future__ import annotations
+
+from airflow_provider_dblog.core.dumps import DumpStatus
+from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema
+from airflow_provider_dblog.core.toast import ToastHistory, unchanged_toast_value
+from airflow_provider_dblog.core.verify import replay
+from airflow_provider_dblog.state.local import LocalStateStore
+
+from .memory_capture import SOURCE_ID, MemoryChangelog, MemoryDatabase, MemorySource
+from .test_engine import Running, wait_until
+
+T = "app.docs"
+SCHEMA = TableSchema(T, (Column("id", "integer", False), Column("n", "integer"), Column("big", "text")), ("id",))
+U = unchanged_toast_value()
+
+
+def ev(seq: int, op: Op, key: int, after=None, origin=Origin.LOG) -> ChangeEvent:
+    return ChangeEvent(SOURCE_ID, T, op, (key,), None, after, Position(f"{seq:012d}"), origin=origin)
+
+
+def test_replay_keeps_the_previous_value_of_an_unchanged_toast_column():
+    events = [
+        ev(1, Op.READ, 1, {"id": 1, "n": 0, "big": "B1"}, Origin.DUMP),
+        ev(2, Op.UPDATE, 1, {"id": 1, "n": 1, "big": U}),
+        ev(3, Op.UPDATE, 1, {"id": 1, "n": 2, "big": U}),
+        ev(4, Op.CREATE, 2, {"id": 2, "n": 0, "big": "B2"}),
+        ev(5, Op.UPDATE, 2, {"id": 2, "n": 1, "big": "B2b"}),
+        ev(6, Op.UPDATE, 2, {"id": 2, "n": 2, "big": U}),
+    ]
+    want = {(1,): {"id": 1, "n": 2, "big": "B1"}, (2,): {"id": 2, "n": 2, "big": "B2b"}}
+    assert replay(events) == want
+    assert replay(reversed(events)) == want  # any order: the Delta scan's order is not the log's
+    assert replay([events[i] for i in (4, 2, 0, 5, 1, 3)]) == want
+
+
+def test_replay_does_not_take_a_value_from_before_a_delete_and_a_later_dump_row_fills_it():
+    events = [
+        ev(1, Op.CREATE, 1, {"id": 1, "n": 0, "big": "old life"}),
+        ev(2, Op.DELETE, 1),
+        ev(3, Op.CREATE, 1, {"id": 1, "n": 0, "big": "new life"}),
+        ev(4, Op.UPDATE, 1, {"id": 1, "n": 1, "big": U}),
+        ev(5, Op.DELETE, 2),
+        ev(6, Op.UPDATE, 2, {"id": 2, "n": 1, "big": U}),  # e.g. the new key of a key update
+    ]
+    rows = replay(events)
+    assert rows[(1,)] == {"id": 1, "n": 1, "big": "new life"}
+    assert rows[(2,)] == {"id": 2, "n": 1, "big": U}  # no earlier value: stays until its dump
+    dumped = ev(7, Op.READ, 2, {"id": 2, "n": 1, "big": "from the dump"}, Origin.DUMP)
+    assert replay(events + [dumped])[(2,)] == {"id": 2, "n": 1, "big": "from the dump"}
+
+
+def test_history_keeps_only_what_a_placeholder_can_need():
+    h = ToastHistory()
+    for e in [
+        ev(1, Op.CREATE, 1, {"id": 1, "big": "a"}),
+        ev(2, Op.UPDATE, 1, {"id": 1, "big": "b"}),
+        ev(3, Op.UPDATE, 1, {"id": 1, "big": U}),
+        ev(0, Op.CREATE, 1, {"id": 1, "big": "older"}),  # late and older than a complete image
+    ]:
+        h.add(e)
+    assert [p for p, _ in h._events[(1,)]] == [Position(f"{i:012d}") for i in (2, 3)]
+    assert h.fill((1,), {"id": 1, "big": U}, Position(f"{3:012d}")) == {"id": 1, "big": "b"}
+
+
+class ToastSource(MemorySource):
+    """A MemorySource that reports the log's placeholder events like the PostgreSQL source."""
+
+    def __init__(self, db):
+        super().__init__(db)
+        self.reported: list = []
+
+    def poll(self, max_items, timeout):
+        items = super().poll(max_items, timeout)
+        self.reported += [
+            (e.table, e.key, e.position)
+            for e in items
+            if isinstance(e, ChangeEvent) and e.after and any(v == U for v in e.after.values())
+        ]
+        return items
+
+    def take_unchanged_toast(self):
+        out, self.reported = self.reported, []
+        return out
+
+
+def toast_update(db: MemoryDatabase, key: int, n: int) -> Position:
+    """An UPDATE that leaves ``big`` unchanged: the log has the placeholder, the table the value."""
+    with db._lock:
+        row = db.rows[T][(key,)]
+        row["n"] = n
+        pos = db._position()
+        db.log.append(ChangeEvent(SOURCE_ID, T, Op.UPDATE, (key,), None, {**row, "big": U}, pos, txid=str(pos)))
+        return pos
+
+
+def test_a_placeholder_without_an_earlier_value_queues_a_key_dump_and_converges(tmp_path):
+    db = MemoryDatabase([SCHEMA])
+    for i in range(1, 11):
+        db.upsert(T, {"id": i, "n": 0, "big": f"big value {i}"})  # before the capture: never captured
+    state = LocalStateStore(str(tmp_path / "state.db"))
+    source, out = ToastSource(db), MemoryChangelog()
+    run = Running(source, out, state, reset_position=True)  # start at the end of the log
+    try:
+        wait_until(lambda: source._cursor is not None, what="the engine to start reading the log")
+        db.upsert(T, {"id": 11, "n": 0, "big": "captured"})
+        for k, n in ((3, 1), (7, 1), (3, 2), (11, 1)):
+            toast_update(db, k, n)
+        wait_until(lambda: len(state.list_dumps(SOURCE_ID)) >= 1, what="a key-list dump request")
+        wait_until(
+            lambda: all(d.status is DumpStatus.DONE for d in state.list_dumps(SOURCE_ID)),
+            what="the key-list dumps to finish",
+        )
+        wait_until(lambda: any(e.origin is Origin.DUMP for e in out.events), what="the dump rows")
+    finally:
+        run.stop()
+    dumps = state.list_dumps(SOURCE_ID)
+    keys = {k for d in dumps for k in (d.spec.keys or ())}
+    assert keys == {(3,), (7,), (11,)} and all(d.spec.tables == (T,) for d in dumps)
+    rows = replay(e for e in out.events if e.table == T)
+    # key 11 is filled from its captured insert, 3 and 7 from their dump rows
+    assert rows == {k: r for k, r in db.snapshot(T).items() if k in {(3,), (7,), (11,)}}
+    state.close()
