@@ -35,7 +35,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from ..core.errors import ConfigurationError, DBLogError, PositionLostError
+from ..core.errors import ConfigurationError, PositionLostError
 from ..core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
 from .mysql_values import binlog_converters
@@ -54,7 +54,28 @@ _UNDECODABLE = {
 }
 
 
-_TRUNCATE = re.compile(r"^TRUNCATE\s+(?:TABLE\s+)?`?([^`.\s]+)`?(?:\.`?([^`\s]+?)`?)?\s*$")
+# TRUNCATE [TABLE] [db.]name [WAIT n | NOWAIT], names bare or in backticks, after comments.
+_NAME = r"(?:`((?:[^`]|``)+)`|([^`.\s;]+))"
+_TRUNCATE = re.compile(
+    rf"^\s*(?:/\*.*?\*/\s*)*TRUNCATE\s+(?:TABLE\s+)?{_NAME}(?:\s*\.\s*{_NAME})?"
+    r"(?:\s+(?:WAIT\s+\d+|NOWAIT))?\s*;?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def truncated_table(query: str, current_db: str, captured: set[str]) -> Optional[str]:
+    """The captured table a TRUNCATE statement empties (unqualified names are in the
+    statement's current database), or None (another statement, another table)."""
+    m = _TRUNCATE.match(query)
+    if not m:
+        return None
+    first = m.group(1).replace("``", "`") if m.group(1) is not None else m.group(2)
+    second = m.group(3).replace("``", "`") if m.group(3) is not None else m.group(4)
+    name = f"{first}.{second}" if second is not None else f"{current_db}.{first}"
+    if name in captured:
+        return name
+    # Names compare case-insensitively where the server does (lower_case_table_names).
+    return next((t for t in captured if t.lower() == name.lower()), None)
 
 
 def encode_coord(file_number: int, txn_start: int, event_pos: int, row_index: int) -> str:
@@ -315,7 +336,7 @@ class BinlogReader(threading.Thread):
                 if not self._group_open:  # a statement that is its own transaction
                     self._txn_start, self._gtid = start, None
                 self._group_open = False
-                self._check_truncate(ev, query)
+                return self._truncate(ev, start)
         elif isinstance(ev, XidEvent):
             self._group_open = False
         elif isinstance(ev, TableMapEvent):
@@ -324,24 +345,31 @@ class BinlogReader(threading.Thread):
             return self._rows(ev, start)
         return []
 
-    def _check_truncate(self, ev: QueryEvent, query: str) -> None:
-        """TRUNCATE is logged as a statement, without row events: its deletes would never reach
-        the changelog. Stop with the fix rather than let the copy diverge silently (the same
-        rule as the PostgreSQL source); events before it have been handed out already."""
-        m = _TRUNCATE.match(query)
-        if not m:
-            return
-        schema = ev.schema.decode() if isinstance(ev.schema, bytes) else str(ev.schema)
-        db, name = (m.group(1), m.group(2)) if m.group(2) else (schema, m.group(1))
-        table = next((t for t in self._captured if t.lower() == f"{db}.{name}".lower()), None)
-        if table:
-            raise DBLogError(
-                f"table {table} was truncated. A TRUNCATE is not a row change DBLog can pass on: "
-                "the downstream copy would silently keep the removed rows.",
-                "reset the capture's position (`dblog capture --reset-position`) and run a full "
-                f"dump of the table (`dblog dump --table {table}`); on captured tables, use DELETE "
-                "instead of TRUNCATE.",
+    def _truncate(self, ev: QueryEvent, start: int) -> list:
+        """TRUNCATE is logged as a statement, without row events: a table-level event (op t,
+        key (), no images) at the statement's position, for captured tables only."""
+        query = ev.query if isinstance(ev.query, str) else ""
+        schema = ev.schema.decode() if isinstance(ev.schema, bytes) else str(ev.schema or "")
+        table = truncated_table(query, schema, self._captured)
+        if table is None:
+            return []
+        known = self._table_schemas.get(table)
+        return [
+            ChangeEvent(
+                self._source_id,
+                table,
+                Op.TRUNCATE,
+                (),
+                None,
+                None,
+                Position(self._coord(start, 0)),
+                ev.packet.timestamp * 1_000_000,
+                self._txid(),
+                Origin.LOG,
+                None,
+                known.schema_id() if known is not None else None,
             )
+        ]
 
     def _coord(self, event_pos: int, row: int) -> str:
         return encode_coord(file_number(self.file), self._txn_start, event_pos, row)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Optional
 
-from ..core.errors import ConfigurationError, DBLogError
+from ..core.errors import ConfigurationError
 from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from ..core.toast import fill_from_before, unchanged_columns
 from . import pgoutput
@@ -138,6 +138,7 @@ class LogDecoder:
                 before = self._pg_row(rel, m.old, key_only=m.old_kind == "K")
                 self._change(table, Op.DELETE, before, None, pos, txn)
         elif isinstance(m, pgoutput.Truncate):
+            # One message names every table of a multi-table or CASCADE truncate.
             self._truncate([self._relation(r).qualified_name for r in m.relids])
         # Origin, Type and logical Message carry nothing DBLog needs.
 
@@ -318,14 +319,31 @@ class LogDecoder:
             self.unchanged_toast.append((table, event.key, event.position))
 
     def _truncate(self, tables: list[str]) -> None:
-        hit = [t for t in tables if t in self.captured or t == self.watermark_table]
-        if hit:
-            raise DBLogError(
-                f"table(s) {hit} were truncated. A TRUNCATE is not a row change DBLog can pass on: "
-                "the downstream copy would silently keep the removed rows.",
-                "reset the capture's position (`dblog capture --reset-position`) and run a full "
-                f"dump of the truncated table(s) (`dblog dump --table {hit[0]}`); on captured "
-                "tables, use DELETE instead of TRUNCATE.",
+        """A table-level event (op t, key (), no images) per captured table, each at a
+        position of its own in the transaction. The watermark table needs nothing: its row is
+        written with an upsert."""
+        txn = self._in_txn()
+        for table in tables:
+            pos = txn.next_position()  # every table named counts, so a resend gets the same positions
+            if table not in self.captured:
+                continue
+            if table not in self._announced:
+                self._use_schema(self._schema(table))
+            self.pending.append(
+                ChangeEvent(
+                    self.source_id,
+                    table,
+                    Op.TRUNCATE,
+                    (),
+                    None,
+                    None,
+                    pos,
+                    txn.commit_ts,
+                    txn.txid,
+                    Origin.LOG,
+                    None,
+                    self._schema(table).schema_id(),
+                )
             )
 
 

@@ -17,7 +17,7 @@ import pytest
 pymysql = pytest.importorskip("pymysql")
 pytest.importorskip("pymysqlreplication")
 
-from airflow_provider_dblog.core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError  # noqa: E402
+from airflow_provider_dblog.core.errors import ConfigurationError, PositionLostError, RequestError  # noqa: E402
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, SchemaEvent, WatermarkEvent  # noqa: E402
 from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
 
@@ -176,17 +176,49 @@ def test_watermarks_of_this_source_only(root, db, make_source):
     assert status["lag_bytes"] >= 0 and status["server_pos"] > 4
 
 
-def test_truncate_of_a_captured_table_stops_with_the_fix(root, db, make_source):
-    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
-    src = started(make_source(tables=[f"{db}.t"]))
-    sql(root, f"INSERT INTO `{db}`.t VALUES (1)")
-    sql(root, f"TRUNCATE TABLE `{db}`.t")
-    got = []
-    with pytest.raises(DBLogError) as exc:
-        for _ in range(100):
-            got += src.poll(100, 0.2)
-    assert "truncated" in str(exc.value) and "--reset-position" in str(exc.value)
-    assert [e.key for e in changes(got)] == [(1,)]  # the insert before it was handed out
+def test_truncate_statements_of_captured_tables_are_table_events_in_order(root, db, make_source):
+    """MariaDB logs TRUNCATE as a statement: each form (qualified or in the current database,
+    backticks or not, with or without TABLE) of a captured table gives one op-t event at its
+    place in the log; other tables' truncates give nothing; the capture goes on."""
+    for name in ("t", "u", "free"):
+        sql(root, f"CREATE TABLE `{db}`.{name} (id int PRIMARY KEY)")
+    src = started(make_source(tables=[f"{db}.t", f"{db}.u"]))
+    sql(root, f"INSERT INTO `{db}`.t VALUES (1), (2)")
+    sql(root, f"INSERT INTO `{db}`.u VALUES (1)")
+    sql(root, f"TRUNCATE TABLE `{db}`.`t`")
+    sql(root, f"INSERT INTO `{db}`.t VALUES (3)")
+    sql(root, f"INSERT INTO `{db}`.free VALUES (1)")
+    sql(root, f"TRUNCATE {db}.free")  # not captured
+    sql(root, f"USE `{db}`")
+    try:
+        sql(root, "TRUNCATE u")  # unqualified: the statement's current database
+        sql(root, "INSERT INTO u VALUES (2)")
+        sql(root, "truncate table `t`")
+    finally:
+        sql(root, "USE mysql")
+    sql(root, f"INSERT INTO `{db}`.t VALUES (4)")
+    got: list = []
+    for _ in range(100):
+        got += changes(src.poll(100, 0.2))
+        if len(got) >= 9:
+            break
+    assert [(e.table.split(".")[1], e.op, e.key) for e in got] == [
+        ("t", Op.CREATE, (1,)),
+        ("t", Op.CREATE, (2,)),
+        ("u", Op.CREATE, (1,)),
+        ("t", Op.TRUNCATE, ()),
+        ("t", Op.CREATE, (3,)),
+        ("u", Op.TRUNCATE, ()),
+        ("u", Op.CREATE, (2,)),
+        ("t", Op.TRUNCATE, ()),
+        ("t", Op.CREATE, (4,)),
+    ]
+    for e in got:
+        if e.op is Op.TRUNCATE:
+            assert e.before is None and e.after is None and e.commit_ts and e.txid
+    positions = [e.position for e in got]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    assert changes(src.poll(100, 0.5)) == []
 
 
 # -- canonical values ----------------------------------------------------------------------

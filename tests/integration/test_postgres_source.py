@@ -13,7 +13,6 @@ psycopg2 = pytest.importorskip("psycopg2")
 
 from airflow_provider_dblog.core.errors import (  # noqa: E402
     ConfigurationError,
-    DBLogError,
     PositionLostError,
     RequestError,
 )
@@ -310,17 +309,44 @@ def test_unchanged_toasted_value_is_marked(plugin, make_source, db, ns):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
-def test_truncate_of_a_captured_table_stops_with_the_fix(plugin, make_source, db, ns):
-    t = f"{ns}.items"
-    run(db, f"CREATE TABLE {t} (id int PRIMARY KEY)")
-    src = make_source([t], plugin)
+def test_truncate_is_a_table_event_per_captured_table_in_order(plugin, make_source, db, ns):
+    """A multi-table TRUNCATE that CASCADEs, and a plain one: one op-t event per captured
+    table named (key (), no images), at its place in the log; the capture goes on."""
+    a, b, child, free = f"{ns}.items", f"{ns}.other", f"{ns}.child", f"{ns}.free"
+    run(db, f"CREATE TABLE {a} (id int PRIMARY KEY)")
+    run(db, f"CREATE TABLE {b} (id int PRIMARY KEY)")
+    run(db, f"CREATE TABLE {child} (id int PRIMARY KEY, item int REFERENCES {a})")
+    run(db, f"CREATE TABLE {free} (id int PRIMARY KEY)")  # not captured
+    src = make_source([a, b, child], plugin)
     src.start_log(None)
-    run(db, f"INSERT INTO {t} VALUES (1)")
-    run(db, f"TRUNCATE {t}")
-    assert len(collect(src, 1)) == 1  # what came before the TRUNCATE is still delivered
-    with pytest.raises(DBLogError, match="truncated") as err:
-        collect(src, 1)
-    assert "dblog dump --table" in err.value.fix
+    run(db, f"INSERT INTO {a} VALUES (1), (2)")
+    run(db, f"INSERT INTO {child} VALUES (7, 1)")
+    run(db, f"INSERT INTO {b} VALUES (1)")
+    run(db, f"TRUNCATE {a}, {free} CASCADE")  # names items and free, cascades to child
+    run(db, f"INSERT INTO {a} VALUES (3)")
+    run(db, f"TRUNCATE {b}")
+    run(db, f"INSERT INTO {b} VALUES (4)")
+    got = collect(src, 9)
+    assert all(isinstance(e, ChangeEvent) for e in got)
+    assert [(e.table, e.op, e.key) for e in got[:4]] == [
+        (a, Op.CREATE, (1,)),
+        (a, Op.CREATE, (2,)),
+        (child, Op.CREATE, (7,)),
+        (b, Op.CREATE, (1,)),
+    ]
+    cascade = got[4:6]  # one transaction: both tables, in the order PostgreSQL lists them
+    assert {e.table for e in cascade} == {a, child} and {e.op for e in cascade} == {Op.TRUNCATE}
+    assert len({e.txid for e in cascade}) == 1 and len({commit_lsn_of(e.position) for e in cascade}) == 1
+    assert [(e.table, e.op, e.key) for e in got[6:]] == [
+        (a, Op.CREATE, (3,)),
+        (b, Op.TRUNCATE, ()),
+        (b, Op.CREATE, (4,)),
+    ]
+    for t in (e for e in got if e.op is Op.TRUNCATE):
+        assert t.key == () and t.before is None and t.after is None and t.schema_id and t.commit_ts
+    positions = [e.position for e in got]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    assert quiet(src) == []  # the TRUNCATE of a table not captured gives nothing
 
 
 # -- chunks ------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from airflow_provider_dblog.core.errors import ConfigurationError, DBLogError
+from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, SchemaEvent, TableSchema, WatermarkEvent
 from airflow_provider_dblog.sources import pgoutput
 from airflow_provider_dblog.sources.pgoutput import UNCHANGED_TOAST, DecodeError, decode
@@ -290,11 +290,41 @@ def test_log_decoder_changes_positions_and_watermarks():
     assert wm == WatermarkEvent("u-1", make_position(0x500, 5), "77")
 
 
-def test_log_decoder_refuses_truncate_of_a_captured_table():
+def truncate(*relids: int, options: int = 0) -> bytes:
+    return b"T" + struct.pack("!ib", len(relids), options) + b"".join(struct.pack("!I", r) for r in relids)
+
+
+def test_log_decoder_truncate_is_a_table_event_per_captured_table_in_order():
     dec = _decoder()
-    _feed(dec, begin(0x500, 10, 77), ORDERS_REL)
-    with pytest.raises(DBLogError, match="truncated"):
-        dec.pgoutput(b"T" + struct.pack("!ib", 1, 0) + struct.pack("!I", 100))
+    other = relation(300, "public", "other", [(1, "id", 23, -1)])
+    items = _feed(
+        dec,
+        begin(0x500, 10, 77),
+        ORDERS_REL,
+        other,
+        WM_REL,
+        insert(100, "1", "a"),
+        truncate(300, 100, 200, options=1),  # CASCADE over a table not captured and the watermarks
+        insert(100, "2", "b"),
+        commit(0x500, 0x530, 10),
+    )
+    assert isinstance(items[0], SchemaEvent)
+    c1, t, c2 = items[1:]
+    assert t.op is Op.TRUNCATE and t.table == "public.orders" and t.key == () and t.before is None and t.after is None
+    assert t.txid == "77" and t.commit_ts == PG_EPOCH + 10 and t.schema_id == ORDERS.schema_id()
+    # Every table the message names takes an index, captured or not: a resend gets the same.
+    assert [e.position for e in (c1, t, c2)] == [make_position(0x500, i) for i in (1, 3, 5)]
+
+
+def test_log_decoder_wal2json_truncate():
+    dec = _decoder()
+    dec.wal2json('{"action":"B","xid":77,"timestamp":"2000-01-01 00:00:00.00001+00","lsn":"0/500","nextlsn":"0/530"}')
+    dec.wal2json('{"action":"T","xid":77,"lsn":"0/480","schema":"public","table":"other"}')
+    dec.wal2json('{"action":"T","xid":77,"lsn":"0/480","schema":"public","table":"orders"}')
+    items = list(dec.pending)
+    assert isinstance(items[0], SchemaEvent)
+    (t,) = items[1:]
+    assert t.op is Op.TRUNCATE and t.key == () and t.position == make_position(0x500, 2) and t.txid == "77"
 
 
 def test_log_decoder_refuses_a_delete_without_key():
