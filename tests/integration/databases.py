@@ -161,6 +161,11 @@ class Adapter:
         )
 
 
+def toast_text(rng: random.Random) -> str:
+    """About 3 kB of random hex: too big and too random to stay inline, so it is TOASTed."""
+    return "%x" % rng.getrandbits(12_000)
+
+
 class PostgresAdapter(Adapter):
     kind = "postgres"
 
@@ -183,7 +188,33 @@ class PostgresAdapter(Adapter):
             cur.execute(f"""CREATE TABLE {self.ns}.orders (region varchar(8), order_no int, status text,
                 amount numeric(12,3), created timestamptz, PRIMARY KEY (region, order_no))""")
             cur.execute(f"CREATE TABLE {self.ns}.notes (uid uuid PRIMARY KEY, body json, flag boolean)")
+            # Unchanged TOAST values (issue 11): a big text column, with and without
+            # REPLICA IDENTITY FULL; the workload's other updates leave it unchanged.
+            cur.execute(f"ALTER TABLE {self.ns}.accounts ADD COLUMN doc text")
+            cur.execute(f"ALTER TABLE {self.ns}.notes ADD COLUMN doc text")
+            cur.execute(f"ALTER TABLE {self.ns}.notes REPLICA IDENTITY FULL")
             c.commit()
+
+    def seed(self, rng: random.Random, n: int) -> None:
+        super().seed(rng, n)
+        with self.connect() as c:  # a TOASTed value in about a third of the rows
+            for table, key in (("accounts", "id"), ("notes", "uid")):
+                c.cursor().execute(
+                    f"UPDATE {self.ns}.{table} SET doc = %s WHERE {key} IN "
+                    f"(SELECT {key} FROM {self.ns}.{table} ORDER BY {key} LIMIT %s)",
+                    (toast_text(rng), n // 3),
+                )
+            c.commit()
+
+    def random_transaction(self, c, rng: random.Random, next_id) -> None:
+        if rng.random() < 0.1:  # give a row a new TOASTed value; the other updates keep it
+            table, key = rng.choice([("accounts", "id"), ("notes", "uid")])
+            self._exec(
+                c,
+                f"UPDATE {self.ns}.{table} SET doc = %s WHERE {key} = %s",
+                (toast_text(rng), self._some_id(c, rng, table, key)),
+            )
+        super().random_transaction(c, rng, next_id)
 
     def source_config(self, source_id: str) -> dict:
         return {

@@ -309,6 +309,24 @@ def test_unchanged_toasted_value_is_marked(plugin, make_source, db, ns):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
+def test_unchanged_toasted_value_comes_from_the_old_row_with_replica_identity_full(plugin, make_source, db, ns):
+    t = f"{ns}.docs_full"
+    run(db, f"CREATE TABLE {t} (id int PRIMARY KEY, big text, n int)")
+    run(db, f"ALTER TABLE {t} REPLICA IDENTITY FULL")
+    src = make_source([t], plugin)
+    src.start_log(None)
+    run(db, f"INSERT INTO {t} SELECT 1, string_agg(md5(g::text), ''), 1 FROM generate_series(1, 400) g")
+    run(db, f"UPDATE {t} SET n = 2 WHERE id = 1")
+    run(db, f"UPDATE {t} SET id = 3 WHERE id = 1")  # the new key's row gets the value too
+    ins, upd, moved = collect(src, 3)
+    big = ins.after["big"]
+    assert len(big) == 12800 and upd.before["big"] == big
+    assert upd.after == {"id": 1, "big": big, "n": 2}
+    assert moved.key == (3,) and moved.after == {"id": 3, "big": big, "n": 2}
+    assert src.take_unchanged_toast() == []  # nothing to dump
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
 def test_truncate_is_a_table_event_per_captured_table_in_order(plugin, make_source, db, ns):
     """A multi-table TRUNCATE that CASCADEs, and a plain one: one op-t event per captured
     table named (key (), no images), at its place in the log; the capture goes on."""
