@@ -15,7 +15,8 @@ crash (its offsets were logged, its commit was not) is merged again, and the mer
 monotonic, so the replay changes nothing: per key a mirror row is only ever replaced by an
 event with a higher position (DBLog's replay rule, core/verify.py). Deletes leave a
 tombstone (``_deleted``) so that no older event - a late repair dump, a replayed batch - can
-bring the row back; the ``current`` view hides them (vacuum: spark/maintenance.py).
+bring the row back; the ``current`` view hides them (vacuum: spark/maintenance.py). A
+TRUNCATE (op t) turns every live row older than it into such a tombstone.
 
 Mirrors live at ``<mirrors>/<source_id>/<schema>.<table>`` (default ``<lake>/mirrors``)
 and are registered in the session catalog as ``dblog_<source>.<schema>__<table>`` (the table,
@@ -44,7 +45,7 @@ METADATA = T.StructType(
     [
         T.StructField("_key", T.StringType()),  # the changelog's key (JSON array text): the merge key
         T.StructField("_position", T.StringType()),  # position of the event that wrote the row
-        T.StructField("_op", T.StringType()),  # its op: c u d r
+        T.StructField("_op", T.StringType()),  # its op: c u d r, or t (a tombstone left by a TRUNCATE)
         T.StructField("_commit_ts", T.TimestampType()),  # source commit time (may be NULL for dump rows)
         T.StructField("_origin", T.StringType()),  # log | dump
         T.StructField("_landed_at", T.TimestampType()),  # when this job wrote the row
@@ -125,7 +126,14 @@ class Lander:
             "source_id", "table", "op", "key", "after", "position", "origin", "schema_id", "commit_ts"
         ).persist()
         try:
-            groups = batch.groupBy("source_id", "table", "schema_id").count().collect()
+            groups = (
+                batch.groupBy("source_id", "table", "schema_id")
+                .agg(
+                    F.count(F.lit(1)).alias("count"),
+                    F.max(F.when(F.col("op") == "t", F.col("position"))).alias("truncated_at"),
+                )
+                .collect()
+            )
             tables: dict[tuple[str, str], list] = {}
             for g in groups:
                 tables.setdefault((g.source_id, g.table), []).append(g)
@@ -137,6 +145,7 @@ class Lander:
                     source_id,
                     table,
                     [g.schema_id for g in gs],
+                    truncated_at=max((g.truncated_at for g in gs if g.truncated_at), default=None),
                 )
                 self.events += n
                 self.landed.add((source_id, table))
@@ -144,10 +153,18 @@ class Lander:
         finally:
             batch.unpersist()
 
-    def land_table(self, events: DataFrame, source_id: str, table: str, schema_ids: list) -> None:
+    def land_table(
+        self, events: DataFrame, source_id: str, table: str, schema_ids: list, truncated_at: Optional[str] = None
+    ) -> None:
+        """Merge one table's events of a micro-batch. ``truncated_at``: the batch's latest
+        TRUNCATE of the table (op t): events before it are moot, and after the merge every
+        live mirror row older than it becomes a tombstone at its position."""
         from delta.tables import DeltaTable
 
         path = mirror_path(self.mirrors, source_id, table)
+        truncates = events.where(F.col("op") == "t")
+        if truncated_at is not None:
+            events = events.where((F.col("op") != "t") & (F.col("position") > truncated_at))
         versions = self.schemas.versions(table, schema_ids)
         key = versions[-1].key
         wanted = mt.data_columns(table, path, versions)
@@ -164,6 +181,33 @@ class Lander:
             # Monotonic: an event never replaces a row written at a newer (or the same) position.
             merge = merge.whenMatchedUpdateAll(condition="s._position > t._position").whenNotMatchedInsertAll()
         merge.execute()
+        if truncated_at is not None:
+            self._truncate(path, key, target, truncated_at, truncates)
+
+    def _truncate(self, path: str, key: tuple, target: T.StructType, truncated_at: str, truncates: DataFrame) -> None:
+        """Every live row older than the TRUNCATE at ``truncated_at`` becomes a tombstone at
+        that position (key columns kept, other columns NULL), so that, as for a delete, no
+        older event can bring it back. Rows written after the TRUNCATE are newer: untouched."""
+        from delta.tables import DeltaTable
+
+        commit_ts = truncates.where(F.col("position") == truncated_at).select("commit_ts").first()
+        blank = {
+            f"`{f.name.replace('`', '``')}`": F.lit(None).cast(f.dataType)
+            for f in target.fields
+            if f.name not in META_NAMES and f.name not in key
+        }
+        DeltaTable.forPath(self.spark, path).update(
+            condition=(F.col("_position") < F.lit(truncated_at)) & ~F.col("_deleted"),
+            set={
+                **blank,
+                "_position": F.lit(truncated_at),
+                "_op": F.lit("t"),
+                "_commit_ts": F.lit(commit_ts[0] if commit_ts else None).cast(T.TimestampType()),
+                "_origin": F.lit("log"),
+                "_landed_at": F.current_timestamp(),
+                "_deleted": F.lit(True),
+            },
+        )
 
     def _toast_columns(self, events: DataFrame, key: tuple, source_types: dict) -> list[str]:
         """The columns that may hold the unchanged-TOAST placeholder, if any event of the

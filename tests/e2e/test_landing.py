@@ -406,3 +406,49 @@ def test_killed_mid_job_then_landed_again(spark, tmp_path):
     assert land(spark, tmp_path)["events"] == 0
     for s in schemas:
         assert sorted(spark.read.format("delta").load(mirror(tmp_path, src, s.table)).collect()) == snap[s.table]
+
+
+def test_truncate_tombstones_older_rows_and_later_rows_survive(spark, tmp_path):
+    """A TRUNCATE (op t) inside a batch, across batches, and twice in one batch: every mirror
+    row older than the table's latest TRUNCATE becomes a tombstone at its position, rows
+    written after it survive, another table is untouched, and landing it all again from
+    scratch changes nothing."""
+    src = "trunc_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    s = log.schema("s.t", [("id", "bigint"), ("v", "text")])
+    other = log.schema("s.other", [("id", "bigint"), ("v", "text")])
+
+    def t():
+        return log.ev(s, "t", key=[])
+
+    log.append(*[log.ev(s, "c", {"id": i, "v": f"a{i}"}) for i in range(1, 6)], log.ev(other, "c", {"id": 1, "v": "o"}))
+    land(spark, tmp_path)
+    # One batch: an update before the TRUNCATE (moot), the TRUNCATE, rows after it.
+    log.append(log.ev(s, "u", {"id": 1, "v": "b1"}), t(), log.ev(s, "c", {"id": 2, "v": "after"}))
+    log.append(log.ev(s, "c", {"id": 6, "v": "after"}), log.ev(other, "u", {"id": 1, "v": "o2"}))
+    land(spark, tmp_path)
+    assert (
+        rows(spark, tmp_path, src, s)
+        == log.expected("s.t")
+        == {
+            (2,): {"id": 2, "v": "after"},
+            (6,): {"id": 6, "v": "after"},
+        }
+    )
+    path = mirror(tmp_path, src, "s.t")
+    gone = spark.read.format("delta").load(path).where("_op = 't'").collect()
+    assert sorted(r.id for r in gone) == [1, 3, 4, 5] and all(r._deleted and r.v is None for r in gone)
+    # Two TRUNCATEs in one batch with a dump row between them (moot) and one after (kept).
+    log.append(
+        t(),
+        log.ev(s, "r", {"id": 7, "v": "dumped"}, origin="dump"),
+        t(),
+        log.ev(s, "r", {"id": 8, "v": "dumped"}, origin="dump"),
+    )
+    land(spark, tmp_path)
+    assert rows(spark, tmp_path, src, s) == log.expected("s.t") == {(8,): {"id": 8, "v": "dumped"}}
+    assert rows(spark, tmp_path, src, other) == log.expected("s.other") == {(1,): {"id": 1, "v": "o2"}}
+
+    snapshot = {r._key: r for r in spark.read.format("delta").load(path).collect()}
+    land(spark, tmp_path, checkpoint=str(tmp_path / "other-checkpoint"))  # a lost checkpoint
+    assert {r._key: r for r in spark.read.format("delta").load(path).collect()} == snapshot

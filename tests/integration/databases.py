@@ -125,6 +125,16 @@ class Adapter:
                     self._exec(c, f"DELETE FROM {self.ns}.notes WHERE uid=%s", (self._some_id(c, rng, "notes", "uid"),))
         c.commit()
 
+    def truncate(self, c, tables: list[str]) -> None:
+        """TRUNCATE of captured tables (PostgreSQL: all in one statement; MariaDB: one
+        statement each, in the table's database: it is recognised by its statement text)."""
+        if self.kind == "postgres":
+            self._exec(c, "TRUNCATE " + ", ".join(f"{self.ns}.{t}" for t in tables), None)
+        else:
+            for t in tables:
+                self._exec(c, f"TRUNCATE TABLE `{self.ns}`.`{t}`", None)
+        c.commit()
+
     def _some_id(self, c, rng: random.Random, table: str, col: str):
         # a random existing key (or none: then the statement changes nothing)
         cur = c.cursor()
