@@ -350,11 +350,8 @@ class Engine:
         unchanged-TOAST placeholder (PostgreSQL without REPLICA IDENTITY FULL; core/toast.py).
         Stored before those changes reach the writer, so it is never lost: a crash before
         they are durable reads them again. Changes already durable were queued before."""
-        take = getattr(self.source, "take_unchanged_toast", None)
-        if take is None:
-            return
         skip = self._skip_until
-        hits = [(table, key) for table, key, pos in take() if skip is None or pos > skip]
+        hits = [(t, key) for t, key, pos in self.source.take_unchanged_toast() if skip is None or pos > skip]
         if hits:
             for spec in unchanged_toast_dumps(self.state, self.source_id, hits):
                 log.info(

@@ -90,6 +90,12 @@ class Source(Protocol):
     def estimate_rows(self, table: str) -> int:
         """A cheap estimate of the table's row count (statistics, not COUNT(*))."""
 
+    def take_unchanged_toast(self) -> list[tuple[str, Key, Position]]:
+        """(table, key, position) of the changes decoded since the last call whose ``after``
+        lacks a value the log did not carry (PostgreSQL: an unchanged TOASTed column without
+        REPLICA IDENTITY FULL, core/toast.py); the engine queues a key-list dump for them.
+        Sources whose log always carries whole rows return []."""
+
     def log_status(self) -> dict[str, Any]:
         """The source's current log head and how far behind the reader is."""
 

@@ -327,6 +327,9 @@ class MySQLSource:
             return bool(exc.args) and exc.args[0] in _CONNECTION_LOST
         return False
 
+    def take_unchanged_toast(self) -> list[tuple[str, Key, Position]]:
+        return []  # row images in the binlog are whole (binlog_row_image=FULL is required)
+
     @on_connection_loss
     def log_status(self) -> dict:
         session = self._require_session()

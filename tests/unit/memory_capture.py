@@ -171,6 +171,9 @@ class MemorySource:
     def estimate_rows(self, table: str) -> int:
         return len(self.db.rows.get(table, {}))
 
+    def take_unchanged_toast(self) -> list[tuple[str, Key, Position]]:
+        return []
+
     def log_status(self) -> dict[str, Any]:
         return {"lag_bytes": 0, "warnings": []}
 
