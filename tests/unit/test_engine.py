@@ -15,7 +15,6 @@ from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.events import Column, Op, Origin, TableSchema, WatermarkEvent
 from airflow_provider_dblog.core.verify import replay
-from airflow_provider_dblog.state.local import LocalStateStore
 
 from .memory_capture import SCHEMA, SOURCE_ID, TABLE, MemoryChangelog, MemoryDatabase, MemorySource
 
@@ -58,13 +57,6 @@ class Running:
         assert not self._thread.is_alive()
         if self.error is not None:
             raise self.error
-
-
-@pytest.fixture
-def state(tmp_path):
-    store = LocalStateStore(str(tmp_path / "state.db"))
-    yield store
-    store.close()
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from airflow_provider_dblog.core.requests import (
     request_dump,
     status_key,
 )
-from airflow_provider_dblog.state.local import LocalStateStore
 
 SCHEMAS = {
     "s.one": TableSchema("s.one", (Column("id", "int"), Column("v", "text")), ("id",)),
@@ -49,13 +48,6 @@ class FakeSource:
         if table not in SCHEMAS:
             raise RequestError(f"unknown table {table}.", "name a captured table.")
         return SCHEMAS[table]
-
-
-@pytest.fixture
-def state(tmp_path):
-    s = LocalStateStore(str(tmp_path / "state.db"))
-    yield s
-    s.close()
 
 
 def test_status_key_is_the_engines_key():

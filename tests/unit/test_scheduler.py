@@ -9,7 +9,6 @@ import pytest
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.errors import RequestError
 from airflow_provider_dblog.core.scheduler import DumpScheduler
-from airflow_provider_dblog.state.local import LocalStateStore
 
 from .memory_capture import SCHEMA, SOURCE_ID, TABLE
 
@@ -23,13 +22,6 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@pytest.fixture
-def state(tmp_path):
-    store = LocalStateStore(str(tmp_path / "state.db"))
-    yield store
-    store.close()
 
 
 @pytest.fixture
