@@ -21,10 +21,10 @@ def slow_lander(delay_s: float) -> type[land_changelog.Lander]:
         """Sleeps before merging each table but the job's first: the job's log then says
         "landed batch ..." for a table while the next one has not been touched yet."""
 
-        def land_table(self, events, source_id, table, schema_ids):
+        def land_table(self, events, source_id, table, schema_ids, **options):
             if self.landed:
                 time.sleep(delay_s)
-            super().land_table(events, source_id, table, schema_ids)
+            super().land_table(events, source_id, table, schema_ids, **options)
 
     return SlowLander
 
