@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..core.dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from ..core.errors import ConfigurationError, RequestError
@@ -85,23 +85,26 @@ class LocalStateStore:
 
     # -- dumps -------------------------------------------------------------------------
     def add_dump(self, spec: DumpSpec, control: Optional[DumpControl] = None) -> None:
-        control = control or DumpControl()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute(
-                    "INSERT INTO dumps VALUES (?,?,?,?)",
-                    (spec.dump_id, spec.source_id, spec.to_json(), spec.created_at),
-                )
-                self._db.execute("INSERT INTO dump_control VALUES (?,?)", (spec.dump_id, _control_json(control)))
-                self._db.execute(
-                    "INSERT INTO dump_status VALUES (?,?,?,?)",
-                    (spec.dump_id, DumpStatus.PENDING.value, None, time.time()),
-                )
+                self.insert_dump(spec, control)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def insert_dump(self, spec: DumpSpec, control: Optional[DumpControl]) -> None:
+        """The inserts of one dump, inside the caller's transaction."""
+        self._db.execute(
+            "INSERT INTO dumps VALUES (?,?,?,?)", (spec.dump_id, spec.source_id, spec.to_json(), spec.created_at)
+        )
+        self._db.execute(
+            "INSERT INTO dump_control VALUES (?,?)", (spec.dump_id, _control_json(control or DumpControl()))
+        )
+        self._db.execute(
+            "INSERT INTO dump_status VALUES (?,?,?,?)", (spec.dump_id, DumpStatus.PENDING.value, None, time.time())
+        )
 
     def get_dump(self, dump_id: str) -> Dump:
         dumps = self._load("WHERE d.dump_id=?", (dump_id,))
@@ -184,6 +187,9 @@ class FencedLocalStore:
         return FencedLocalStore(self._store, fence)
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        self._fenced(lambda db: db.execute(sql, params))
+
+    def _fenced(self, write: Callable[[sqlite3.Connection], object]) -> None:
         from .lease import lease_lost
 
         db = self._store._db
@@ -194,11 +200,15 @@ class FencedLocalStore:
                 epoch = json.loads(row[0]).get("epoch") if row else None
                 if epoch != self._fence.epoch:
                     raise lease_lost(self._fence.source_id, self._fence.epoch, f"epoch {epoch} was taken since")
-                db.execute(sql, params)
+                write(db)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def add_dump(self, spec: DumpSpec, control: Optional[DumpControl] = None) -> None:
+        """A dump the capture requests itself (e.g. to repair unchanged TOAST values)."""
+        self._fenced(lambda db: self._store.insert_dump(spec, control))
 
     def set_checkpoint(self, source_id: str, position: Position) -> None:
         """Only forwards: encoded positions sort as positions do, so SQLite compares them."""

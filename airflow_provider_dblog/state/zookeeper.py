@@ -169,25 +169,38 @@ class ZooKeeperStateStore:
 
     # -- dumps -------------------------------------------------------------------------
     def add_dump(self, spec: DumpSpec, control: Optional[DumpControl] = None) -> None:
-        from kazoo.exceptions import NodeExistsError
-
-        control = control or DumpControl()
         self._retry(self.client.ensure_path, self._source(spec.source_id, "dumps"))
         self._retry(self.client.ensure_path, self.path("dump_ids"))
+
+        def commit() -> list[Any]:
+            tx = self.client.transaction()
+            self.add_dump_ops(tx, spec, control)
+            return list(tx.commit())
+
+        self.dump_added(spec, self._retry(commit))
+
+    def add_dump_ops(self, tx: Any, spec: DumpSpec, control: Optional[DumpControl]) -> None:
+        """The creates of one dump, for one transaction: a reader sees the whole dump or nothing."""
         base = self._dump(spec.source_id, spec.dump_id)
         status = json.dumps({"status": DumpStatus.PENDING.value, "error": None, "updated_at": time.time()})
-        # One transaction: a reader sees the whole dump or nothing of it.
-        tx = self.client.transaction()
         tx.create(base, spec.to_json().encode())
-        tx.create(base + "/control", _control_json(control).encode())
+        tx.create(base + "/control", _control_json(control or DumpControl()).encode())
         tx.create(base + "/status", status.encode())
         tx.create(base + "/progress", b"")
         tx.create(self.path("dump_ids", encode_name(spec.dump_id)), spec.source_id.encode())
-        results = self._retry(tx.commit)
-        failed = [r for r in results if isinstance(r, Exception)]
+
+    def dump_added(self, spec: DumpSpec, results: list[Any]) -> None:
+        """Raise the first failure of ``add_dump_ops``' results, unless it is our own
+        transaction retried after a lost answer."""
+        from kazoo.exceptions import NodeExistsError, RolledBackError
+
+        failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if failed:
-            if isinstance(failed[0], NodeExistsError) and self._get(base) == spec.to_json():
-                return  # our own transaction, retried after a lost answer
+            if (
+                isinstance(failed[0], NodeExistsError)
+                and self._get(self._dump(spec.source_id, spec.dump_id)) == spec.to_json()
+            ):
+                return
             raise failed[0]
 
     def _source_of(self, dump_id: str) -> Optional[str]:
@@ -323,7 +336,8 @@ class FencedZooKeeperStore:
         # Parents of what is written below, made while this process surely holds the lease
         # (a transaction cannot create missing parents).
         store._retry(store.client.ensure_path, store.path("values"))
-        store._retry(store.client.ensure_path, store._source(fence.source_id))
+        store._retry(store.client.ensure_path, store._source(fence.source_id, "dumps"))
+        store._retry(store.client.ensure_path, store.path("dump_ids"))
 
     def __getattr__(self, name: str) -> Any:  # reads and user-side writes: the store's own
         return getattr(self._store, name)
@@ -333,7 +347,8 @@ class FencedZooKeeperStore:
 
     def _commit(self, op: Callable[[Any], None]) -> Any:
         """Run ``op(transaction)`` behind the two fence checks; returns the op's own result
-        (an exception instance when it failed for a reason of its own, e.g. NoNodeError)."""
+        (an exception instance when it failed for a reason of its own, e.g. NoNodeError), or
+        the list of results when ``op`` added several operations."""
         from kazoo.exceptions import RolledBackError
 
         from .lease import lease_lost
@@ -345,12 +360,12 @@ class FencedZooKeeperStore:
             op(tx)
             return list(tx.commit())
 
-        holder, epoch, result = self._store._retry(commit)
+        holder, epoch, *results = self._store._retry(commit)
         if isinstance(holder, Exception) and not isinstance(holder, RolledBackError):
             raise lease_lost(self._fence.source_id, self._fence.epoch, "its ZooKeeper znode is gone")
         if isinstance(epoch, Exception) and not isinstance(epoch, RolledBackError):
             raise lease_lost(self._fence.source_id, self._fence.epoch, "a newer leader has taken the next epoch")
-        return result
+        return results[0] if len(results) == 1 else results
 
     def _put(self, path: str, value: str) -> None:
         from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -367,6 +382,10 @@ class FencedZooKeeperStore:
             raise result
 
     # -- the engine's writes ------------------------------------------------------------
+    def add_dump(self, spec: DumpSpec, control: Optional[DumpControl] = None) -> None:
+        """A dump the capture requests itself (e.g. to repair unchanged TOAST values)."""
+        self._store.dump_added(spec, self._commit(lambda tx: self._store.add_dump_ops(tx, spec, control)))
+
     def set_checkpoint(self, source_id: str, position: Position) -> None:
         """Only forwards: a position at or below the stored one is not written."""
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError

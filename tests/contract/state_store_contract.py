@@ -115,7 +115,10 @@ class FencedStateContract:
         fenced.set_status(spec.dump_id, DumpStatus.RUNNING)
         fenced.save_progress(spec.dump_id, "public.t", TableProgress((1,), 1, 1))
         fenced.put_value("status/src", "a's report")
+        own = DumpSpec.new("src", ["public.t"], [(7,)])  # one the capture requests itself
+        fenced.add_dump(own)
         seen = reopen()
+        assert seen.get_dump(own.dump_id).spec == own
         assert seen.get_checkpoint("src") == Position("0002")
         assert seen.get_dump(spec.dump_id).status is DumpStatus.RUNNING
         assert seen.get_value("status/src") == "a's report"
@@ -131,6 +134,7 @@ class FencedStateContract:
             lambda: fenced.save_progress(spec.dump_id, "public.other", TableProgress((9,), 9, 9, True)),
             lambda: fenced.put_value("status/src", "a woke up"),
             lambda: fenced.put_value("status/new-key", "a woke up"),
+            lambda: fenced.add_dump(DumpSpec.new("src", ["public.t"], [(8,)])),
         ]
         for write in writes:
             with pytest.raises(StaleEpochError, match="lost the leader lease"):
@@ -142,6 +146,7 @@ class FencedStateContract:
         assert dump.progress == {"public.t": TableProgress((1,), 1, 1)}
         assert seen.get_value("status/src") == "a's report"
         assert seen.get_value("status/new-key") is None
+        assert len(seen.list_dumps("src")) == 2
         # The new holder's own fenced writes land.
         store_b = reopen().fenced(b.fence())
         store_b.set_checkpoint("src", Position("0003"))
