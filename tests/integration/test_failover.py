@@ -128,6 +128,15 @@ class Pair:
             detail=capture.tail,
             interval=0.5,
         )
+        # The key-list dumps the capture queued itself (unchanged TOAST values, PostgreSQL)
+        # are queued before their events reach the writer: all there by now; let them finish.
+        wait_for(
+            lambda: all(d.status.finished for d in self.state.list_dumps(self.source_id)),
+            120,
+            "the capture's own repair dumps",
+            capture.assert_alive,
+            detail=capture.tail,
+        )
         result = dblog(self.config, "verify", check=False)
         assert result.returncode == 0, f"verify found mismatches:\n{result.stdout}\n{result.stderr}"
         assert result.stdout.count(" 0 mismatches") == len(self.db.tables()), result.stdout
