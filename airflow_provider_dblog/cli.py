@@ -59,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds without log activity before a heartbeat watermark (0: off)",
     )
+    p.add_argument(
+        "--schema-check-interval",
+        type=float,
+        default=10.0,
+        help="seconds between comparisons of the tables' schemas with the catalog; a changed "
+        "table is dumped again (0: only when the log shows a new shape)",
+    )
 
     p = sub.add_parser("dump", help="request a dump (the running capture performs it)")
     _source_options(p)
@@ -165,6 +172,7 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
         status_interval=args.status_interval,
         reset_position=args.reset_position,  # applied once this instance holds the lease
         heartbeat_interval=args.heartbeat_interval or None,
+        schema_check_interval=args.schema_check_interval,
     )
     # Every capture takes the source's leader lease (a file lock for the local store, a
     # ZooKeeper lease otherwise): one writer per source, fenced by the epoch (invariant 7).

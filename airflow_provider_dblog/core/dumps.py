@@ -140,6 +140,16 @@ class TableProgress:
     # the first chunk). Chunks stop there; later inserts reach the changelog through the log.
     # None: not fixed yet (progress stored before bounds existed fixes it at the next chunk).
     upper_key: Optional[Key] = None
+    # Table dumps: the capture's log position when the upper bound was fixed (encoded). Every
+    # key committed before it was visible to the bound's query, so a key above the bound
+    # whose last event is older than it is gone (range repair of the table's last chunk).
+    # Set with the bound; an empty table has it without an upper key.
+    bound_at: Optional[str] = None
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the table dump's upper bound is fixed (``upper_key``; None for an empty table)."""
+        return self.upper_key is not None or self.bound_at is not None
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
@@ -158,6 +168,7 @@ class TableProgress:
             d["done"],
             d.get("keys_done", 0),
             tuple(uk) if uk is not None else None,
+            d.get("bound_at"),
         )
 
 

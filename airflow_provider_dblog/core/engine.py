@@ -36,13 +36,25 @@ from typing import Any, Callable, Optional
 
 from .batch import DumpRows
 from .dumps import TableProgress
-from .errors import DBLogError, PositionLostError, SourceUnavailable, StaleEpochError
-from .events import ChangeEvent, Op, Position, SchemaEvent, TableSchema, split_key_update
+from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavailable, StaleEpochError
+from .events import (
+    SUB_WIDTH,
+    ChangeEvent,
+    Op,
+    Origin,
+    Position,
+    SchemaEvent,
+    TableSchema,
+    WatermarkEvent,
+    split_key_update,
+)
 from .fencing import FencedOutput
-from .markers import ChunkProgress, LogCheckpoint
+from .key_types import orders_like_python
+from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .protocols import LeaderLease, Output, Source, StateStore
 from .requests import status_key
 from .scheduler import ChunkPlan, DumpScheduler
+from .schema_watch import SchemaWatch, describe
 from .toast import unchanged_toast_dumps
 from .watermark import ChunkAborted, ChunkDone, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
@@ -68,15 +80,20 @@ class EngineConfig:
     # Keep trying to reconnect to a source that dropped the connection for this long.
     reconnect_timeout: float = 300.0
     reconnect_max_backoff: float = 10.0  # seconds between attempts at most (doubling from 0.5)
+    # Compare the captured tables' catalog schemas with the recorded ones this often (0: only
+    # when the log or a chunk shows a new shape); a changed table is dumped again.
+    schema_check_interval: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
 class _OpenChunk:
-    """The window's context: which plan the chunk in flight belongs to, and the table's
-    progress once its rows are emitted (their count is added at HW)."""
+    """The window's context: which plan the chunk in flight belongs to, the table's progress
+    once its rows are emitted (their count is added at HW), and the schema its SELECT used
+    (its rows carry that schema's id even if the log announces a new shape meanwhile)."""
 
     plan: ChunkPlan
     progress: TableProgress
+    schema: TableSchema
 
 
 class Engine:
@@ -112,6 +129,11 @@ class Engine:
         self._skip_until: Optional[Position] = None
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
         self._last_item_at = time.monotonic()  # when the log last gave us anything
+        self._dating_at = 0.0  # when a watermark was last written to date a dump's bound
+        self._unreadable: dict[str, str] = {}  # table -> why its catalog schema cannot be read
+        self._resets: dict[str, TableSchema] = {}  # watermark uuid -> new schema (key changed)
+        self._resetting: set[str] = set()  # tables whose reset is not durable yet
+        self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
         self._warned: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -128,7 +150,7 @@ class Engine:
             # Fenced from here on: every output commit and every state write of this process
             # is refused once a newer leader exists, and the source opens no log connection.
             self.output = FencedOutput(self.output, self.lease)
-            self.state = self.scheduler.state = self.state.fenced(self.lease.fence())
+            self.state = self.scheduler.state = self.schema_watch.state = self.state.fenced(self.lease.fence())
             self.source.take_over(self.lease.check, self._previous_log_status())
             log.info("capture of %s: leader with epoch %d", self.source_id, epoch)
         try:
@@ -197,6 +219,7 @@ class Engine:
                 try:
                     self._log_step(writer)
                     self._apply_durable(writer)
+                    self._schema_step(writer)
                     self._dump_step(writer)
                     self._heartbeat_step()
                 except SourceUnavailable as exc:
@@ -246,6 +269,73 @@ class Engine:
             schema = self.schemas[table] = self.source.table_schema(table)
             writer.put(schema)
         return schema
+
+    # -- schema changes -----------------------------------------------------------------------
+    def _schema_step(self, writer: Writer) -> None:
+        """Compare each captured table's catalog schema with the recorded one; a changed table
+        is dumped again (core/schema_watch.py). Chunks select the catalog's columns from here
+        on. Not while a chunk is in flight (its rows are in the shape it selected)."""
+        if self.window.busy or not self.schema_watch.due():
+            return
+        queued = False
+        for table in self.source.tables():
+            try:
+                schema = self.source.catalog_schema(table)
+            except SourceUnavailable:
+                raise
+            except DBLogError as exc:  # dropped, or no key any more: its dumps say why
+                if self._unreadable.get(table) != str(exc):
+                    log.warning("capture of %s: cannot read the schema of %s: %s", self.source_id, table, exc)
+                self._unreadable[table] = str(exc)
+                continue
+            self._unreadable.pop(table, None)
+            known = self.schemas.get(table)
+            if known is None or known.schema_id() != schema.schema_id():
+                self.schemas[table] = schema
+                writer.put(schema)
+            old = self.schema_watch.changed(schema)
+            if old is None or table in self._resetting:
+                continue
+            if old.key != schema.key:
+                # Old and new events name rows by different keys: clear the table's older rows
+                # with a TRUNCATE at a position of our own (a watermark); the re-dump follows
+                # once it is durable (markers.TableReset).
+                reset = uuid.uuid4().hex
+                self._resets[reset] = schema
+                self._resetting.add(table)
+                self.source.write_watermark(reset)
+                log.warning(
+                    "capture of %s: the primary key of %s changed (%s): its older rows are cleared "
+                    "(op t) and the table is dumped again under the new key",
+                    self.source_id,
+                    table,
+                    describe(old, schema),
+                )
+            else:
+                self.schema_watch.redump(schema, old)
+                queued = True
+        self.schema_watch.checked()
+        if queued:
+            self.scheduler.wake()
+
+    def _reset_table(self, wm: WatermarkEvent) -> list[Any]:
+        """The TRUNCATE for a primary-key change, at the position of its own watermark."""
+        schema = self._resets.pop(wm.uuid)
+        truncate = ChangeEvent(
+            self.source_id,
+            schema.table,
+            Op.TRUNCATE,
+            (),
+            None,
+            None,
+            wm.position,
+            None,
+            wm.txid,
+            Origin.LOG,
+            None,
+            schema.schema_id(),
+        )
+        return self._emit(self.window.process(truncate)) + [TableReset(schema)]
 
     # -- heartbeats and reconnects ------------------------------------------------------------
     def _heartbeat_step(self) -> None:
@@ -323,6 +413,7 @@ class Engine:
             if isinstance(item, SchemaEvent):
                 self.schemas[item.schema.table] = item.schema
                 out.append(item.schema)
+                self.schema_watch.soon()  # maybe an ALTER TABLE: compare with the catalog
                 continue
             pos = item.position
             if skip is not None and pos <= skip:
@@ -338,6 +429,8 @@ class Engine:
                         out.append(ev)
                     else:
                         out.extend(self._emit(emitted))
+            elif isinstance(item, WatermarkEvent) and item.uuid in self._resets:
+                out.extend(self._reset_table(item))
             else:
                 out.extend(self._emit(process(item)))
         if last is not None:
@@ -393,13 +486,60 @@ class Engine:
             self.source_id,
             plan.table,
             plan.dump_id,
-            self.schemas[plan.table].schema_id(),
+            chunk.schema.schema_id(),
             done.hw,
             1,
             done.keys,
             done.rows,
         )
-        return [rows, self.scheduler.emitted(plan, chunk.progress, len(rows))]
+        out: list[Any] = [self._range_event(done, chunk)] if self._repairs(plan, chunk.schema) else []
+        return out + [rows, self.scheduler.emitted(plan, chunk.progress, len(rows))]
+
+    def _repairs(self, plan: ChunkPlan, schema: TableSchema) -> bool:
+        """Whether a chunk of this plan states what it covers (op k): key-list chunks always
+        (a listed key the source lacks is gone; equality needs no order); table-dump chunks
+        when their key columns order alike in the database, Python and Spark (integers)."""
+        if plan.keys is not None:
+            return bool(plan.keys)
+        if not plan.start.bounded:
+            return False
+        by_name = {c.name: c for c in schema.columns}
+        return orders_like_python([by_name[k] for k in schema.key])
+
+    def _range_event(self, done: ChunkDone, chunk: _OpenChunk) -> ChangeEvent:
+        """What the chunk covers, at HW sub 0 (its rows follow at subs 1..n): the listed keys
+        of a key-list chunk, or the key range from the previous chunk's last key (exclusive)
+        to this chunk's last key; the table's last chunk runs to the end of the key space.
+        Keys covered, not in the chunk and whose last event is older than ``since`` are gone."""
+        plan, progress = chunk.plan, chunk.progress
+        since = done.since or done.hw  # the LW, or an event the SELECT could not see
+        body: dict[str, Any]
+        if plan.keys is not None:
+            body = {"keys": [list(k) for k in plan.keys]}
+        else:
+            low = plan.start.last_key
+            last = progress.done
+            if last and plan.start.bound_at is not None:
+                # Above the upper bound: no key older than the bound's position exists there.
+                since = min(since, Position.parse(plan.start.bound_at))
+            high = None if last else progress.last_key
+            body = {"from": list(low) if low is not None else None, "to": list(high) if high is not None else None}
+        body["since"] = since.encode()
+        schema_id = chunk.schema.schema_id()
+        return ChangeEvent(
+            self.source_id,
+            plan.table,
+            Op.RANGE,
+            (),
+            None,
+            body,
+            done.hw.with_sub(0),
+            None,
+            None,
+            Origin.DUMP,
+            plan.dump_id,
+            schema_id,
+        )
 
     def _dump_step(self, writer: Writer) -> None:
         if self.window.busy:
@@ -411,6 +551,9 @@ class Engine:
             self._select_chunk(plan, writer)
         except SourceUnavailable:
             raise  # the source is gone for a moment, the request is fine
+        except SchemaChanged as exc:  # a column the SELECT named is gone: select it again
+            self.schema_watch.soon()
+            self.scheduler.aborted(plan.table, str(exc))
         except DBLogError as exc:
             self.scheduler.failed(plan, exc)  # a bad request fails that dump, not the capture
 
@@ -418,15 +561,20 @@ class Engine:
         schema = self._schema(plan.table, writer)
         if plan.needs_bound:
             # A table dump starts: fix its upper bound, so that it ends under a steady insert
-            # stream (later rows reach the changelog through the log anyway).
-            plan = plan.bounded(self.source.max_key(schema))
-            if plan.upper_key is None:  # an empty table is done at once, no chunk needed
-                writer.put(self.scheduler.emitted(plan, plan.empty_done(), 0))
+            # stream (later rows reach the changelog through the log anyway), and date it by
+            # the log position read so far (every key committed before it is <= the bound).
+            if self.last_seen is None:  # nothing read yet: a watermark gives a position
+                if time.monotonic() - self._dating_at > 1.0:
+                    self.source.write_watermark(uuid.uuid4().hex)
+                    self._dating_at = time.monotonic()
                 return
+            # The bound's "since": past every sub of the last coordinate read (all committed).
+            bound_at = Position(self.last_seen.coord, 10**SUB_WIDTH - 1)
+            plan = plan.bounded(self.source.max_key(schema), bound_at)
         lw, hw = uuid.uuid4().hex, uuid.uuid4().hex
         # Log processing is paused from here to the HW write (invariant 6).
         self.source.write_watermark(lw)
-        if plan.keys is None:
+        if plan.keys is None and plan.selects_rows:
             result = self.source.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key)
         elif plan.keys:
             result = self.source.select_keys(schema, plan.keys)
@@ -435,7 +583,7 @@ class Engine:
         self.source.write_watermark(hw)
         selected = result.rows if result is not None else []
         invisible = result.invisible_txids if result is not None else frozenset()
-        chunk = _OpenChunk(plan, plan.progress_after(selected, schema))
+        chunk = _OpenChunk(plan, plan.progress_after(selected, schema), schema)
         opened = self.window.open(lw, hw, plan.table, zip(schema.keys_of(selected), selected), invisible, chunk)
         aborted = [em for em in opened if isinstance(em, ChunkAborted)]
         if aborted:
@@ -454,6 +602,10 @@ class Engine:
                 self.scheduler.durable(marker)
             elif isinstance(marker, LogCheckpoint):
                 last_log = marker.position
+            elif isinstance(marker, TableReset):
+                self.schema_watch.redump(marker.schema, None)
+                self._resetting.discard(marker.schema.table)
+                self.scheduler.wake()
         if last_log is not None:
             self.state.set_checkpoint(self.source_id, last_log)
             self.durable = last_log
@@ -485,6 +637,7 @@ class Engine:
             "lag_bytes": src.get("lag_bytes"),  # log bytes written but not yet read
             "warnings": list(src.get("warnings") or []),
             "heartbeats": self.heartbeats,
+            "schemas_checked_at": self.schema_watch.checked_at,
             "reconnects": self.reconnects,
             "dumps": self.scheduler.health(),
             "estimates": self.scheduler.estimates,

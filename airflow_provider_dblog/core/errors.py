@@ -20,6 +20,15 @@ class RequestError(DBLogError):
     """A dump request names an unknown table, a malformed key, or similar."""
 
 
+class SchemaChanged(DBLogError):
+    """A chunk's SELECT named a column the table no longer has (an ALTER TABLE since the
+    engine last read the catalog): not the request's fault; the engine reads the schema
+    again and selects the chunk again."""
+
+    def __init__(self, cause: str, fix: str = ""):
+        super().__init__(cause, fix or "nothing: the chunk is selected again in the table's new shape.")
+
+
 class PositionLostError(DBLogError):
     """The checkpointed log position is no longer available on the source."""
 

@@ -35,6 +35,11 @@ class Op(str, enum.Enum):
     # TRUNCATE of the whole table: key (), no row images. Every row of the table with a
     # smaller position is gone; later events of the table apply as usual.
     TRUNCATE = "t"
+    # A dump chunk's key range (table dumps of integer keys): key (), ``after`` holds
+    # {"from": key or None, "to": key or None, "since": encoded LW position}. Every key k with
+    # from < k <= to whose last event is older than ``since`` is gone (the chunk's rows, at
+    # the following subs, re-add the keys it holds). See docs/changelog-format.md.
+    RANGE = "k"
 
 
 class Origin(str, enum.Enum):

@@ -192,3 +192,11 @@ def _timestamp(table: str, column: Column, base: str, rest: str, value: Any) -> 
         # A timestamp without time zone ignores an offset: another row would be selected.
         raise _refuse(table, column, value, "an ISO timestamp without an offset (the column has no time zone)")
     return parsed.isoformat()
+
+
+def orders_like_python(columns: "list[Column] | tuple[Column, ...]") -> bool:
+    """Whether keys of these columns sort the same in the database, in Python (canonical
+    values) and in Spark (the key's JSON parsed as numbers): integer types only. Decimals are
+    canonical strings, text depends on the collation (MySQL's default ignores case), so a
+    dump's range repair (events.Op.RANGE) is emitted only for keys of integer columns."""
+    return bool(columns) and all(_parse(c.type)[0] in _INT_BITS for c in columns)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from .dumps import TableProgress
-from .events import Position
+from .events import Position, TableSchema
 
 
 class Marker:
@@ -34,3 +34,11 @@ class ChunkProgress(Marker):
     table: str
     progress: TableProgress
     dump_done: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TableReset(Marker):
+    """The TRUNCATE (op t) that clears a table's rows before its primary key changed is
+    durable: request the table's re-dump and record its new ``schema`` (core/schema_watch.py)."""
+
+    schema: TableSchema

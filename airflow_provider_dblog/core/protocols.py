@@ -47,6 +47,10 @@ class Source(Protocol):
     def table_schema(self, table: str) -> TableSchema:
         """Current schema; RequestError for an unknown table, ConfigurationError without a key."""
 
+    def catalog_schema(self, table: str) -> TableSchema:
+        """The table's schema as the catalog has it now, read afresh (no cache): the engine
+        compares it with the recorded one to notice schema changes (core/schema_watch.py)."""
+
     def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         """Start reading the log so that every event with a position > ``after`` is delivered
         (some events <= ``after`` may be delivered again; the engine drops them). ``None``:

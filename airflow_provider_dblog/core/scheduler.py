@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .dumps import Dump, DumpStatus, TableProgress
 from .errors import DBLogError
-from .events import Key, Row, TableSchema
+from .events import Key, Position, Row, TableSchema
 from .markers import ChunkProgress
 from .protocols import StateStore
 
@@ -47,22 +47,24 @@ class ChunkPlan:
     def needs_bound(self) -> bool:
         """A table dump whose upper bound is not fixed yet: the engine reads the table's
         greatest key (``Source.max_key``) before this chunk and calls ``bounded``."""
-        return self.keys is None and self.start.upper_key is None
+        return self.keys is None and not self.start.bounded
 
     @property
     def upper_key(self) -> Optional[Key]:
         """The table dump's fixed upper bound: chunks select keys up to it and no further."""
         return self.start.upper_key
 
-    def bounded(self, upper_key: Optional[Key]) -> "ChunkPlan":
-        """This plan with the table's upper bound fixed (stored with the table's progress,
-        so a restarted capture keeps it). ``None``: the table is empty, its dump is done
-        (``empty_done``)."""
-        return dataclasses.replace(self, start=dataclasses.replace(self.start, upper_key=upper_key))
+    def bounded(self, upper_key: Optional[Key], bound_at: Position) -> "ChunkPlan":
+        """This plan with the table's upper bound fixed at log position ``bound_at`` (stored
+        with the table's progress, so a restarted capture keeps it). ``upper_key`` None: the
+        table is empty; its one chunk selects nothing and only states its range."""
+        start = dataclasses.replace(self.start, upper_key=upper_key, bound_at=bound_at.encode())
+        return dataclasses.replace(self, start=start)
 
-    def empty_done(self) -> TableProgress:
-        """The table's progress when it was empty as its dump started: done, no chunk."""
-        return dataclasses.replace(self.start, done=True)
+    @property
+    def selects_rows(self) -> bool:
+        """False for the one chunk of a table that was empty when its dump started."""
+        return self.keys is not None or self.start.upper_key is not None
 
     def progress_after(self, rows: Sequence[Row], schema: TableSchema) -> TableProgress:
         """The table's progress once this chunk's rows (as selected) are emitted; the rows
@@ -74,7 +76,8 @@ class ChunkPlan:
             return TableProgress(p.last_key, p.rows, p.chunks + 1, done >= self.keys_total, done)
         last_key = schema.key_of(rows[-1]) if rows else p.last_key
         reached = p.upper_key is not None and last_key == p.upper_key
-        return TableProgress(last_key, p.rows, p.chunks + 1, len(rows) < self.size or reached, 0, p.upper_key)
+        done = len(rows) < self.size or reached
+        return TableProgress(last_key, p.rows, p.chunks + 1, done, 0, p.upper_key, p.bound_at)
 
 
 class DumpScheduler:

@@ -3,7 +3,9 @@
 Replay rule (the changelog's public contract): per key, the event with the highest position
 wins; a delete removes the key; a TRUNCATE removes every row of its table with a smaller
 position. Dump rows and log rows are treated alike. A column holding the unchanged-TOAST
-placeholder keeps the key's previous value of that column (core/toast.py).
+placeholder keeps the key's previous value of that column (core/toast.py). A dump chunk's
+range event (op k) removes every key in its range whose last event is older than its
+``since`` position (a row deleted while nothing was captured).
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ def replay(events: Iterable[ChangeEvent]) -> dict[Key, Row]:
     row whose last event is older than it; later events apply as usual."""
     latest: dict[Key, tuple[Position, Optional[Row]]] = {}
     truncated: Optional[Position] = None  # the table's latest TRUNCATE
+    covered = Covered()  # dump chunks' statements (op k): what they remove
     toast = ToastHistory()  # what an unchanged-TOAST placeholder is filled from
     for e in events:
         if e.op is Op.TRUNCATE:
             truncated = e.position if truncated is None else max(truncated, e.position)
+            continue
+        if e.op is Op.RANGE:
+            covered.add(e)
             continue
         toast.add(e)
         cur = latest.get(e.key)
@@ -32,8 +38,43 @@ def replay(events: Iterable[ChangeEvent]) -> dict[Key, Row]:
     return {
         k: toast.fill(k, row, p, truncated)
         for k, (p, row) in latest.items()
-        if row is not None and (truncated is None or p > truncated)
+        if row is not None and (truncated is None or p > truncated) and not covered.removes(k, p)
     }
+
+
+class Covered:
+    """Dump chunks' range events (op k): a key range (from exclusive, to inclusive; None: no
+    bound) or a list of keys, each with a ``since`` position. A key covered by one of them
+    whose last event is older than its ``since`` was deleted while nothing was captured."""
+
+    def __init__(self) -> None:
+        self.ranges: list[tuple[Optional[Key], Optional[Key], Position]] = []
+        self.keys: dict[Key, Position] = {}  # listed key -> greatest since
+        self.latest: Optional[Position] = None  # the greatest range since: keys newer are safe
+
+    def add(self, event: ChangeEvent) -> None:
+        body = event.after or {}
+        since = Position.parse(body["since"])
+        if "keys" in body:
+            for k in body["keys"]:
+                key = tuple(k)
+                self.keys[key] = max(since, self.keys.get(key, since))
+            return
+        low, high = body.get("from"), body.get("to")
+        self.latest = since if self.latest is None else max(self.latest, since)
+        self.ranges.append((tuple(low) if low is not None else None, tuple(high) if high is not None else None, since))
+
+    def removes(self, key: Key, last: Position) -> bool:
+        """Whether ``key``, whose last event is at ``last``, is gone."""
+        listed = self.keys.get(key)
+        if listed is not None and last < listed:
+            return True
+        if self.latest is None or last >= self.latest:  # most keys: dumped after every range
+            return False
+        return any(
+            last < since and (low is None or key > low) and (high is None or key <= high)
+            for low, high, since in self.ranges
+        )
 
 
 @dataclasses.dataclass

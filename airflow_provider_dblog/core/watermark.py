@@ -50,6 +50,9 @@ class ChunkDone:
     selected: int  # rows the SELECT returned (before removals)
     context: Any
     keys: list[Key] = dataclasses.field(default_factory=list)  # the key of each row, same order
+    # The chunk's range repair holds for keys whose last event is older than this: the LW's
+    # position, or the earliest event of a transaction the SELECT could not see (PostgreSQL).
+    since: Optional[Position] = None
 
 
 @dataclasses.dataclass
@@ -75,6 +78,7 @@ class WatermarkWindow:
         self._selected = 0
         self._invisible: frozenset[str] = frozenset()
         self._context: Any = None
+        self._since: Optional[Position] = None
         # Transactions whose events were already passed on, newest last (bounded memory).
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._recent_max = recent_txids
@@ -124,14 +128,19 @@ class WatermarkWindow:
                     self._reset()
                     return [item, aborted]
                 self._rows.pop(item.key, None)
+                if self._since is None or item.position < self._since:
+                    self._since = item.position
         return [item]
 
     def _on_watermark(self, wm: WatermarkEvent) -> list[Emitted]:
         if self.state is WindowState.AWAITING_LW and wm.uuid == self._lw:
             self.state = WindowState.OPEN
+            if self._since is None or wm.position < self._since:
+                self._since = wm.position
             return []
         if self.state is WindowState.OPEN and wm.uuid == self._hw:
-            done = ChunkDone(wm.position, list(self._rows.values()), self._selected, self._context, list(self._rows))
+            rows = list(self._rows.values())
+            done = ChunkDone(wm.position, rows, self._selected, self._context, list(self._rows), self._since)
             self._reset()
             return [done]
         if self.state is WindowState.AWAITING_LW and wm.uuid == self._hw:
@@ -150,6 +159,7 @@ class WatermarkWindow:
         self._selected = 0
         self._invisible = frozenset()
         self._context = None
+        self._since = None
 
     def _remember(self, txid: str) -> None:
         self._last_txid = txid

@@ -1,10 +1,12 @@
 """Driver errors of a dump's SELECTs that belong to that dump, as RequestError.
 
-A table dropped or renamed while its dump runs, a SELECT privilege revoked, a column renamed
-or dropped away, or a key value the column type rejects (a request recorded before keys
-were checked) is a problem of that dump, not of the capture: the engine marks the dump
+A table dropped or renamed while its dump runs, a SELECT privilege revoked, or a key value
+the column type rejects (a request recorded before keys were checked) is a problem of that
+dump, not of the capture: the engine marks the dump
 FAILED with this error and goes on capturing (DESIGN invariant 9). Each source wraps its
 chunk SELECTs (``select_chunk``, ``select_keys``, ``max_key``) in its context manager here.
+A column renamed or dropped away is not the dump's problem either: SchemaChanged, on which
+the engine reads the table's schema again and selects the chunk again (core/schema_watch.py).
 
 Only the errors listed are translated. A lost connection stays the driver's error, which
 ``on_connection_loss`` turns into SourceUnavailable (the engine reconnects and selects the
@@ -19,7 +21,7 @@ from typing import Iterator, Optional
 import psycopg2
 import pymysql
 
-from ..core.errors import RequestError
+from ..core.errors import DBLogError, RequestError, SchemaChanged
 
 _REQUEST_AGAIN = "then request the dump again (dblog dump / the DumpOperator)"
 
@@ -43,11 +45,10 @@ def _denied(table: str, user: str, detail: str) -> RequestError:
     )
 
 
-def _column(table: str, detail: str) -> RequestError:
-    return RequestError(
-        f"a column of table {table} that the dump selects is gone ({detail}): it was renamed or "
-        "dropped while the dump ran.",
-        f"restart the capture (it reads the table's columns again), {_REQUEST_AGAIN}.",
+def _column(table: str, detail: str) -> SchemaChanged:
+    return SchemaChanged(
+        f"a column of table {table} that the chunk selects is gone ({detail}): it was renamed or "
+        "dropped since the capture read the table's columns."
     )
 
 
@@ -58,8 +59,9 @@ def _bad_key(table: str, detail: str) -> RequestError:
     )
 
 
-def postgres_request_error(exc: BaseException, table: str, user: str) -> Optional[RequestError]:
-    """The RequestError for a PostgreSQL error that fails the dump of ``table``, else None."""
+def postgres_request_error(exc: BaseException, table: str, user: str) -> Optional[DBLogError]:
+    """The RequestError for a PostgreSQL error that fails the dump of ``table`` (SchemaChanged
+    for a column that is gone), else None."""
     code = getattr(exc, "pgcode", None) or ""
     detail = _line(exc)
     if code in ("42P01", "3F000"):  # undefined_table, invalid_schema_name
@@ -81,7 +83,7 @@ _MYSQL_COLUMN = {1054}
 _MYSQL_BAD_VALUE = {1292, 1366, 1367, 1411}
 
 
-def mysql_request_error(exc: BaseException, table: str, user: str) -> Optional[RequestError]:
+def mysql_request_error(exc: BaseException, table: str, user: str) -> Optional[DBLogError]:
     """The RequestError for a MySQL/MariaDB error that fails the dump of ``table``, else None."""
     if not isinstance(exc, pymysql.err.MySQLError) or not exc.args or not isinstance(exc.args[0], int):
         return None

@@ -179,6 +179,10 @@ class MySQLSource:
         self._schemas[table] = schema
         return schema
 
+    @on_connection_loss
+    def catalog_schema(self, table: str) -> TableSchema:
+        return catalog.read_table_schema(self._require_session(), table, self._key_columns.get(table), self._mariadb)
+
     def _schema_for_log(self, table: str, columns: list) -> TableSchema:
         """Called by the reader thread at a table's first table map or a column change."""
         session = self._log_session

@@ -353,6 +353,11 @@ class PostgresSource:
     def table_schema(self, table: str):
         return self._info(table).schema
 
+    @on_connection_loss
+    def catalog_schema(self, table: str):
+        with self._cur() as cur:
+            return read_table(cur, table, self._key_columns.get(table)).schema
+
     def _type_name(self, oid: int) -> str:
         name = self._type_cache.get(oid)
         if name is None:

@@ -16,7 +16,8 @@ monotonic, so the replay changes nothing: per key a mirror row is only ever repl
 event with a higher position (DBLog's replay rule, core/verify.py). Deletes leave a
 tombstone (``_deleted``) so that no older event - a late repair dump, a replayed batch - can
 bring the row back; the ``current`` view hides them (vacuum: spark/maintenance.py). A
-TRUNCATE (op t) turns every live row older than it into such a tombstone.
+TRUNCATE (op t) turns every live row older than it into such a tombstone, and so does a dump
+chunk's range event (op k) for the rows of its key range older than its low watermark.
 
 Mirrors live at ``<mirrors>/<source_id>/<schema>.<table>`` (default ``<lake>/mirrors``)
 and are registered in the session catalog as ``dblog_<source>.<schema>__<table>`` (the table,
@@ -37,6 +38,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_provider_dblog.core.events import TableSchema
+from airflow_provider_dblog.outputs._common import dumps
 from airflow_provider_dblog.spark import mirror_types as mt
 from airflow_provider_dblog.spark.session import get_session
 
@@ -45,7 +47,9 @@ METADATA = T.StructType(
     [
         T.StructField("_key", T.StringType()),  # the changelog's key (JSON array text): the merge key
         T.StructField("_position", T.StringType()),  # position of the event that wrote the row
-        T.StructField("_op", T.StringType()),  # its op: c u d r, or t (a tombstone left by a TRUNCATE)
+        T.StructField(
+            "_op", T.StringType()
+        ),  # its op: c u d r, t or k (tombstones left by a TRUNCATE or a range repair)
         T.StructField("_commit_ts", T.TimestampType()),  # source commit time (may be NULL for dump rows)
         T.StructField("_origin", T.StringType()),  # log | dump
         T.StructField("_landed_at", T.TimestampType()),  # when this job wrote the row
@@ -55,6 +59,9 @@ METADATA = T.StructType(
 META_NAMES = set(METADATA.fieldNames())
 
 PROP_TABLE, PROP_SOURCE, PROP_KEY = "dblog.source_table", "dblog.source_id", "dblog.key"
+# Set on a mirror whose source table changed in a way the mirror cannot follow: the reason.
+# Its events are no longer landed (the other tables go on) until the mirror is rebuilt.
+PROP_STOPPED = "dblog.stopped"
 
 
 # An unchanged TOASTed value's placeholder (core/toast.py) as the changelog's JSON writes it.
@@ -118,7 +125,9 @@ class Lander:
         self.register, self.log = register, log
         self.events = 0
         self.landed: set[tuple[str, str]] = set()
+        self.stopped: dict[str, str] = {}  # "source table" -> why its mirror no longer lands
         self._mirror_keys: dict[str, Optional[list]] = {}
+        self._mirror_stopped: dict[str, Optional[str]] = {}
 
     # -- one micro-batch ------------------------------------------------------------------
     def land_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -140,13 +149,24 @@ class Lander:
             for (source_id, table), gs in sorted(tables.items()):
                 n = sum(g["count"] for g in gs)
                 t0 = time.time()
-                self.land_table(
-                    batch.where((F.col("source_id") == source_id) & (F.col("table") == table)),
-                    source_id,
-                    table,
-                    [g.schema_id for g in gs],
-                    truncated_at=max((g.truncated_at for g in gs if g.truncated_at), default=None),
-                )
+                path = mirror_path(self.mirrors, source_id, table)
+                reason = self._stopped_reason(path)
+                if reason is None:
+                    try:
+                        self.land_table(
+                            batch.where((F.col("source_id") == source_id) & (F.col("table") == table)),
+                            source_id,
+                            table,
+                            [g.schema_id for g in gs],
+                            truncated_at=max((g.truncated_at for g in gs if g.truncated_at), default=None),
+                        )
+                    except mt.IncompatibleSchemaChange as exc:
+                        reason = str(exc)
+                        self._stop(path, reason)
+                if reason is not None:  # this table only: the other tables go on landing
+                    self.stopped[f"{source_id} {table}"] = reason
+                    self.log(f"batch {batch_id}: {source_id} {table}: {n} events not landed: {reason}")
+                    continue
                 self.events += n
                 self.landed.add((source_id, table))
                 self.log(f"landed batch {batch_id}: {source_id} {table}: {n} events in {time.time() - t0:.1f} s")
@@ -165,6 +185,12 @@ class Lander:
         truncates = events.where(F.col("op") == "t")
         if truncated_at is not None:
             events = events.where((F.col("op") != "t") & (F.col("position") > truncated_at))
+        ranges = [
+            (json.loads(r.after), r.position)
+            # newest first: a key covered twice becomes a tombstone at the newer one's position
+            for r in events.where(F.col("op") == "k").select("after", "position").orderBy(F.desc("position")).collect()
+        ]
+        events = events.where(F.col("op") != "k")
         versions = self.schemas.versions(table, schema_ids)
         key = versions[-1].key
         wanted = mt.data_columns(table, path, versions)
@@ -181,8 +207,49 @@ class Lander:
             # Monotonic: an event never replaces a row written at a newer (or the same) position.
             merge = merge.whenMatchedUpdateAll(condition="s._position > t._position").whenNotMatchedInsertAll()
         merge.execute()
+        if ranges:
+            self._repair_ranges(path, key, target, ranges)
         if truncated_at is not None:
             self._truncate(path, key, target, truncated_at, truncates)
+
+    def _repair_ranges(self, path: str, key: tuple, target: T.StructType, ranges: list) -> None:
+        """Dump chunks' range events (op k): every live mirror row whose key is in a range
+        (integer keys; from exclusive, to inclusive, None: no bound) or in a chunk's key list,
+        and whose position is older than the event's ``since``, becomes a tombstone at the
+        event's position. Run after the merge, so rows of this batch count with their new
+        positions (a chunk's own rows and keys changed inside its window are newer than
+        ``since``: untouched)."""
+        from delta.tables import DeltaTable
+
+        arr = T.ArrayType(T.DecimalType(38, 0))
+        k = F.from_json(F.col("_key"), arr)
+        tomb_at: Any = None
+        for body, position in ranges:
+            cond = F.col("_position") < F.lit(body["since"])
+            if "keys" in body:  # a key-list chunk: the changelog's key text, compared as is
+                cond = cond & F.col("_key").isin([dumps(k) for k in body["keys"]])
+            if body.get("from") is not None:
+                cond = cond & (k > F.from_json(F.lit(json.dumps(body["from"])), arr))
+            if body.get("to") is not None:
+                cond = cond & (k <= F.from_json(F.lit(json.dumps(body["to"])), arr))
+            tomb_at = F.when(cond, F.lit(position)) if tomb_at is None else tomb_at.when(cond, F.lit(position))
+        blank = {
+            _q(f.name): F.lit(None).cast(f.dataType)
+            for f in target.fields
+            if f.name not in META_NAMES and f.name not in key
+        }
+        DeltaTable.forPath(self.spark, path).update(
+            condition=tomb_at.isNotNull() & ~F.col("_deleted"),
+            set={
+                **blank,
+                "_position": tomb_at,
+                "_op": F.lit("k"),
+                "_commit_ts": F.lit(None).cast(T.TimestampType()),
+                "_origin": F.lit("dump"),
+                "_landed_at": F.current_timestamp(),
+                "_deleted": F.lit(True),
+            },
+        )
 
     def _truncate(self, path: str, key: tuple, target: T.StructType, truncated_at: str, truncates: DataFrame) -> None:
         """Every live row older than the TRUNCATE at ``truncated_at`` becomes a tombstone at
@@ -353,6 +420,28 @@ class Lander:
             schema = DeltaTable.forPath(self.spark, path).toDF().schema
         return schema
 
+    def _stopped_reason(self, path: str) -> Optional[str]:
+        """Why the mirror at ``path`` no longer lands (its PROP_STOPPED property), or None."""
+        from delta.tables import DeltaTable
+
+        if path not in self._mirror_stopped:
+            reason = None
+            if DeltaTable.isDeltaTable(self.spark, path):
+                rows = self.spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+                reason = {r[0]: r[1] for r in rows}.get(PROP_STOPPED)
+            self._mirror_stopped[path] = reason
+        return self._mirror_stopped[path]
+
+    def _stop(self, path: str, reason: str) -> None:
+        """Mark the mirror stopped (kept by later runs: their batches do not hold the events
+        this one skips), unless there is no mirror yet to mark."""
+        from delta.tables import DeltaTable
+
+        self._mirror_stopped[path] = reason
+        if DeltaTable.isDeltaTable(self.spark, path):
+            quoted = reason.replace("\\", "\\\\").replace("'", "\\'")
+            self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{PROP_STOPPED}' = '{quoted}')")
+
     def _mirror_key(self, path: str) -> Optional[list]:
         """The key a mirror was created with (its PROP_KEY property; fixed for its life, so
         read once per job). SHOW TBLPROPERTIES reads the log's metadata only: DESCRIBE
@@ -441,6 +530,7 @@ def land(
         "seconds": round(time.time() - t0, 3),
         "registered": registered,
         "checkpoint": checkpoint,
+        "stopped": lander.stopped,
     }
 
 
@@ -486,7 +576,9 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
             return 2
         raise
     print(json.dumps(stats), flush=True)
-    return 0
+    for table, reason in sorted(stats["stopped"].items()):  # landed all the others first
+        print(f"error: mirror of {table} stopped: {reason}", file=sys.stderr, flush=True)
+    return 2 if stats["stopped"] else 0
 
 
 def _incompatible_in(exc: BaseException) -> Optional[str]:

@@ -8,6 +8,7 @@ Expected mirrors come from core/verify.replay: the changelog's public replay rul
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -326,7 +327,7 @@ def test_mirror_never_moves_back_in_time(spark, tmp_path):
     assert DeltaTable.forPath(spark, str(tmp_path / "changelog")).detail().first().numFiles == 1
 
 
-def test_schema_evolution_adds_columns_and_stops_on_a_type_change(spark, tmp_path):
+def test_schema_evolution_adds_columns_and_a_type_change_stops_only_that_table(spark, tmp_path):
     from airflow_provider_dblog.spark.land_changelog import catalog_names
 
     src = "evo_" + uuid.uuid4().hex[:6]
@@ -354,16 +355,27 @@ def test_schema_evolution_adds_columns_and_stops_on_a_type_change(spark, tmp_pat
     }
     assert "note" in spark.table(catalog_names(src, "s.orders")[2]).columns  # the view follows
 
-    before = version(spark, path)
+    before = rows(spark, tmp_path, src, v2)
+    other = log.schema("s.other", [("id", "integer"), ("v", "text")])
     v3 = log.schema(
         "s.orders", [("id", "integer"), ("amount", "text"), ("note", "text"), ("seen", "timestamp with time zone")]
     )
-    log.append(log.ev(v3, "u", {"id": 1, "amount": "lots", "note": "x", "seen": None}))
-    with pytest.raises(Exception) as err:
-        land(spark, tmp_path)
-    msg = str(err.value)
-    assert "incompatible schema change in s.orders, column 'amount'" in msg, msg
-    assert version(spark, path) == before  # the mirror is left as it was
+    log.append(
+        log.ev(v3, "u", {"id": 1, "amount": "lots", "note": "x", "seen": None}), log.ev(other, "c", {"id": 1, "v": "a"})
+    )
+    stats = land(spark, tmp_path)
+    msg = stats["stopped"][f"{src} s.orders"]
+    assert "incompatible schema change in s.orders, column 'amount'" in msg and "Fix:" in msg, msg
+    assert rows(spark, tmp_path, src, v2) == before  # the mirror is left as it was
+    assert rows(spark, tmp_path, src, other) == {(1,): {"id": 1, "v": "a"}}  # the other table goes on
+    # Later runs keep the table stopped (they do not see the skipped events again) and land the rest.
+    log.append(
+        log.ev(v2, "u", {"id": 2, "amount": "1.000", "note": None, "seen": None}),
+        log.ev(other, "c", {"id": 2, "v": "b"}),
+    )
+    stats = land(spark, tmp_path)
+    assert f"{src} s.orders" in stats["stopped"] and rows(spark, tmp_path, src, v2) == before
+    assert set(rows(spark, tmp_path, src, other)) == {(1,), (2,)}
 
 
 def test_killed_mid_job_then_landed_again(spark, tmp_path):
@@ -452,3 +464,44 @@ def test_truncate_tombstones_older_rows_and_later_rows_survive(spark, tmp_path):
     snapshot = {r._key: r for r in spark.read.format("delta").load(path).collect()}
     land(spark, tmp_path, checkpoint=str(tmp_path / "other-checkpoint"))  # a lost checkpoint
     assert {r._key: r for r in spark.read.format("delta").load(path).collect()} == snapshot
+
+
+def test_range_events_remove_keys_deleted_while_nothing_was_captured(spark, tmp_path):
+    """Range repair (issue 11, part 6): a dump chunk's range event (op k) tombstones the
+    mirror rows of its key range older than its LW, in the same batch as its rows or before
+    them; a key inserted inside the window and keys outside the range survive."""
+    src = "range_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    s = log.schema("s.t", [("id", "bigint"), ("v", "text")])
+
+    def rng(low, high, since, hw):
+        body = {"from": low, "to": high, "since": since.encode()}
+        e = log.ev(s, "k", key=[], position=hw.with_sub(0), origin="dump")
+        return dataclasses.replace(e, after=body)
+
+    log.append(*[log.ev(s, "c", {"id": i, "v": f"a{i}"}) for i in (1, 2, 3, 4, 40, 41, 60, 99)])
+    land(spark, tmp_path)
+    # Gap: 2, 4 and 41 deleted unseen. Chunk 1 (-inf, 30] with 20 inserted inside its window.
+    lw, inserted, hw = log.pos(), log.ev(s, "c", {"id": 20, "v": "in window"}), log.pos()
+    chunk = [
+        log.ev(s, "r", {"id": i, "v": f"a{i}"}, position=hw.with_sub(n), origin="dump") for n, i in ((1, 1), (2, 3))
+    ]
+    log.append(inserted, rng(None, [30], lw, hw), *chunk)
+    # Chunk 2 (30, 50]: its range in one batch, its row in the next.
+    lw2, hw2 = log.pos(), log.pos()
+    log.append(rng([30], [50], lw2, hw2))
+    land(spark, tmp_path)
+    log.append(log.ev(s, "r", {"id": 40, "v": "a40"}, position=hw2.with_sub(1), origin="dump"))
+    land(spark, tmp_path)
+    want = {(i,): {"id": i, "v": f"a{i}"} for i in (1, 3, 40, 60, 99)} | {(20,): {"id": 20, "v": "in window"}}
+    assert rows(spark, tmp_path, src, s) == log.expected("s.t") == want
+    # A key-list chunk listing 60 (deleted unseen) and 61 (never there); then the table's last
+    # chunk, open above (50, ...): 99 was deleted unseen too.
+    lw3, hw3, lw4, hw4 = log.pos(), log.pos(), log.pos(), log.pos()
+    listed = dataclasses.replace(rng(None, None, lw3, hw3), after={"keys": [[60], [61]], "since": lw3.encode()})
+    log.append(listed, rng([50], None, lw4, hw4))
+    land(spark, tmp_path)
+    del want[(60,)], want[(99,)]
+    assert rows(spark, tmp_path, src, s) == log.expected("s.t") == want
+    gone = spark.read.format("delta").load(mirror(tmp_path, src, "s.t")).where("_op = 'k'").collect()
+    assert sorted(r.id for r in gone) == [2, 4, 41, 60, 99] and all(r._deleted for r in gone)

@@ -60,12 +60,13 @@ class Capture:
         self.kills = 0
         self.starts = 0
 
-    def start(self) -> None:
+    def start(self, *once: str) -> None:
+        """Start the capture; ``once``: options for this start only (e.g. --reset-position)."""
         log = open(self.log_path, "a")
-        log.write(f"\n=== start {self.starts} at {time.time():.3f}\n")
+        log.write(f"\n=== start {self.starts} at {time.time():.3f} {' '.join(once)}\n")
         log.flush()
         self.proc = subprocess.Popen(
-            dblog_command(self.config, "capture", "--status-interval", "1", *self.extra, faults=self.faults),
+            dblog_command(self.config, "capture", "--status-interval", "1", *self.extra, *once, faults=self.faults),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=child_env(),

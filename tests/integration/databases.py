@@ -125,6 +125,33 @@ class Adapter:
                     self._exec(c, f"DELETE FROM {self.ns}.notes WHERE uid=%s", (self._some_id(c, rng, "notes", "uid"),))
         c.commit()
 
+    def gap_changes(self, c, rng: random.Random, next_id) -> dict:
+        """Changes made while nothing captures (skipped by --reset-position): deletes of
+        accounts (integer keys: a table dump's ranges repair them), updates of every table,
+        new accounts. Deletes of orders/notes would need a key-list dump naming them."""
+        cur = c.cursor()
+        cur.execute(f"SELECT id FROM {self.ns}.accounts ORDER BY id")
+        ids = [r[0] for r in cur.fetchall()]
+        gone = rng.sample(ids, min(len(ids), 8)) + ids[-2:]  # the greatest keys too: above the bound
+        for i in set(gone):
+            self._exec(c, f"DELETE FROM {self.ns}.accounts WHERE id=%s", (i,))
+        for _ in range(5):
+            self._exec(
+                c,
+                f"UPDATE {self.ns}.accounts SET name=%s WHERE id=%s",
+                ("changed in the gap", self._some_id(c, rng, "accounts", "id")),
+            )
+            self._exec(c, f"UPDATE {self.ns}.orders SET status=%s WHERE region=%s", ("gap", rng.choice(["eu", "us"])))
+            self._insert_account(c, next_id(), self._value_row(rng))
+        c.commit()
+        return {"deleted": sorted(set(gone))}
+
+    def schema_changes(self) -> list[str]:
+        """ALTER TABLEs the oracle runs under load, in this order: ADD COLUMN with a constant
+        and with a volatile default, RENAME COLUMN, a compatible type change, DROP COLUMN
+        (columns the workload's statements do not name)."""
+        raise NotImplementedError
+
     def truncate(self, c, tables: list[str]) -> None:
         """TRUNCATE of captured tables (PostgreSQL: all in one statement; MariaDB: one
         statement each, in the table's database: it is recognised by its statement text)."""
@@ -188,6 +215,16 @@ class PostgresAdapter(Adapter):
         import psycopg2
 
         return psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password, dbname=self.db)
+
+    def schema_changes(self) -> list[str]:
+        a, o = f"{self.ns}.accounts", f"{self.ns}.orders"
+        return [
+            f"ALTER TABLE {a} ADD COLUMN extra integer DEFAULT 7",
+            f"ALTER TABLE {o} ADD COLUMN stamp integer DEFAULT floor(random() * 1000)",
+            f"ALTER TABLE {a} RENAME COLUMN extra TO extra2",
+            f"ALTER TABLE {a} ALTER COLUMN note TYPE varchar(300)",
+            f"ALTER TABLE {o} DROP COLUMN stamp",
+        ]
 
     def create(self) -> None:
         with self.connect() as c:
@@ -265,6 +302,16 @@ class MySQLAdapter(Adapter):
         return pymysql.connect(
             host=self.host, port=self.port, user=self.user, password=self.password, autocommit=False, charset="utf8mb4"
         )
+
+    def schema_changes(self) -> list[str]:
+        a, o = f"{self.ns}.accounts", f"{self.ns}.orders"
+        return [
+            f"ALTER TABLE {a} ADD COLUMN extra int DEFAULT 7",
+            f"ALTER TABLE {o} ADD COLUMN stamp int DEFAULT (FLOOR(RAND() * 1000))",
+            f"ALTER TABLE {a} RENAME COLUMN extra TO extra2",
+            f"ALTER TABLE {a} MODIFY note varchar(300)",
+            f"ALTER TABLE {o} DROP COLUMN stamp",
+        ]
 
     def create(self) -> None:
         c = self.connect()

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from airflow_provider_dblog.core.dumps import DumpStatus
-from airflow_provider_dblog.core.events import Origin
+from airflow_provider_dblog.core.events import Op, Origin
 
 from .capture_proc import dblog, write_config
 from .databases import ADAPTERS
@@ -139,7 +139,7 @@ def test_a_table_dump_under_a_steady_insert_load_ends(db, tmp_path):
         writer.join(30)
         appended_total = inserted[0]  # the writer finishes the batch it was in when stopped
         progress = r.status(d).progress[orders]
-        dumped = [e for e in r.events(orders) if e.origin is Origin.DUMP and e.dump_id == d]
+        dumped = [e for e in r.events(orders) if e.op is Op.READ and e.dump_id == d]
         assert len(dumped) == progress.rows <= present_at_start, (len(dumped), present_at_start, appended_at_end)
         assert progress.done and progress.upper_key is not None and progress.upper_key[0] == "zz"
         bound_no = progress.upper_key[1]  # the last appended key when the dump started

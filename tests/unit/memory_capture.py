@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from airflow_provider_dblog.core.errors import RequestError, SourceUnavailable
+from airflow_provider_dblog.core.errors import RequestError, SchemaChanged, SourceUnavailable
 from airflow_provider_dblog.core.events import (
     ChangeEvent,
     Column,
@@ -71,6 +71,14 @@ class MemoryDatabase:
             self.log.append(ChangeEvent(SOURCE_ID, table, Op.TRUNCATE, (), None, None, pos, txid=str(self._seq)))
             return pos
 
+    def alter(self, schema: TableSchema, fill: Callable[[Row], Row]) -> None:
+        """ALTER TABLE: a new shape, every row rewritten by ``fill``, nothing in the log (as
+        an added column's default on PostgreSQL and MariaDB)."""
+        with self._lock:
+            self.schemas[schema.table] = schema
+            rows = [fill(dict(r)) for r in self.rows[schema.table].values()]
+            self.rows[schema.table] = {schema.key_of(r): r for r in rows}  # by the new key
+
     def watermark(self, uuid: str) -> None:
         with self._lock:
             pos = self._position()
@@ -116,6 +124,9 @@ class MemorySource:
             raise RequestError(f"table {table} does not exist.", "name a captured table.")
         return self.db.schemas[table]
 
+    def catalog_schema(self, table: str) -> TableSchema:
+        return self.table_schema(table)
+
     def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         self._server()
         log = self.db.log
@@ -141,6 +152,12 @@ class MemorySource:
         self.db.watermark(uuid)
 
     def _result(self, schema: TableSchema, rows: list[Row]) -> ChunkResult:
+        """The rows as SELECT <schema's columns> gives them: a column the table no longer
+        has fails the SELECT (as a dropped or renamed column does on a real server)."""
+        gone = [c.name for c in schema.columns if c.name not in {c.name for c in self.db.schemas[schema.table].columns}]
+        if gone:
+            raise SchemaChanged(f"column {gone[0]} of {schema.table} does not exist (test).")
+        rows = [{c.name: r.get(c.name) for c in schema.columns} for r in rows]
         if self.in_window is not None:
             self.in_window(schema, rows)
         return ChunkResult(rows)

@@ -9,7 +9,7 @@ import psycopg2.errors
 import pymysql
 import pytest
 
-from airflow_provider_dblog.core.errors import RequestError
+from airflow_provider_dblog.core.errors import RequestError, SchemaChanged
 from airflow_provider_dblog.sources.dump_errors import mysql_dump_errors, postgres_dump_errors
 
 
@@ -30,7 +30,6 @@ class PgError(psycopg2.Error):
     [
         ("42P01", 'relation "s.t" does not exist', "table s.t no longer exists"),
         ("42501", "permission denied for table t", "user dblog may not read table s.t"),
-        ("42703", 'column "v" does not exist', "a column of table s.t that the dump selects is gone"),
         ("22P02", 'invalid input syntax for type integer: "abc"', "does not fit its key column's type"),
     ],
 )
@@ -38,6 +37,16 @@ def test_postgres_errors_of_a_dump_become_request_errors(code, text, needle):
     with pytest.raises(RequestError) as info, postgres_dump_errors("s.t", "dblog"):
         raise PgError(code, text)
     assert needle in str(info.value) and "Fix:" in str(info.value) and text in str(info.value)
+
+
+def test_a_column_gone_under_a_chunk_is_a_schema_change_not_a_failed_dump():
+    """An ALTER TABLE since the engine read the columns: SchemaChanged (the engine reads the
+    schema again and selects the chunk again), not RequestError (which fails the dump)."""
+    with pytest.raises(SchemaChanged) as info, postgres_dump_errors("s.t", "dblog"):
+        raise PgError("42703", 'column "v" does not exist')
+    assert not isinstance(info.value, RequestError) and "column of table s.t" in str(info.value)
+    with pytest.raises(SchemaChanged), mysql_dump_errors("d.t", "dblog"):
+        raise pymysql.err.OperationalError(1054, "Unknown column 'v' in 'field list'")
 
 
 @pytest.mark.parametrize("code", ["08006", "57P01", "", "53100"])
@@ -51,7 +60,6 @@ def test_postgres_connection_loss_and_unknown_errors_pass_unchanged(code):
     [
         (pymysql.err.ProgrammingError(1146, "Table 'd.t' doesn't exist"), "table d.t no longer exists"),
         (pymysql.err.OperationalError(1142, "SELECT command denied to user 'dblog'"), "may not read table d.t"),
-        (pymysql.err.OperationalError(1054, "Unknown column 'v' in 'field list'"), "a column of table d.t"),
     ],
 )
 def test_mysql_errors_of_a_dump_become_request_errors(exc, needle):

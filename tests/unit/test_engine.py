@@ -14,6 +14,7 @@ from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus,
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.events import Column, Op, Origin, TableSchema, WatermarkEvent
+from airflow_provider_dblog.core.schema_watch import schema_key
 from airflow_provider_dblog.core.verify import replay
 
 from .memory_capture import SCHEMA, SOURCE_ID, TABLE, MemoryChangelog, MemoryDatabase, MemorySource
@@ -100,7 +101,7 @@ def test_dump_under_writes_in_its_windows_converges_in_order(db, state):
     positions = [e.position for e in out.events]
     assert positions == sorted(positions) and len(set(positions)) == len(positions)  # invariant 1
     assert replay(out.events) == db.snapshot(TABLE)  # invariant 3 (and 2: no stale chunk row wins)
-    dumped = [e for e in out.events if e.origin is Origin.DUMP]
+    dumped = [e for e in out.events if e.origin is Origin.DUMP and e.op is Op.READ]
     assert dumped and all(e.op is Op.READ and e.dump_id == spec.dump_id for e in dumped)
     # No time travel: no dump row for a key that changed inside its window.
     changed_in_window = {
@@ -135,7 +136,7 @@ def test_stale_watermarks_and_redelivered_events_after_a_restart_are_dropped(db,
 
     assert all(e.position > checkpoint for e in out.events)  # nothing before the checkpoint again
     assert all(not isinstance(e, WatermarkEvent) for e in out.events)
-    dumped = sorted(e.key[0] for e in out.events if e.origin is Origin.DUMP)
+    dumped = sorted(e.key[0] for e in out.events if e.origin is Origin.DUMP and e.op is Op.READ)
     assert dumped == list(range(101, 201))  # after the last durable chunk's key, each once
     logged = [e.key[0] for e in out.events if e.origin is Origin.LOG]
     assert logged == list(range(151, 201)) + [120]
@@ -210,7 +211,7 @@ def test_a_bad_request_fails_its_dump_and_the_capture_goes_on(db, state):
     run.stop()
     assert "app.dropped does not exist" in state.get_dump(bad.dump_id).error
     assert any(e.key == (500,) and e.origin is Origin.LOG for e in out.events)
-    assert [e.key for e in out.events if e.origin is Origin.DUMP] == [(500,)]
+    assert [e.key for e in out.events if e.origin is Origin.DUMP and e.op is Op.READ] == [(500,)]
 
 
 def test_a_dump_under_a_steady_insert_stream_ends(db, state):
@@ -234,22 +235,31 @@ def test_a_dump_under_a_steady_insert_stream_ends(db, state):
     db.upsert(TABLE, {"id": 5, "v": "after the dump"})
     wait_until(lambda: out.events and out.events[-1].key == (5,), what="the last update")
     run.stop()
-    dumped = [e.key[0] for e in out.events if e.origin is Origin.DUMP]
+    dumped = [e.key[0] for e in out.events if e.origin is Origin.DUMP and e.op is Op.READ]
     assert dumped and max(dumped) <= 200 and len(dumped) <= 200  # the rows present at the start
     assert state.get_dump(spec.dump_id).progress[TABLE].upper_key == (200,)
     assert replay(out.events) == db.snapshot(TABLE)  # the appended rows came through the log
 
 
-def test_an_empty_table_dump_is_done_at_once_without_a_chunk(state):
-    empty = MemoryDatabase()
-    source, out = MemorySource(empty), MemoryChangelog()
+def test_an_empty_table_dump_selects_nothing_and_clears_the_table(db, state):
+    """A table emptied while nothing was captured: its dump's one chunk selects nothing and
+    states the whole key space (op k), so the replay empties too."""
+    source, out = MemorySource(db), MemoryChangelog()
     run = Running(source, out, state)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    with db._lock:  # the gap: deletes the log never shows
+        db.rows[TABLE].clear()
+    selects = source.chunk_selects
     spec = DumpSpec.new(SOURCE_ID, [TABLE])
     state.add_dump(spec, DumpControl())
     wait_until(dump_done(state, spec.dump_id), what="the dump of an empty table")
     run.stop()
-    assert source.chunk_selects == 0
-    assert state.get_dump(spec.dump_id).progress[TABLE] == TableProgress(None, 0, 0, True, 0, None)
+    assert source.chunk_selects == selects
+    progress = state.get_dump(spec.dump_id).progress[TABLE]
+    assert (progress.upper_key, progress.chunks, progress.done, progress.bound_at is not None) == (None, 1, True, True)
+    [r] = [e for e in out.events if e.op is Op.RANGE]
+    assert (r.after["from"], r.after["to"]) == (None, None)
+    assert replay(out.events) == db.snapshot(TABLE) == {}
 
 
 def test_pause_holds_chunks_and_resume_continues(db, state):
@@ -267,7 +277,7 @@ def test_pause_holds_chunks_and_resume_continues(db, state):
     state.set_control(spec.dump_id, DumpControl(chunk_size=10))
     wait_until(dump_done(state, spec.dump_id), what="the dump after resuming")
     run.stop()
-    assert sorted(e.key[0] for e in out.events if e.origin is Origin.DUMP) == list(range(1, 201))
+    assert sorted(e.key[0] for e in out.events if e.origin is Origin.DUMP and e.op is Op.READ) == list(range(1, 201))
 
 
 def test_a_truncate_inside_a_chunk_window_drops_the_chunk_and_the_replay_equals_the_source(state):
@@ -309,7 +319,7 @@ def test_a_truncate_inside_a_chunk_window_drops_the_chunk_and_the_replay_equals_
     # The third chunk was selected again (finding nothing left of the table's key range).
     assert windows[:3] == [list(range(1, 21)), list(range(21, 41)), list(range(41, 61))]
     assert windows[3:] == [[]] and state.get_dump(spec.dump_id).progress[TABLE].rows == 40
-    assert all(e.position < t.position for e in out.events if e.origin is Origin.DUMP)
+    assert all(e.position < t.position for e in out.events if e.origin is Origin.DUMP and e.op is Op.READ)
     mine = [e for e in out.events if e.table == TABLE]
     assert (
         replay(mine)
@@ -323,3 +333,135 @@ def test_a_truncate_inside_a_chunk_window_drops_the_chunk_and_the_replay_equals_
     )
     assert replay(e for e in out.events if e.table == other.table) == db.snapshot(other.table)
     assert [e.after["n"] for e in out.events if e.table == other.table] == [0, 1, 2]
+
+
+def test_a_dump_removes_rows_deleted_while_nothing_was_captured(db, state):
+    """Range repair (issue 11, part 6): rows deleted without a log event (a gap: a reset
+    position, a lost slot) are gone from the replay once a table dump has passed over them;
+    rows inserted inside a chunk's window survive, rows updated in the gap are dumped."""
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    with db._lock:  # the gap: changes the log never shows
+        for i in (3, 40, 41, 42, 77, 150, 199, 200):  # 199, 200: above the dump's bound
+            del db.rows[TABLE][(i,)]
+        db.rows[TABLE][(10,)] = {"id": 10, "v": "updated in the gap"}
+    windows = []
+
+    def in_window(schema, selected):
+        windows.append(len(selected))
+        if len(windows) == 2:
+            db.upsert(TABLE, {"id": 60, "v": "back inside a window"})  # not in the source at LW
+            db.delete(TABLE, (61,))
+            db.upsert(TABLE, {"id": 300, "v": "above the bound, after it was fixed"})
+
+    with db._lock:
+        del db.rows[TABLE][(60,)]
+    source.in_window = in_window
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=30))
+    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    run.stop()
+
+    ranges = [e for e in out.events if e.op is Op.RANGE]
+    assert len(ranges) == len(windows) and ranges[0].after["from"] is None and ranges[-1].after["to"] is None
+    assert all(r.position.sub == 0 and r.key == () for r in ranges)
+    assert replay(out.events) == db.snapshot(TABLE)
+    assert (60,) in db.snapshot(TABLE) and (300,) in db.snapshot(TABLE)
+    assert (3,) not in replay(out.events) and (200,) not in replay(out.events)
+    assert state.get_dump(spec.dump_id).progress[TABLE].upper_key == (198,)
+
+
+def test_a_key_list_dump_deletes_listed_keys_the_source_no_longer_has(db, state):
+    """A repair of listed keys: a key deleted while nothing was captured is gone from the
+    replay; a listed key the log changes inside the window keeps the log's version."""
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    with db._lock:  # the gap
+        del db.rows[TABLE][(5,)]
+        del db.rows[TABLE][(6,)]
+
+    def in_window(schema, selected):
+        db.upsert(TABLE, {"id": 6, "v": "back inside the window"})
+
+    source.in_window = in_window
+    spec = DumpSpec.new(SOURCE_ID, [TABLE], [(5,), (6,), (7,)])
+    state.add_dump(spec, DumpControl())
+    wait_until(dump_done(state, spec.dump_id), what="the key-list dump")
+    run.stop()
+    [r] = [e for e in out.events if e.op is Op.RANGE]
+    assert r.after["keys"] == [[5], [6], [7]]
+    assert replay(out.events) == db.snapshot(TABLE)
+    assert (5,) not in db.snapshot(TABLE) and db.snapshot(TABLE)[(6,)]["v"] == "back inside the window"
+
+
+WIDER = TableSchema(TABLE, (Column("id", "integer", False), Column("w", "integer")), ("id",))
+
+
+def test_a_schema_change_without_log_events_redumps_the_table(db, state):
+    """Schema changes (issue 11, part 2): an ALTER TABLE that rewrites every row without a row
+    event (an added column with a default; here v dropped and w added) is noticed in the
+    catalog, the table is dumped again, and the replay equals the source in its new shape."""
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state, schema_check_interval=0.2)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    wait_until(lambda: state.get_value(schema_key(SOURCE_ID, TABLE)) is not None, what="the first schema record")
+    db.alter(WIDER, lambda r: {"id": r["id"], "w": r["id"] * 7})
+    wait_until(lambda: state.list_dumps(SOURCE_ID), what="a re-dump request")
+    [redump] = state.list_dumps(SOURCE_ID)
+    wait_until(dump_done(state, redump.dump_id), what="the re-dump")
+    db.upsert(TABLE, {"id": 1, "w": -1})  # the log goes on in the new shape
+    wait_until(lambda: out.events[-1].key == (1,), what="a later change")
+    run.stop()
+    assert redump.spec.tables == (TABLE,)
+    assert replay(out.events) == db.snapshot(TABLE)
+    assert all(set(row) == {"id", "w"} for row in replay(out.events).values())
+
+
+def test_a_chunk_naming_a_dropped_column_is_selected_again_in_the_new_shape(db, state):
+    """A dump running while a column is dropped does not fail: the SELECT that names the
+    column is aborted, the schema read again, and the dump goes on (and a re-dump follows)."""
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state, schema_check_interval=3600)  # only the failed SELECT notices
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    altered = []
+
+    def in_window(schema, selected):
+        if not altered:
+            altered.append(1)
+            db.alter(WIDER, lambda r: {"id": r["id"], "w": 0})
+
+    source.in_window = in_window
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=50))
+    wait_until(
+        lambda: (
+            all(d.status is DumpStatus.DONE for d in state.list_dumps(SOURCE_ID))
+            and len(state.list_dumps(SOURCE_ID)) == 2
+        ),
+        what="the dump and the re-dump",
+    )
+    run.stop()
+    assert state.get_dump(spec.dump_id).status is DumpStatus.DONE
+    assert replay(out.events) == db.snapshot(TABLE)
+
+
+def test_a_primary_key_change_clears_the_older_rows_and_redumps(db, state):
+    """A new primary key names rows differently: the capture clears the table's older rows
+    (op t, at a position of its own) and dumps it again under the new key."""
+    rekeyed = TableSchema(TABLE, SCHEMA.columns, ("id", "v"))
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state, schema_check_interval=0.2)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    wait_until(lambda: state.get_value(schema_key(SOURCE_ID, TABLE)) is not None, what="the first schema record")
+    db.alter(rekeyed, lambda r: r)
+    wait_until(lambda: state.list_dumps(SOURCE_ID), what="a re-dump request")
+    [redump] = state.list_dumps(SOURCE_ID)
+    wait_until(dump_done(state, redump.dump_id), what="the re-dump")
+    db.upsert(TABLE, {"id": 1, "v": "new"})  # a new key (1, "new") next to (1, "initial 1")
+    wait_until(lambda: out.events[-1].key == (1, "new"), what="a later change")
+    run.stop()
+    [t] = [e for e in out.events if e.op is Op.TRUNCATE]
+    assert all(e.position > t.position for e in out.events if e.op is Op.READ)
+    assert replay(out.events) == db.snapshot(TABLE) and len(db.snapshot(TABLE)) == 201

@@ -8,6 +8,7 @@ import pytest
 
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.errors import RequestError
+from airflow_provider_dblog.core.events import Position
 from airflow_provider_dblog.core.scheduler import DumpScheduler
 
 from .memory_capture import SCHEMA, SOURCE_ID, TABLE
@@ -202,22 +203,29 @@ def test_a_table_dump_stops_at_its_upper_bound_and_a_restart_keeps_it(state, clo
     s = scheduler(state, clock)
     plan = s.next_chunk()
     assert plan.needs_bound and plan.upper_key is None
-    plan = plan.bounded((4,))  # what the engine does with Source.max_key
+    plan = plan.bounded((4,), Position("00000009"))  # what the engine does with Source.max_key
     assert not plan.needs_bound and plan.upper_key == (4,)
     finish(s, plan, rows(1, 2))
     restarted = scheduler(state, clock)  # the stored progress carries the bound
     plan = restarted.next_chunk()
     assert (plan.start.last_key, plan.upper_key, plan.needs_bound) == ((2,), (4,), False)
+    assert plan.start.bound_at == Position("00000009").encode()
     marker = finish(restarted, plan, rows(3, 4))  # a full chunk, but it reached the bound
     assert marker.dump_done and marker.progress.done
     assert status(state, dump_id) is DumpStatus.DONE
-    assert state.get_dump(dump_id).progress[TABLE] == TableProgress((4,), 4, 2, True, 0, (4,))
+    assert state.get_dump(dump_id).progress[TABLE] == TableProgress(
+        (4,), 4, 2, True, 0, (4,), Position("00000009").encode()
+    )
 
 
-def test_an_empty_table_is_done_without_a_chunk(state, clock):
+def test_an_empty_table_takes_one_chunk_that_selects_nothing(state, clock):
+    """The chunk only states its range (the whole key space, for range repair)."""
     dump_id = request(state, tables=None)
     s = scheduler(state, clock)
-    plan = s.next_chunk().bounded(None)
-    s.durable(s.emitted(plan, plan.empty_done(), 0))
-    assert state.get_dump(dump_id).progress[TABLE] == TableProgress(None, 0, 0, True, 0, None)
+    plan = s.next_chunk().bounded(None, Position("00000009"))
+    assert not plan.selects_rows and not plan.needs_bound
+    finish(s, plan, [])
+    assert state.get_dump(dump_id).progress[TABLE] == TableProgress(
+        None, 0, 1, True, 0, None, Position("00000009").encode()
+    )
     assert s.next_chunk().table == "app.other"  # the dump goes on with its next table
