@@ -11,6 +11,9 @@ Config file (TOML), every key optional, command-line options override it::
     database = "shop"            # PostgreSQL database; for MySQL the default database
     password_env = "DBLOG_SOURCE_PASSWORD"   # name of the variable holding the password
     # password_file = "/run/secrets/dblog"   # or a file holding it
+    # sslmode = "verify-full"                # TLS (sources/tls.py): disable ... verify-full
+    # sslrootcert = "/etc/dblog/ca.pem"      # CA of the server's certificate
+    # sslcert = "client.pem"  sslkey = "client.key"  sslpassword_env = "DBLOG_SSL_KEY_PASSWORD"
     tables = ["public.orders"]   # omit for every table
     key_columns = { "public.events" = ["event_id"] }   # for tables without a primary key
     plugin = "pgoutput"          # PostgreSQL: pgoutput or wal2json
@@ -44,6 +47,7 @@ import tempfile
 from typing import Any, Optional, Sequence
 
 from .core.errors import ConfigurationError
+from .sources.tls import TLS_KEYS, tls_settings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,6 +78,7 @@ SOURCE_KEYS = (
     "publication",
     "server_id",
     "watermark_schema",
+    *TLS_KEYS,
 )
 STATE_KEYS = ("path", "url", "zookeeper", "chroot", "session_timeout")
 OUTPUT_KEYS = ("url",)
@@ -226,6 +231,7 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
         password=password if password is not None else read_password(src),
         tables=src.get("tables") or None,
         key_columns=src.get("key_columns") or None,
+        tls=tls_settings(src),
     )
     if kind in ("postgres", "postgresql", "pg"):
         from .sources.postgres import PostgresSource

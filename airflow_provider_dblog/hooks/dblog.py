@@ -38,7 +38,26 @@ PASSWORD_ENV = dblog_config.DEFAULT_PASSWORD_ENV
 
 _SOURCE_TYPES = {"postgres": "postgres", "postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
 # Extras copied verbatim into the [source] table (make_source knows them).
-_SOURCE_EXTRAS = ("slot_name", "publication", "plugin", "server_id", "watermark_schema", "databases")
+_SOURCE_EXTRAS = (
+    "slot_name",
+    "publication",
+    "plugin",
+    "server_id",
+    "watermark_schema",
+    "databases",
+    "sslpassword_env",  # the client key's passphrase: a variable of the worker's environment
+    "sslpassword_file",  # or a file on the worker
+)
+# TLS: a Postgres connection's own extras (libpq names) are used as they are; a MySQL
+# connection's ``ssl`` object (ca, cert, key, check_hostname) and ``ssl_mode`` are mapped.
+_PG_TLS_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey")
+_MYSQL_SSL_MODES = {
+    "disabled": "disable",
+    "preferred": "prefer",
+    "required": "require",
+    "verify_ca": "verify-ca",
+    "verify_identity": "verify-full",
+}
 # DBLog's options in a source connection's extras: these and nothing else.
 DBLOG_SOURCE_EXTRAS = ("source_id", "tables", "key_columns", "dbname", *_SOURCE_EXTRAS)
 # Extras Airflow's own Postgres / MySQL connections and their drivers define (docs/airflow.md):
@@ -106,8 +125,11 @@ def check_source_extras(conn_id: str, extra: dict[str, Any]) -> None:
             )
 
 
+# ZooKeeper digest auth: copied into [state] as they are. They name where the password is
+# (a variable or file on every worker and triggerer), so the child capture finds it too.
+STATE_AUTH_EXTRAS = ("auth_user", "auth_password_env", "auth_password_file")
 # The extras of a dblog_state connection (all DBLog's; the UI may prefix them).
-STATE_EXTRAS = ("url", "path", "store", "zookeeper", "chroot", "session_timeout")
+STATE_EXTRAS = ("url", "path", "store", "zookeeper", "chroot", "session_timeout", *STATE_AUTH_EXTRAS)
 
 
 def _as_list(value: Any) -> Optional[list[str]]:
@@ -231,7 +253,30 @@ class DBLogHook(BaseHook):
         key_columns = _as_dict(extra.get("key_columns"), "key_columns")
         if key_columns:
             src["key_columns"] = {t: _as_list(c) for t, c in key_columns.items()}
+        src.update(self._tls_extras(kind, extra))
         return src
+
+    def _tls_extras(self, kind: str, extra: dict[str, Any]) -> dict[str, Any]:
+        """The [source] TLS keys (sources/tls.py) from the connection's own TLS extras."""
+        if kind == "postgres":
+            return {k: extra[k] for k in _PG_TLS_EXTRAS if extra.get(k) not in (None, "")}
+        out: dict[str, Any] = {}
+        ssl = (_as_dict(extra.get("ssl"), "ssl") if extra.get("ssl") not in (None, "", False) else None) or {}
+        for ours, theirs in (("sslrootcert", "ca"), ("sslcert", "cert"), ("sslkey", "key")):
+            if ssl.get(theirs):
+                out[ours] = ssl[theirs]
+        mode = str(extra.get("ssl_mode") or "").lower()
+        if mode:
+            if mode not in _MYSQL_SSL_MODES:
+                raise ConfigurationError(
+                    f"connection {self.source_conn_id} has ssl_mode {extra['ssl_mode']!r}.",
+                    f"use one of {', '.join(m.upper() for m in _MYSQL_SSL_MODES)}.",
+                )
+            out["sslmode"] = _MYSQL_SSL_MODES[mode]
+        elif ssl:  # an ssl object without ssl_mode: verify as far as it allows
+            verify = "verify-full" if ssl.get("check_hostname", True) else "verify-ca"
+            out["sslmode"] = verify if ssl.get("ca") else "require"
+        return out
 
     def source_password(self) -> Optional[str]:
         return self._connection(self.source_conn_id).password if self.source_conn_id else None
@@ -243,13 +288,20 @@ class DBLogHook(BaseHook):
         conn = self._connection(self.state_conn_id)
         # form fields may be saved with Airflow's old "extra__<type>__<field>" prefix
         extra = {k.replace("extra__dblog_state__", ""): v for k, v in conn.extra_dejson.items()}
+        if "auth_password" in extra:
+            raise ConfigurationError(
+                f"the state connection {self.state_conn_id} holds the ZooKeeper password in its extras, "
+                "which Airflow shows in its UI.",
+                "remove it; put the password into an environment variable named by the extra auth_password_env "
+                "(default DBLOG_STATE_PASSWORD) or a file named by auth_password_file, on every worker and triggerer.",
+            )
         for key in extra:
             if key not in STATE_EXTRAS:
                 raise ConfigurationError(
                     f"the state connection {self.state_conn_id} has the extra {key!r}, which DBLog does not know.",
                     f"remove or correct it ({dblog_config.closest(key, STATE_EXTRAS)})",
                 )
-        state: dict[str, Any] = {}
+        state: dict[str, Any] = {k: extra[k] for k in STATE_AUTH_EXTRAS if extra.get(k) not in (None, "")}
         if extra.get("session_timeout") not in (None, ""):
             state["session_timeout"] = float(extra["session_timeout"])
         if extra.get("url"):

@@ -41,6 +41,7 @@ from .mysql_catalog import ConnectionSettings, Session
 from .mysql_checks import StartupChecks
 from .mysql_log import BinlogReader, Failure, decode_coord, file_number
 from .mysql_values import select_converters, select_expression, to_param
+from .tls import TLSSettings
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class MySQLSource:
         use_gtid: bool = False,
         connect_timeout: float = 10,
         queue_size: int = 10_000,
+        tls: Optional[TLSSettings] = None,
     ):
         if use_gtid:
             raise ConfigurationError(
@@ -116,7 +118,8 @@ class MySQLSource:
                 "with and without GTIDs enabled on the server.",
             )
         self.source_id = source_id
-        self._settings = ConnectionSettings(host, int(port), user, password, connect_timeout)
+        # One TLS setting for every connection (catalog, chunks, watermarks, binlog stream).
+        self._settings = ConnectionSettings(host, int(port), user, password, connect_timeout, tls or TLSSettings())
         self._databases = list(databases) if databases is not None else None
         self._configured_tables = list(tables) if tables is not None else None
         self.server_id = server_id if server_id is not None else default_server_id(source_id)

@@ -18,6 +18,7 @@ import pymysql
 
 from ..core.errors import ConfigurationError, RequestError, SourceUnavailable
 from ..core.events import Column, TableSchema
+from .tls import TLSSettings, tls_error_fix
 
 # Connection lost / server gone away: safe to reconnect and retry a read or an idempotent write.
 _LOST = (2006, 2013, 2055)
@@ -32,6 +33,7 @@ class ConnectionSettings:
     user: str
     password: str = dataclasses.field(repr=False)  # never printed
     connect_timeout: float = 10
+    tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)
 
     def pymysql_kwargs(self) -> dict:
         return {
@@ -41,7 +43,16 @@ class ConnectionSettings:
             "password": self.password,
             "connect_timeout": self.connect_timeout,
             "charset": "utf8mb4",
+            **self._tls_kwargs(),
         }
+
+    def _tls_kwargs(self) -> dict:
+        # One SSLContext per settings object (building it loads the CA and the client key).
+        cached = self.__dict__.get("_tls_cache")
+        if cached is None:
+            cached = self.tls.pymysql()
+            object.__setattr__(self, "_tls_cache", cached)
+        return cached
 
     def where(self) -> str:
         return f"{self.user}@{self.host}:{self.port}"
@@ -65,10 +76,15 @@ def connect(settings: ConnectionSettings) -> pymysql.connections.Connection:
         conn = pymysql.connect(autocommit=True, **settings.pymysql_kwargs())
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else None
+        tls_fix = tls_error_fix(str(exc), settings.tls)
         if code == 1045:
             raise ConfigurationError(
                 f"MySQL refused the login of {settings.where()} (access denied).",
-                "check the user name and password of the connection.",
+                tls_fix or "check the user name and password of the connection.",
+            ) from None
+        if tls_fix is not None:  # a TLS handshake that cannot succeed: retrying will not help
+            raise ConfigurationError(
+                f"cannot connect to MySQL at {settings.where()}: {exc.args[-1]}.", tls_fix
             ) from None
         # Not a login problem: the server may be down or restarting, and the engine retries.
         raise SourceUnavailable(

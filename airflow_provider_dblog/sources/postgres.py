@@ -65,6 +65,7 @@ from .postgres_errors import ErrorContext, first_line, translate
 from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, parse_lsn
 from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
 from .postgres_values import RAW_TEXT_OIDS, converter, keep_text
+from .tls import TLSSettings, tls_error_fix
 
 # Connection failures a later attempt may not see (SQLSTATE classes 08 connection exception,
 # 57P admin shutdown / crash shutdown / cannot connect now, e.g. "the database system is
@@ -125,6 +126,7 @@ class PostgresSource:
         watermark_schema: str = "dblog",
         key_columns: Optional[dict[str, list[str]]] = None,
         connect_timeout: int = 10,
+        tls: Optional[TLSSettings] = None,
     ):
         if plugin not in _PLUGINS:
             raise ConfigurationError(f"unknown output plugin {plugin!r}.", f"use one of {list(_PLUGINS)}.")
@@ -148,6 +150,7 @@ class PostgresSource:
             connect_timeout=connect_timeout,
             application_name=f"dblog-{source_id}"[:63],
         )
+        self._tls = tls or TLSSettings()  # every connection: catalog, chunks, watermarks, log
         self._requested_tables = list(tables) if tables is not None else None
         self._key_columns = dict(key_columns or {})
         self._conn: Any = None
@@ -165,7 +168,7 @@ class PostgresSource:
 
     # -- connections -------------------------------------------------------------------
     def _connect(self, replication: bool = False):
-        kwargs = dict(self._dsn, options=_OPTIONS)
+        kwargs = dict(self._dsn, options=_OPTIONS, **self._tls.libpq())
         if replication and self._lease_check is not None:
             self._lease_check()  # StaleEpochError: a deposed leader opens no replication connection
         if replication:
@@ -182,6 +185,9 @@ class PostgresSource:
                 "check host, port, user, password and pg_hba.conf (a logical replication "
                 "connection matches the database's ordinary pg_hba.conf entries)."
             )
+            tls_fix = tls_error_fix(str(exc), self._tls)
+            if tls_fix is not None:
+                raise ConfigurationError(cause, tls_fix) from None
             if any(t in first_line(exc).lower() for t in _NOT_TRANSIENT):
                 raise ConfigurationError(cause, fix) from None
             raise SourceUnavailable(cause, fix) from None  # down or restarting: the engine retries

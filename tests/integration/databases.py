@@ -146,6 +146,20 @@ class Adapter:
         c.commit()
         return {"deleted": sorted(set(gone))}
 
+    def tls_source_config(self, source_id: str, **overrides) -> dict:
+        """source_config for the TLS-only user (scripts/services): full verification of the
+        server (the test CA, host 127.0.0.1), a client certificate whose key is encrypted."""
+        return {
+            **self.source_config(source_id),
+            "user": env("DBLOG_TLS_USER"),
+            "sslmode": "verify-full",
+            "sslrootcert": env("DBLOG_TLS_CA"),
+            "sslcert": env("DBLOG_TLS_CERT"),
+            "sslkey": env("DBLOG_TLS_KEY"),
+            "sslpassword_env": "DBLOG_TLS_KEY_PASSWORD",
+            **overrides,
+        }
+
     def schema_changes(self) -> list[str]:
         """ALTER TABLEs the oracle runs under load, in this order: ADD COLUMN with a constant
         and with a volatile default, RENAME COLUMN, a compatible type change, DROP COLUMN
@@ -275,8 +289,20 @@ class PostgresAdapter(Adapter):
             "password_env": "DBLOG_PG_PASSWORD",
         }
 
+    def superconnect(self):
+        """As the superuser: sees every session's TLS state, drops what dblog_tls created."""
+        import psycopg2
+
+        return psycopg2.connect(
+            host=self.host,
+            port=self.port,
+            user=env("DBLOG_PG_SUPERUSER"),
+            password=env("DBLOG_PG_SUPERUSER_PASSWORD"),
+            dbname=self.db,
+        )
+
     def drop(self, source_id: str) -> None:
-        with self.connect() as c:
+        with self.superconnect() as c:
             c.autocommit = True
             cur = c.cursor()
             cur.execute(f"DROP SCHEMA IF EXISTS {self.ns} CASCADE")

@@ -29,15 +29,16 @@ pytestmark = pytest.mark.integration
 class Running:
     """An engine in a background thread, stoppable; surfaces its exception."""
 
-    def __init__(self, db, tmp_path, source_id):
+    def __init__(self, db, tmp_path, source_id, source_config=None):
         self.db, self.source_id = db, source_id
+        self.source_config = source_config  # default: the adapter's (plaintext user)
         self.lake = f"delta://{tmp_path / 'lake'}"
         self.state = LocalStateStore(str(tmp_path / "state.db"))
         self.error = None
         self.thread = None
 
     def start(self, reset_position=False, **config):
-        cfg = self.db.source_config(self.source_id)
+        cfg = self.source_config or self.db.source_config(self.source_id)
         self.engine = Engine(
             make_source(cfg),
             make_output(self.lake),

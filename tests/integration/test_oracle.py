@@ -232,7 +232,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
     try:
         db.seed(rng, 300)  # rows that exist before the capture: only dumps can deliver them
         config = write_config(
-            tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
+            tmp_path / "dblog.toml", db.tls_source_config(source_id), tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
         )
         state = LocalStateStore(str(tmp_path / "state.db"))
         # Widen each chunk's window (SELECT .. HW) so concurrent writes land inside it often:

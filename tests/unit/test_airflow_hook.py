@@ -148,8 +148,8 @@ def test_changelog_from_argument_or_connection(monkeypatch):
 
 def test_a_misspelt_dblog_extra_is_refused_and_airflows_own_extras_are_left_alone(monkeypatch, tmp_path):
     """Strict configuration: an extra that looks like a DBLog option but is none (``tabels``)
-    is an error naming the closest one; Airflow's own Postgres/MySQL extras (``sslmode``) and
-    extras far from any DBLog option are not DBLog's and pass. The capture trigger's config
+    is an error naming the closest one; Airflow's own Postgres/MySQL extras (``sslmode``, which
+    DBLog uses too) and extras far from any DBLog option pass. The capture trigger's config
     file (render_config of engine_config) then loads under the strict reader."""
     from airflow_provider_dblog.config import load_config, write_private_config
 
@@ -186,7 +186,8 @@ def test_a_misspelt_dblog_extra_is_refused_and_airflows_own_extras_are_left_alon
         loaded = load_config(path)
     finally:
         os.unlink(path)
-    assert loaded["source"]["tables"] == ["public.a"] and "sslmode" not in loaded["source"]
+    assert loaded["source"]["tables"] == ["public.a"] and loaded["source"]["sslmode"] == "require"
+    assert "application_name" not in loaded["source"] and "team_owner" not in loaded["source"]
     assert loaded["state"] == {"session_timeout": 5.0, "zookeeper": "zk1:2181", "chroot": "/dblog"}
 
 
@@ -208,3 +209,41 @@ def test_provider_info_lists_importable_modules():
         for entry in info[kind]:
             for module in entry["python-modules"]:
                 importlib.import_module(module)
+
+
+def test_tls_extras_of_postgres_and_mysql_connections_become_the_source_tls_settings(monkeypatch):
+    """Airflow's own TLS extras (Postgres: libpq names; MySQL: the ``ssl`` object and
+    ``ssl_mode``) reach the [source] table, and through it every connection of the capture."""
+    set_conn(
+        monkeypatch,
+        "pg_tls",
+        conn_type="postgres",
+        host="db",
+        login="u",
+        password=SECRET,
+        extra={"sslmode": "verify-full", "sslrootcert": "/ca.pem", "sslpassword_env": "KEY_PW"},
+    )
+    src = DBLogHook(source_conn_id="pg_tls").source_config()
+    assert (src["sslmode"], src["sslrootcert"], src["sslpassword_env"]) == ("verify-full", "/ca.pem", "KEY_PW")
+    set_conn(
+        monkeypatch,
+        "my_tls",
+        conn_type="mysql",
+        host="db",
+        login="u",
+        password=SECRET,
+        extra={"ssl": {"ca": "/ca.pem", "cert": "/c.pem", "key": "/c.key"}, "ssl_mode": "VERIFY_CA"},
+    )
+    src = DBLogHook(source_conn_id="my_tls").source_config()
+    assert {k: src[k] for k in ("sslmode", "sslrootcert", "sslcert", "sslkey")} == {
+        "sslmode": "verify-ca",
+        "sslrootcert": "/ca.pem",
+        "sslcert": "/c.pem",
+        "sslkey": "/c.key",
+    }
+    set_conn(monkeypatch, "my_ssl_only", conn_type="mysql", host="db", login="u", extra={"ssl": '{"ca": "/ca.pem"}'})
+    assert DBLogHook(source_conn_id="my_ssl_only").source_config()["sslmode"] == "verify-full"
+    set_conn(monkeypatch, "my_bad", conn_type="mysql", host="db", login="u", extra={"ssl_mode": "SOMETIMES"})
+    with pytest.raises(ConfigurationError) as err:
+        DBLogHook(source_conn_id="my_bad").source_config()
+    assert "VERIFY_IDENTITY" in str(err.value)
