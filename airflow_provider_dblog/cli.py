@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds without log activity before a heartbeat watermark (0: off)",
     )
     p.add_argument(
+        "--redump-on-position-lost",
+        action="store_true",
+        help="when the log position is lost (slot dropped, binlog purged), start at the log's end and "
+        "dump every table instead of stopping",
+    )
+    p.add_argument(
         "--schema-check-interval",
         type=float,
         default=10.0,
@@ -173,6 +179,7 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
         reset_position=args.reset_position,  # applied once this instance holds the lease
         heartbeat_interval=args.heartbeat_interval or None,
         schema_check_interval=args.schema_check_interval,
+        redump_on_position_lost=args.redump_on_position_lost,
     )
     # Every capture takes the source's leader lease (a file lock for the local store, a
     # ZooKeeper lease otherwise): one writer per source, fenced by the epoch (invariant 7).

@@ -35,7 +35,7 @@ import uuid
 from typing import Any, Callable, Optional
 
 from .batch import DumpRows
-from .dumps import TableProgress
+from .dumps import DumpControl, DumpSpec, TableProgress
 from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavailable, StaleEpochError
 from .events import (
     SUB_WIDTH,
@@ -80,6 +80,10 @@ class EngineConfig:
     # Keep trying to reconnect to a source that dropped the connection for this long.
     reconnect_timeout: float = 300.0
     reconnect_max_backoff: float = 10.0  # seconds between attempts at most (doubling from 0.5)
+    # A lost log position (a dropped or lost PostgreSQL slot, a purged binlog): stop with the
+    # fix (default), or start at the log's end and dump every table (rows deleted in the gap
+    # go too: range repair), without a person.
+    redump_on_position_lost: bool = False
     # Compare the captured tables' catalog schemas with the recorded ones this often (0: only
     # when the log or a chunk shows a new shape); a changed table is dumped again.
     schema_check_interval: float = 10.0
@@ -125,6 +129,7 @@ class Engine:
         self.events_in = 0  # log change events processed (the rate in status reports)
         self.heartbeats = 0
         self.reconnects = 0
+        self.position_recoveries = 0  # lost positions recovered by a full dump (opt-in)
         self.writer: Optional[Writer] = None  # set once the source and output are open
         self._skip_until: Optional[Position] = None
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
@@ -217,18 +222,21 @@ class Engine:
                 if self.lease is not None and not self.lease.held():
                     self.lease.check()  # raises when lost; waits out a short suspension
                 try:
-                    self._log_step(writer)
-                    self._apply_durable(writer)
-                    self._schema_step(writer)
-                    self._dump_step(writer)
-                    self._heartbeat_step()
-                except SourceUnavailable as exc:
-                    self._reconnect(exc, stop)
-                    continue
-                now = time.monotonic()
-                if now >= next_status:
-                    self._report((self.events_in - n0) / max(now - t0, 1e-9))
-                    t0, n0, next_status = now, self.events_in, now + self.config.status_interval
+                    try:
+                        self._log_step(writer)
+                        self._apply_durable(writer)
+                        self._schema_step(writer)
+                        self._dump_step(writer)
+                        self._heartbeat_step()
+                    except SourceUnavailable as exc:
+                        self._reconnect(exc, stop)
+                        continue
+                    now = time.monotonic()
+                    if now >= next_status:
+                        self._report((self.events_in - n0) / max(now - t0, 1e-9))
+                        t0, n0, next_status = now, self.events_in, now + self.config.status_interval
+                except PositionLostError as exc:  # the slot dropped under us, WAL removed, ...
+                    self._recover_position(exc)
             writer.close()
             self._apply_durable(writer)
             self._report(0.0)
@@ -258,6 +266,8 @@ class Engine:
             self.source.start_log(checkpoint, from_end=self.config.reset_position and checkpoint is None)
         except SourceUnavailable as exc:  # e.g. a previous leader's session still holds the log
             self._reconnect(exc, stop)
+        except PositionLostError as exc:
+            self._recover_position(exc)
         self._last_item_at = time.monotonic()
         log.info("capture of %s started at %s", self.source_id, checkpoint or "the source's bookmark (no checkpoint)")
 
@@ -269,6 +279,30 @@ class Engine:
             schema = self.schemas[table] = self.source.table_schema(table)
             writer.put(schema)
         return schema
+
+    # -- lost positions -----------------------------------------------------------------------
+    def _recover_position(self, exc: PositionLostError) -> None:
+        """Opt-in (``redump_on_position_lost``): request a dump of every table first (a crash
+        right after asks again, as the position is still lost), then forget the checkpoint
+        and read the log from its current end. Changes in the gap reach the changelog through
+        the dump; rows deleted in it go through its key ranges."""
+        if not self.config.redump_on_position_lost:
+            raise exc
+        spec = DumpSpec.new(self.source_id, None)
+        self.state.add_dump(spec, DumpControl())
+        self.position_recoveries += 1
+        log.warning(
+            "capture of %s: %s Reading from the current end of the log; dump %s of every table restores what the gap held.",
+            self.source_id,
+            exc.cause,
+            spec.dump_id,
+        )
+        self.window.abandon()
+        self.state.clear_checkpoint(self.source_id)
+        self.durable = None
+        self.source.reset_log()
+        self.source.start_log(None, from_end=True)
+        self.scheduler.wake()
 
     # -- schema changes -----------------------------------------------------------------------
     def _schema_step(self, writer: Writer) -> None:
@@ -639,6 +673,7 @@ class Engine:
             "heartbeats": self.heartbeats,
             "schemas_checked_at": self.schema_watch.checked_at,
             "reconnects": self.reconnects,
+            "position_recoveries": self.position_recoveries,
             "dumps": self.scheduler.health(),
             "estimates": self.scheduler.estimates,
             "leader": {"identity": self.lease.identity, "epoch": self.config.epoch} if self.lease else None,

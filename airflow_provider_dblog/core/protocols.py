@@ -58,6 +58,11 @@ class Source(Protocol):
         first started, else the current end); ``from_end``: from the current end of the log
         (a reset). PositionLostError when the log is gone."""
 
+    def reset_log(self) -> None:
+        """Make the log readable again from its current end after PositionLostError (the
+        engine's opt-in recovery, then ``start_log(None, from_end=True)``): PostgreSQL
+        recreates a dropped or lost slot; MySQL needs nothing."""
+
     def poll(self, max_items: int, timeout: float) -> list[LogItem]:
         """Up to ``max_items`` log items in log order; waits at most ``timeout`` seconds
         for the first one and returns [] when the log is idle."""

@@ -32,6 +32,8 @@ class CaptureOperator(BaseOperator):
     :param session_seconds: length of one capture session before the task defers again.
     :param max_sessions: stop (successfully) after this many sessions; None: run for ever.
     :param status_interval: seconds between the engine's progress lines in the task log.
+    :param redump_on_position_lost: when the log position is lost (a dropped or lost slot, a
+        purged binlog), start at the log's end and dump every table instead of failing.
     """
 
     template_fields = ("source_conn_id", "state_conn_id", "state", "changelog", "changelog_conn_id", "source_id")
@@ -49,6 +51,7 @@ class CaptureOperator(BaseOperator):
         session_seconds: float = 3600.0,
         max_sessions: Optional[int] = None,
         status_interval: float = 30.0,
+        redump_on_position_lost: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -63,6 +66,7 @@ class CaptureOperator(BaseOperator):
         self.session_seconds = session_seconds
         self.max_sessions = max_sessions
         self.status_interval = status_interval
+        self.redump_on_position_lost = redump_on_position_lost
 
     def _trigger(self, session: int) -> CaptureTrigger:
         return CaptureTrigger(
@@ -75,6 +79,7 @@ class CaptureOperator(BaseOperator):
             session_seconds=self.session_seconds,
             status_interval=self.status_interval,
             session=session,
+            redump_on_position_lost=self.redump_on_position_lost,
         )
 
     def execute(self, context: Any) -> None:

@@ -232,6 +232,9 @@ class MySQLSource:
                 log.info("binlog connection %d of the previous leader: %s", cid, exc)
 
     @on_connection_loss
+    def reset_log(self) -> None:
+        """Nothing to recreate: ``start_log(None, from_end=True)`` reads from the current end."""
+
     def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         session = self._require_session()
         self._stop_reader()

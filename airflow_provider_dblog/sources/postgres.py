@@ -396,6 +396,21 @@ class PostgresSource:
         self._read_lsn = 0  # WAL position of the last message read
 
     @on_connection_loss
+    @on_connection_loss
+    def reset_log(self) -> None:
+        """A new slot at the current end of the WAL, in place of a dropped one or one whose
+        WAL is lost (an inactive slot: a running reader's is not ours to drop)."""
+        self._close_stream()
+        slot = self._slot_row()
+        if slot is not None and slot["wal_status"] == "lost" and not slot["active"]:
+            self._scalar("SELECT pg_drop_replication_slot(%s)", (self.slot_name,))
+            slot = None
+        if slot is None:
+            self._scalar(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)", (self.slot_name, self.plugin)
+            )
+            self._slot_created = True
+
     def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         self._close_stream()
         self._reset_stream()

@@ -50,6 +50,7 @@ class CaptureTrigger(BaseTrigger):
         status_interval: float = 30.0,
         session: int = 1,
         python: Optional[str] = None,
+        redump_on_position_lost: bool = False,
     ) -> None:
         super().__init__()
         self.source_conn_id = source_conn_id
@@ -62,6 +63,7 @@ class CaptureTrigger(BaseTrigger):
         self.status_interval = float(status_interval)
         self.session = int(session)
         self.python = python
+        self.redump_on_position_lost = bool(redump_on_position_lost)
         self._proc: Optional[asyncio.subprocess.Process] = None
         self._config_path: Optional[str] = None
 
@@ -79,6 +81,7 @@ class CaptureTrigger(BaseTrigger):
                 "status_interval": self.status_interval,
                 "session": self.session,
                 "python": self.python,
+                "redump_on_position_lost": self.redump_on_position_lost,
             },
         )
 
@@ -113,6 +116,7 @@ class CaptureTrigger(BaseTrigger):
                 str(self.session_seconds),
                 "--status-interval",
                 str(self.status_interval),
+                *(["--redump-on-position-lost"] if self.redump_on_position_lost else []),
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,

@@ -14,6 +14,7 @@ import pytest
 from airflow_provider_dblog.config import make_source
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
+from airflow_provider_dblog.core.errors import PositionLostError
 from airflow_provider_dblog.core.events import Op, Origin
 from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.core.verify import replay
@@ -21,7 +22,7 @@ from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
 
 from .capture_proc import wait_for
-from .databases import ADAPTERS
+from .databases import ADAPTERS, env
 
 pytestmark = pytest.mark.integration
 
@@ -439,3 +440,74 @@ def test_schema_changes_during_a_dump_and_while_idle_converge(db, tmp_path):
         assert replay(r.events(t)) == want, t
     assert all("title" in row and "note" not in row for row in replay(r.events(accounts)).values())
     assert all(row["extra"] == 7 for row in replay(r.events(notes)).values())
+
+
+def lose_the_position(db, source_id: str) -> None:
+    """What production does to a stopped capture: PostgreSQL drops its slot (a failover
+    without failover slots, an operator's cleanup); MariaDB purges the binlog it needs."""
+    if db.kind == "postgres":
+        with db.superconnect() as c:
+            c.autocommit = True
+            c.cursor().execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                (f"dblog_{source_id}",),
+            )
+        return
+    import pymysql
+
+    root = pymysql.connect(
+        host=db.host, port=db.port, user=env("DBLOG_MYSQL_ROOT_USER"), password=env("DBLOG_MYSQL_ROOT_PASSWORD")
+    )
+    try:
+        cur = root.cursor()
+        for _ in range(2):
+            cur.execute("FLUSH BINARY LOGS")
+        cur.execute("SHOW BINARY LOGS")
+        newest = cur.fetchall()[-1][0]
+        deadline = time.monotonic() + 10
+        while True:  # a dump thread still on an old file (ours, just closed) holds the purge back
+            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
+            cur.execute("SHOW BINARY LOGS")
+            if len(cur.fetchall()) == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        root.close()
+
+
+def test_a_lost_position_recovers_by_itself_when_allowed(db, tmp_path):
+    """Issue 10 part 5: with redump_on_position_lost, a capture whose position is gone (slot
+    dropped / binlog purged) starts at the log's end and dumps every table; rows deleted and
+    changed in the gap converge. Without it, the capture stops with the fix."""
+    db.seed(random.Random(12), 50)
+    accounts = f"{db.ns}.accounts"
+    r = Running(db, tmp_path, db.source_id).start()
+    d0 = r.dump(None)
+    wait(lambda: r.status(d0).status is DumpStatus.DONE, 60, "the first dump", r)
+    wait(lambda: r.state.get_checkpoint(db.source_id) is not None, 30, "a checkpoint", r)
+    r.stop()
+    with db.connect() as c:
+        cur = c.cursor()
+        cur.execute(f"DELETE FROM {accounts} WHERE id IN (2, 3, 4)")
+        cur.execute(f"UPDATE {accounts} SET name = 'changed in the gap' WHERE id = 9")
+        c.commit()
+    lose_the_position(db, db.source_id)
+    with pytest.raises(PositionLostError) as err:  # the default: stop, naming the fix
+        r.start()
+    assert "dump" in err.value.fix
+    r.error = None
+    r.start(redump_on_position_lost=True)
+    try:
+        wait(lambda: len(r.state.list_dumps(db.source_id)) == 2, 60, "the recovery dump", r)
+        recovery = [x for x in r.state.list_dumps(db.source_id) if x.dump_id != d0][0]
+        wait(lambda: r.status(recovery.dump_id).status is DumpStatus.DONE, 120, "the recovery dump to finish", r)
+        with db.connect() as c:
+            c.cursor().execute(f"INSERT INTO {accounts} (id, name) VALUES (8888, 'after the recovery')")
+            c.commit()
+        wait(lambda: any(e.key == (8888,) for e in r.events(accounts)), 30, "a change after the recovery", r)
+        assert json.loads(r.state.get_value(status_key(db.source_id)))["position_recoveries"] == 1
+    finally:
+        r.stop()
+    assert recovery.spec.tables is None
+    for t in db.tables():
+        assert replay(r.events(t)) == source_rows(db, db.source_id, t), t

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from airflow_provider_dblog.core.errors import RequestError, SchemaChanged, SourceUnavailable
+from airflow_provider_dblog.core.errors import PositionLostError, RequestError, SchemaChanged, SourceUnavailable
 from airflow_provider_dblog.core.events import (
     ChangeEvent,
     Column,
@@ -104,6 +104,7 @@ class MemorySource:
         self.opens = 0
         self.chunk_selects = 0
         self.acknowledged: Optional[Position] = None
+        self.purged_before: Optional[Position] = None  # set: the log before it is gone (a purge)
         self._cursor: Optional[int] = None
 
     def _server(self) -> None:
@@ -127,9 +128,14 @@ class MemorySource:
     def catalog_schema(self, table: str) -> TableSchema:
         return self.table_schema(table)
 
+    def reset_log(self) -> None:
+        self.purged_before = None  # a new "slot": readable from the end
+
     def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
         self._server()
         log = self.db.log
+        if after is not None and self.purged_before is not None and after < self.purged_before:
+            raise PositionLostError(f"the log before {self.purged_before} is gone (test).")
         if from_end:
             self._cursor = len(log)
         elif after is None:

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
-from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.core.errors import DBLogError, PositionLostError
 from airflow_provider_dblog.core.events import Column, Op, Origin, TableSchema, WatermarkEvent
 from airflow_provider_dblog.core.schema_watch import schema_key
 from airflow_provider_dblog.core.verify import replay
@@ -465,3 +465,40 @@ def test_a_primary_key_change_clears_the_older_rows_and_redumps(db, state):
     [t] = [e for e in out.events if e.op is Op.TRUNCATE]
     assert all(e.position > t.position for e in out.events if e.op is Op.READ)
     assert replay(out.events) == db.snapshot(TABLE) and len(db.snapshot(TABLE)) == 201
+
+
+def _purge_while_stopped(db, state):
+    """Capture the initial rows, stop; then the log moves on and what the checkpoint needs is
+    purged, with rows deleted and updated in the gap."""
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state)
+    wait_until(lambda: state.get_checkpoint(SOURCE_ID) is not None and len(out.events) == 200, what="a checkpoint")
+    run.stop()
+    for i in (3, 150, 200):
+        db.delete(TABLE, (i,))
+    db.upsert(TABLE, {"id": 7, "v": "changed in the gap"})
+    source.purged_before = db._position()
+    return source, out
+
+
+def test_a_lost_position_stops_the_capture_by_default(db, state):
+    source, out = _purge_while_stopped(db, state)
+    run = Running(source, out, state)
+    wait_until(run.done, what="the capture to stop")
+    with pytest.raises(PositionLostError):
+        run.stop()
+
+
+def test_a_lost_position_recovers_with_a_full_dump_when_allowed(db, state):
+    """Opt-in: the capture starts at the log's end and dumps every table; rows deleted and
+    changed in the gap converge (range repair), later changes arrive through the log."""
+    source, out = _purge_while_stopped(db, state)
+    run = Running(source, out, state, redump_on_position_lost=True)
+    wait_until(lambda: state.list_dumps(SOURCE_ID), what="the recovery dump")
+    [dump] = state.list_dumps(SOURCE_ID)
+    wait_until(dump_done(state, dump.dump_id), what="the recovery dump to finish")
+    db.upsert(TABLE, {"id": 500, "v": "after the recovery"})
+    wait_until(lambda: out.events[-1].key == (500,), what="a later change")
+    run.stop()
+    assert dump.spec.tables is None and run.engine.position_recoveries == 1
+    assert replay(out.events) == db.snapshot(TABLE)
