@@ -24,6 +24,9 @@ Config file (TOML), every key optional, command-line options override it::
     path = "dblog-state/state.db"   # the embedded store (SQLite), or instead:
     # url = "zk://zk1:2181,zk2:2181/dblog"   # ZooKeeper (or zookeeper = "hosts" + chroot)
     # session_timeout = 10                   # seconds; bounds failover time (docs/state.md)
+    # auth_user = "dblog"                    # ZooKeeper digest auth + ACLs (default: $DBLOG_STATE_USER)
+    # auth_password_env = "DBLOG_STATE_PASSWORD"   # variable holding its password (the default)
+    # auth_password_file = "/run/secrets/zk"       # or a file holding it
 
     [output]
     url = "delta://dblog-lake"      # delta://DIR, jsonl://DIR or python:module:function
@@ -80,7 +83,9 @@ SOURCE_KEYS = (
     "watermark_schema",
     *TLS_KEYS,
 )
-STATE_KEYS = ("path", "url", "zookeeper", "chroot", "session_timeout")
+# ``auth_password`` is listed so that read_state_auth refuses it with its own fix.
+STATE_AUTH_KEYS = ("auth_user", "auth_password_env", "auth_password_file", "auth_password")
+STATE_KEYS = ("path", "url", "zookeeper", "chroot", "session_timeout", *STATE_AUTH_KEYS)
 OUTPUT_KEYS = ("url",)
 SECTIONS = {"source": SOURCE_KEYS, "state": STATE_KEYS, "output": OUTPUT_KEYS}
 
@@ -261,9 +266,58 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
     )
 
 
+def read_state_auth(state: dict[str, Any]):
+    """The ZooKeeper digest credentials of ``[state]``, or None without ``auth_user`` (nor
+    ``DBLOG_STATE_USER``). The password comes from ``auth_password_file`` or the variable
+    named by ``auth_password_env`` (default ``DBLOG_STATE_PASSWORD``), never the config itself."""
+    from .state.zookeeper_acl import DEFAULT_PASSWORD_ENV, DEFAULT_USER_ENV, DigestAuth, check_user
+
+    if "auth_password" in state:
+        raise ConfigurationError(
+            "a ZooKeeper password (auth_password) was given in the configuration.",
+            f"put it in an environment variable named by auth_password_env (default {DEFAULT_PASSWORD_ENV}) "
+            "or in a file named by auth_password_file.",
+        )
+    user = state.get("auth_user") or os.environ.get(DEFAULT_USER_ENV)
+    if not user:
+        if state.get("auth_password_env") or state.get("auth_password_file"):
+            raise ConfigurationError(
+                "[state] names a ZooKeeper password (auth_password_env / auth_password_file) but no user.",
+                f"set [state] auth_user (or the environment variable {DEFAULT_USER_ENV}).",
+            )
+        return None
+    check_user(user)  # before any message names the user
+    if state.get("auth_password_file"):
+        path = state["auth_password_file"]
+        try:
+            with open(path, encoding="utf-8") as f:
+                password = f.read().rstrip("\r\n")  # the file's line end is not part of it
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot read the ZooKeeper password file {path}: {exc.strerror}.",
+                "point auth_password_file at a file this user can read that holds only the password.",
+            ) from None
+        if not password:
+            raise ConfigurationError(
+                f"the ZooKeeper password file {path} is empty.", "write the password of auth_user into it."
+            )
+    else:
+        env = state.get("auth_password_env") or DEFAULT_PASSWORD_ENV
+        password = os.environ.get(env, "")
+        if not password:
+            raise ConfigurationError(
+                f"ZooKeeper auth_user {user!r} is set but the environment variable {env} holding its "
+                "password is not set or empty.",
+                f"export {env} in the environment of every dblog process (Airflow: workers and triggerers), "
+                "or name a file holding the password with auth_password_file.",
+            )
+    return DigestAuth(user, password)
+
+
 def make_state(state: dict[str, Any]):
     """The local SQLite store (``path``) or the ZooKeeper store (``url = "zk://..."``, or
-    ``zookeeper = "host:port,..."`` with ``chroot``); ``--state`` may be either form."""
+    ``zookeeper = "host:port,..."`` with ``chroot``); ``--state`` may be either form.
+    ``auth_user`` and its password turn on ZooKeeper digest authentication and ACLs."""
     check_keys("state", state)
     url = state.get("url") or state.get("path") or os.environ.get("DBLOG_STATE") or "dblog-state/state.db"
     if state.get("zookeeper") and not state.get("url"):
@@ -279,11 +333,19 @@ def make_state(state: dict[str, Any]):
             raise ConfigurationError(
                 f"session_timeout {timeout!r} is not a number of seconds.", "set e.g. session_timeout = 10."
             ) from None
-        return ZooKeeperStateStore(hosts, chroot, **({"timeout": timeout} if timeout else {}))
+        auth = read_state_auth(state)
+        return ZooKeeperStateStore(hosts, chroot, **({"timeout": timeout} if timeout else {}), auth=auth)
     if "://" in url:
         raise ConfigurationError(
             f"unknown state store URL {url!r}.",
             "pass a file path for the local store or zk://host:port[,host:port]/chroot for ZooKeeper.",
+        )
+    given = [k for k in STATE_AUTH_KEYS if k in state]
+    if given:
+        raise ConfigurationError(
+            f"[state] sets {', '.join(given)}, but the state store is the local file {url}: "
+            "authentication applies to ZooKeeper only.",
+            'remove the auth_* keys, or point the state store at ZooKeeper (url = "zk://host:port/chroot").',
         )
     from .state.local import LocalStateStore
 

@@ -13,6 +13,10 @@ because a znode name may not contain ``/`` and may not be ``.`` or ``..``::
     sources/<source>/leader/...                   leader lease (state/lease.py)
     dump_ids/<dump_id>                            the dump's source id (lookup by id)
     values/<key>                                  small named values (status reports)
+    acl                                           with credentials: the tree carries their ACL
+
+With credentials (``DigestAuth``) every znode here is readable and writable by them alone
+(state/zookeeper_acl.py).
 
 Spec, control, status and progress are separate znodes because they have separate writers
 (core/dumps.py): a user's pause never overwrites the engine's progress and vice versa.
@@ -30,6 +34,7 @@ from ..core.dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from ..core.errors import ConfigurationError, RequestError
 from ..core.events import Position
 from ..core.protocols import Fence
+from .zookeeper_acl import KAZOO_LOG, DigestAuth, refused, secure_chroot
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +53,36 @@ def decode_name(name: str) -> str:
     return urllib.parse.unquote(name)
 
 
+URL_OPTIONS = ("session_timeout",)
+
+
 def parse_zk_url(url: str) -> tuple[str, str, dict[str, str]]:
-    """``zk://host:port[,host:port...][/chroot][?session_timeout=S]`` -> hosts, chroot, options."""
+    """``zk://host:port[,host:port...][/chroot][?session_timeout=S]`` -> hosts, chroot, options.
+    Credentials are refused here: a URL ends up in argv, logs and Airflow's UI."""
     parsed = urllib.parse.urlsplit(url)
+    if "@" in parsed.netloc:
+        raise ConfigurationError(
+            "the ZooKeeper state URL carries credentials (user@ or user:password@ before the hosts); "
+            "a URL is shown in process lists, logs and Airflow's UI.",
+            "remove them from the URL; set [state] auth_user and put the password into the environment "
+            "variable named by auth_password_env (default DBLOG_STATE_PASSWORD) or the file named by "
+            'auth_password_file (docs/state.md, "Authentication and ACLs").',
+        )
     if parsed.scheme not in ("zk", "zookeeper") or not parsed.netloc:
         raise ConfigurationError(
-            f"{url!r} is not a ZooKeeper state URL.",
+            f"{urllib.parse.urlunsplit(parsed._replace(query=''))!r} is not a ZooKeeper state URL.",
             "write it as zk://host:port[,host2:port]/chroot, e.g. zk://zk1:2181,zk2:2181/dblog.",
         )
     chroot = parsed.path.rstrip("/") or DEFAULT_CHROOT
     options = dict(urllib.parse.parse_qsl(parsed.query))
+    for key in options:
+        if key not in URL_OPTIONS:
+            # Not echoed with its value: someone may have tried ?password=...
+            raise ConfigurationError(
+                f"unknown option {key!r} in the ZooKeeper state URL.",
+                f"remove it; the URL takes only {', '.join(URL_OPTIONS)}, credentials go into [state] "
+                "auth_user and auth_password_env / auth_password_file.",
+            )
     return parsed.netloc, chroot, options
 
 
@@ -70,13 +95,16 @@ class ZooKeeperStateStore:
         chroot: str = DEFAULT_CHROOT,
         timeout: float = DEFAULT_SESSION_TIMEOUT,
         connect_timeout: float = CONNECT_TIMEOUT,
+        auth: Optional[DigestAuth] = None,
     ):
         from kazoo.client import KazooClient
+        from kazoo.exceptions import NoAuthError
         from kazoo.handlers.threading import KazooTimeoutError
 
         self.hosts = hosts
         self.chroot = "/" + chroot.strip("/") if chroot.strip("/") else ""
         self.session_timeout = float(timeout)
+        self.auth = auth
         # Operations are retried over connection loss (a ZooKeeper restart, a leader
         # election in the ensemble) for at most one session timeout: past that the session
         # is gone anyway, and the caller should see the error instead of hanging.
@@ -94,22 +122,38 @@ class ZooKeeperStateStore:
                 "max_delay": max(0.1, self.session_timeout / 8),
             },
             command_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0, "deadline": self.session_timeout},
+            # kazoo sends the credentials again on every (re)connect and puts the ACL on every
+            # create, transactions and the lease's ephemeral znodes included.
+            auth_data=auth.auth_data if auth else None,
+            default_acl=auth.acl if auth else None,
+            logger=KAZOO_LOG,
         )
         try:
             self.client.start(timeout=connect_timeout)
         except KazooTimeoutError:
-            self.client.stop()
-            self.client.close()
+            self._stop_client()
             raise ConfigurationError(
                 f"cannot reach ZooKeeper at {hosts} within {connect_timeout:.0f} s.",
                 "check that the ZooKeeper servers are running and reachable from this host "
                 "(e.g. `echo ruok | nc HOST PORT` answers imok), and that the state URL "
                 "lists them as zk://host:port[,host:port]/chroot.",
             ) from None
-        self.client.ensure_path(self.chroot or "/")
+        try:
+            if auth is not None:
+                secure_chroot(self.client, self.chroot, auth)
+            else:
+                self.client.ensure_path(self.chroot or "/")
+                self.client.get(self.chroot or "/")  # exists() passes any ACL; a read does not
+        except NoAuthError:
+            self._stop_client()
+            raise refused(self.chroot, auth) from None
+        except ConfigurationError:
+            self._stop_client()
+            raise
 
     def __repr__(self) -> str:
-        return f"ZooKeeperStateStore({self.hosts!r}, chroot={self.chroot!r})"
+        user = f", auth_user={self.auth.user!r}" if self.auth else ""
+        return f"ZooKeeperStateStore({self.hosts!r}, chroot={self.chroot!r}{user})"
 
     # -- paths -------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -123,7 +167,12 @@ class ZooKeeperStateStore:
         return self._source(source_id, "dumps", encode_name(dump_id), *parts)
 
     def _retry(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        return self.client.retry(fn, *args, **kwargs)
+        from kazoo.exceptions import NoAuthError
+
+        try:
+            return self.client.retry(fn, *args, **kwargs)
+        except NoAuthError:
+            raise refused(self.chroot, self.auth) from None
 
     def _get(self, path: str) -> Optional[str]:
         from kazoo.exceptions import NoNodeError
@@ -192,9 +241,11 @@ class ZooKeeperStateStore:
     def dump_added(self, spec: DumpSpec, results: list[Any]) -> None:
         """Raise the first failure of ``add_dump_ops``' results, unless it is our own
         transaction retried after a lost answer."""
-        from kazoo.exceptions import NodeExistsError, RolledBackError
+        from kazoo.exceptions import NoAuthError, NodeExistsError, RolledBackError
 
         failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if any(isinstance(r, NoAuthError) for r in failed):
+            raise refused(self.chroot, self.auth)
         if failed:
             if (
                 isinstance(failed[0], NodeExistsError)
@@ -305,6 +356,9 @@ class ZooKeeperStateStore:
     def close(self) -> None:
         # stop() ends the session at once: its ephemeral znodes (a held lease) go with it,
         # so a standby takes over without waiting for the session timeout.
+        self._stop_client()
+
+    def _stop_client(self) -> None:
         try:
             self.client.stop()
         finally:
@@ -349,7 +403,7 @@ class FencedZooKeeperStore:
         """Run ``op(transaction)`` behind the two fence checks; returns the op's own result
         (an exception instance when it failed for a reason of its own, e.g. NoNodeError), or
         the list of results when ``op`` added several operations."""
-        from kazoo.exceptions import RolledBackError
+        from kazoo.exceptions import NoAuthError, RolledBackError
 
         from .lease import lease_lost
 
@@ -361,6 +415,9 @@ class FencedZooKeeperStore:
             return list(tx.commit())
 
         holder, epoch, *results = self._store._retry(commit)
+        if any(isinstance(r, NoAuthError) for r in (holder, epoch, *results)):
+            # the tree was secured under a process without credentials: say so, not "lost lease"
+            raise refused(self._store.chroot, self._store.auth)
         if isinstance(holder, Exception) and not isinstance(holder, RolledBackError):
             raise lease_lost(self._fence.source_id, self._fence.epoch, "its ZooKeeper znode is gone")
         if isinstance(epoch, Exception) and not isinstance(epoch, RolledBackError):
