@@ -5,8 +5,10 @@ one with a composite key; on PostgreSQL also TOASTed values that most updates le
 in a table with and one without REPLICA IDENTITY FULL; TRUNCATEs; ALTER TABLEs that add
 columns with constant and volatile defaults, rename, retype and drop them) runs while dumps of
 all tables and of key lists are requested, and the capture is killed with SIGKILL at random
-moments and restarted; once, rows are deleted and updated while nothing captures and the
-capture restarts with --reset-position (a dump of all tables repairs them). At the end `dblog verify`
+moments and restarted; the database server itself is crashed once while a dump runs and
+started again (the capture reconnects by itself); once, rows are deleted and updated while
+nothing captures and the capture restarts with --reset-position (a dump of all tables
+repairs them). At the end `dblog verify`
 must report zero mismatches for every table: replaying the changelog gives the source tables.
 Then the Spark job lands the changelog (once while the workload runs, once at the end) and
 every typed Delta mirror must equal its source table, row for row.
@@ -17,6 +19,7 @@ replays a failing one).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -73,13 +76,13 @@ class Workload:
                 if self.stop.wait(max(0.0, at - (time.monotonic() - self._started))):
                     return
                 tables = rng.choice(choices)
-                for _ in range(5):  # a deadlock with a writer: try again
+                for _ in range(5):  # a deadlock with a writer, or a server restart: try again
                     try:
-                        self._while_running(-1, lambda ts=tables: self.db.truncate(c, ts))
+                        self._while_running(-1, lambda ts=tables, c=c: self.db.truncate(c, ts))
                         self.truncates.append(tables)
                         break
                     except Exception as exc:
-                        c.rollback()
+                        c = self._recover(c)
                         self.errors.append(repr(exc))
         finally:
             c.close()
@@ -95,7 +98,15 @@ class Workload:
             for at, ddl in zip(moments, steps):
                 if self.stop.wait(max(0.0, at - (time.monotonic() - self._started))):
                     return
-                self._while_running(-2, lambda ddl=ddl: (c.cursor().execute(ddl), c.commit()))
+                for attempt in range(5):  # a server restart (the crash holds DDL back): again
+                    try:
+                        self._while_running(-2, lambda ddl=ddl, c=c: (c.cursor().execute(ddl), c.commit()))
+                        break
+                    except Exception as exc:
+                        if attempt == 4:
+                            raise
+                        c = self._recover(c)
+                        self.errors.append(repr(exc))
                 self.altered.append(ddl)
         except Exception as exc:
             self.errors.append(f"ALTER failed: {exc!r}")
@@ -114,6 +125,25 @@ class Workload:
                 if self.running.is_set():
                     work()
                     return
+
+    def _recover(self, c):
+        """Roll back; if the connection is gone (the server crashed), a new one once the
+        server is back."""
+        try:
+            c.rollback()
+            return c
+        except Exception as exc:  # noqa: BLE001 - the connection is gone: a new one below
+            self.errors.append(f"reconnecting: {exc!r}")
+        with contextlib.suppress(Exception):
+            c.close()
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                return self.db.connect()
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def pause(self) -> None:
         """Hold every writer still (transactions under way finish first)."""
@@ -134,8 +164,8 @@ class Workload:
                             continue
                         self.db.random_transaction(c, rng, self.next_id)
                     self.txns += 1
-                except Exception as exc:  # deadlocks / serialisation: roll back and go on
-                    c.rollback()
+                except Exception as exc:  # deadlocks, serialisation, a crashed server: go on
+                    c = self._recover(c)
                     self.errors.append(repr(exc))
                 time.sleep(rng.uniform(0, 0.01))
         finally:
@@ -196,6 +226,29 @@ def sentinel_arrived(db, out, source_id: str, capture) -> None:
     )
 
 
+def capture_status(state, source_id: str) -> dict:
+    return json.loads(state.get_value(status_key(source_id)) or "{}")
+
+
+def crash_and_restart(db, load: Workload, capture: Capture, state, source_id: str) -> None:
+    """Crash the database server under the writers' load while a dump runs (PostgreSQL: an
+    immediate shutdown; MariaDB: SIGKILL, and a new binlog file at the restart) and start it
+    again; the capture must come back through its own reconnect path (its status counts it).
+    DDL and TRUNCATE hold still meanwhile (a blind retry could run them twice)."""
+    kind = {"postgres": "pg", "mysql": "mysql"}[db.kind]
+    services = str(REPO / "scripts" / "services")
+    with load._writing[-1], load._writing[-2]:
+        subprocess.run([services, "crash", kind], check=True, capture_output=True, timeout=120)
+        time.sleep(1.0)
+        subprocess.run([services, "up", kind], check=True, capture_output=True, timeout=300)
+
+    def reconnected():
+        st = capture_status(state, source_id)
+        return st.get("pid") == capture.proc.pid and (st.get("reconnects") or 0) >= 1
+
+    wait_for(reconnected, 300, "the capture to reconnect after the crash", capture.assert_alive, detail=capture.tail)
+
+
 def reset_position_gap(db, load: Workload, capture: Capture, out, state, source_id: str, rng: random.Random) -> dict:
     """Stop writers and capture (everything written so far is in the changelog), change rows
     while nothing captures, restart with --reset-position (which skips those changes) and let
@@ -232,7 +285,10 @@ def test_convergence_oracle(kind, seed, tmp_path):
     try:
         db.seed(rng, 300)  # rows that exist before the capture: only dumps can deliver them
         config = write_config(
-            tmp_path / "dblog.toml", db.tls_source_config(source_id), tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
+            tmp_path / "dblog.toml",
+            db.tls_source_config(source_id),
+            tmp_path / "state.db",
+            f"delta://{tmp_path / 'lake'}",
         )
         state = LocalStateStore(str(tmp_path / "state.db"))
         # Widen each chunk's window (SELECT .. HW) so concurrent writes land inside it often:
@@ -257,6 +313,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
         with Workload(db, seed) as load:
             time.sleep(1)
             gap_at = time.time() + rng.uniform(6, max(7, WORKLOAD_SECONDS - 8))
+            crash_at, crashed = time.time() + rng.uniform(2, 5), False
             dumps.append(dblog(config, "dump", "--all", "--chunk-size", str(rng.randint(17, 60))).stdout.strip())
             end = time.time() + WORKLOAD_SECONDS
             key_dump_at = time.time() + rng.uniform(3, 8)
@@ -272,6 +329,10 @@ def test_convergence_oracle(kind, seed, tmp_path):
                         dblog(config, "dump", "--table", f"{db.ns}.orders", "--chunk-size", "11").stdout.strip()
                     )
                     key_dump_at = 0
+                if not crashed and time.time() > crash_at and capture_status(state, source_id).get("dumps"):
+                    crash_and_restart(db, load, capture, state, source_id)  # mid-dump
+                    crashed = True
+                    continue
                 if gap_at and time.time() > gap_at:
                     # A gap: rows deleted and updated while nothing captures, skipped by
                     # --reset-position; the dump of all tables that follows repairs them.
@@ -337,6 +398,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
         assert origins["truncate"] == sum(len(ts) for ts in load.truncates), (origins, load.truncates)
         # The gap's deletes never reached the log: only the dump's key ranges (op k) remove them.
         assert gap, "no reset-position gap ran"
+        assert crashed, "the server was never crashed while a dump ran"
         accounts = list(out.scan(source_id, f"{db.ns}.accounts"))
         assert not any(e.op.value == "d" and e.key[0] in gap["deleted"] for e in accounts), gap
         assert any(e.op.value == "k" for e in accounts)
