@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -66,6 +67,15 @@ PROP_STOPPED = "dblog.stopped"
 
 # An unchanged TOASTed value's placeholder (core/toast.py) as the changelog's JSON writes it.
 UNCHANGED_TOAST_JSON = '{"$unchanged_toast":true}'
+
+
+def absolute(location: str) -> str:
+    """A local path made absolute (``file:`` and object-store URLs are left as they are):
+    Spark resolves ``delta.`<path>``` names and streaming checkpoints against different
+    directories, and refuses a relative one in a table name outright."""
+    if "://" in location or location.startswith("file:"):
+        return location.rstrip("/")
+    return os.path.abspath(os.path.expanduser(location))
 
 
 def _q(name: str) -> str:
@@ -119,8 +129,8 @@ class Lander:
     """Merges micro-batches of the changelog into the mirrors (``land_batch``)."""
 
     def __init__(self, spark: SparkSession, lake: str, mirrors: Optional[str] = None, register: bool = True, log=print):
-        self.spark, self.lake = spark, lake.rstrip("/")
-        self.mirrors = (mirrors or f"{self.lake}/mirrors").rstrip("/")
+        self.spark, self.lake = spark, absolute(lake)
+        self.mirrors = absolute(mirrors) if mirrors else f"{self.lake}/mirrors"
         self.schemas = SchemaStore(spark, f"{self.lake}/schemas")
         self.register, self.log = register, log
         self.events = 0
@@ -501,9 +511,9 @@ def land(
     """Land every changelog version not landed yet (availableNow), then return run stats.
 
     ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table)."""
-    lake = lake.rstrip("/")
+    lake = absolute(lake)
     lander = lander_class(spark, lake, mirrors, register, log)
-    checkpoint = checkpoint or f"{lander.mirrors}/_checkpoints/{source or '_all'}"
+    checkpoint = absolute(checkpoint) if checkpoint else f"{lander.mirrors}/_checkpoints/{source or '_all'}"
     t0 = time.time()
     stream = (
         spark.readStream.format("delta")

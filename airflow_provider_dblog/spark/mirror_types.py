@@ -128,7 +128,10 @@ def parse_type(type_name: str) -> T.DataType:
 def to_mirror(value: SparkColumn, type_name: str) -> SparkColumn:
     """Turn a parsed value (``parse_type``) into the mirror type."""
     if is_json(type_name):
-        return F.to_json(value)
+        # A SQL NULL in a json column is a JSON null in the row image (the canonical value is
+        # the parsed JSON): it stays SQL NULL, never the 4-character text 'null'. A JSON null
+        # literal stored in the column is the same canonical value (docs/landing.md).
+        return F.when(F.is_variant_null(value), F.lit(None).cast(T.StringType())).otherwise(F.to_json(value))
     if isinstance(mirror_type(type_name), T.BinaryType):
         return F.unbase64(value.getField(B64))
     return value

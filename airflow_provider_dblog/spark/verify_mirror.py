@@ -1,9 +1,12 @@
 """Spark-side verify: compare a mirror table with its source table row by row, typed.
 
-The mirror's typed values are turned back into canonical values (core/events.py) and
-compared with the source's rows as the chunk SELECT reads them, with the same ``compare``
-as ``dblog verify``. So a wrong type mapping (a lost decimal scale, a shifted time zone,
-mangled bytes or JSON) shows up as a mismatch, not only a missing row.
+The mirror's typed values are turned back into comparable values and compared with the
+source's rows as the chunk SELECT reads them, with the same ``compare`` as ``dblog verify``.
+Comparison is by value, not by re-parsed text: decimals as ``Decimal`` numbers (1.00E-10 is
+0.0000000001), JSON as parsed JSON, except that a mirror holding the *text* ``null`` where
+the source has SQL NULL is a mismatch (it is corruption, not a JSON null). So a wrong type
+mapping (a lost decimal scale, a shifted time zone, mangled bytes or JSON, a NULL turned into
+text) shows up as a mismatch, not only a missing row.
 
     python -m airflow_provider_dblog.spark.verify_mirror --config dblog.toml --lake /data/lake
 """
@@ -26,16 +29,29 @@ from pyspark.sql import types as T
 from airflow_provider_dblog.core.events import Key, Row, TableSchema
 from airflow_provider_dblog.core.verify import Mismatch, compare
 from airflow_provider_dblog.spark import mirror_types as mt
-from airflow_provider_dblog.spark.land_changelog import mirror_path
+from airflow_provider_dblog.spark.land_changelog import absolute, mirror_path
+
+
+class _JsonNullText:
+    """A mirror's JSON column holding the text 'null': equal to nothing (a SQL NULL in the
+    source must be SQL NULL in the mirror)."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "'null' (text)"
 
 
 def _canonical(value: Any, type_name: str) -> Any:
     if value is None:
         return None
     if mt.is_json(type_name):
-        return json.loads(value)
+        return _JsonNullText() if value.strip() == "null" else json.loads(value)
     if isinstance(value, decimal.Decimal):
-        return int(value) if mt.is_integer(type_name) else format(value, "f")
+        return int(value) if mt.is_integer(type_name) else value  # compared as a number
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, (bytes, bytearray)):
@@ -77,10 +93,29 @@ def source_rows(source, schema: TableSchema, chunk: int = 50_000) -> dict[Key, R
         after = schema.key_of(got[-1])
 
 
+def _typed_source(rows: dict[Key, Row], schema: TableSchema) -> dict[Key, Row]:
+    """Source rows with decimal values (canonical strings) as ``Decimal``, like the mirror's."""
+    decimals = [
+        c.name
+        for c in schema.columns
+        if isinstance(mt.mirror_type(c.type), T.DecimalType) and not mt.is_integer(c.type)
+    ]
+    if not decimals:
+        return rows
+    out = {}
+    for row in rows.values():
+        row = dict(row)
+        for name in decimals:
+            if isinstance(row.get(name), str):
+                row[name] = decimal.Decimal(row[name])
+        out[schema.key_of(row)] = row  # a decimal key column is a Decimal on both sides
+    return out
+
+
 def verify_table(spark: SparkSession, source, mirrors: str, table: str) -> tuple[int, int, list[Mismatch]]:
     """(source rows, mirror rows, mismatches) for one table of an open ``Source``."""
     schema = source.table_schema(table)
-    src = source_rows(source, schema)
+    src = _typed_source(source_rows(source, schema), schema)
     mir = mirror_rows(spark, mirror_path(mirrors, source.source_id, table), schema)
     return len(src), len(mir), compare(src, mir)
 
@@ -103,7 +138,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     bad = 0
     try:
         for table in args.table or source.tables():
-            n_src, n_mir, mism = verify_table(spark, source, args.mirrors or f"{args.lake.rstrip('/')}/mirrors", table)
+            n_src, n_mir, mism = verify_table(
+                spark, source, absolute(args.mirrors) if args.mirrors else f"{absolute(args.lake)}/mirrors", table
+            )
             bad += len(mism)
             print(f"{table}: {n_src} rows in the source, {n_mir} in the mirror, {len(mism)} mismatches")
             for m in mism[: args.show]:

@@ -254,7 +254,7 @@ def test_typed_mirrors_follow_the_replay_rule(spark, tmp_path):
     assert "_deleted" not in spark.table(view).columns
 
 
-def test_landing_is_incremental_and_idempotent(spark, tmp_path):
+def test_landing_is_incremental_and_idempotent(spark, tmp_path, monkeypatch):
     src = "inc_" + uuid.uuid4().hex[:6]
     log = Changelog(tmp_path, src)
     s = log.schema("s.t", [("id", "integer"), ("v", "text")])
@@ -275,8 +275,10 @@ def test_landing_is_incremental_and_idempotent(spark, tmp_path):
     before = {r.id: r for r in snapshot}
     assert after[3] == before[3]  # untouched rows keep their _landed_at
 
-    # Landing the same versions again from scratch (a lost checkpoint) changes no row.
-    again = land(spark, tmp_path, checkpoint=str(tmp_path / "other-checkpoint"))
+    # Landing the same versions again from scratch (a lost checkpoint) changes no row; the
+    # lake and the checkpoint given as relative paths, as a newcomer types them (issue 12).
+    monkeypatch.chdir(tmp_path.parent)
+    again = land(spark, tmp_path.name, checkpoint=f"{tmp_path.name}/other-checkpoint")
     assert again["events"] == 22
     assert {r.id: r for r in spark.read.format("delta").load(path).collect()} == after
 

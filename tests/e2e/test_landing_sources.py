@@ -17,6 +17,7 @@ import time
 import uuid
 
 import pytest
+from pyspark.sql import functions as F
 
 from airflow_provider_dblog.core.requests import status_key
 from tests.e2e.test_landing import spark  # noqa: F401 - the shared SparkSession fixture
@@ -26,13 +27,13 @@ pytestmark = pytest.mark.integration
 
 TYPED_DDL = {
     "postgres": "CREATE TABLE {ns}.typed (id int PRIMARY KEY, b bytea, d date, s smallint, f double precision, "
-    "r real, ts timestamptz, big numeric, flag boolean)",
+    "r real, ts timestamptz, big numeric, flag boolean, j jsonb, sd numeric(20,12))",
     "mysql": "CREATE TABLE {ns}.typed (id int unsigned PRIMARY KEY, b varbinary(16), d date, ti tinyint(1), "
-    "f double, bu bigint unsigned, tz timestamp(6) NULL, e enum('x','y'))",
+    "f double, bu bigint unsigned, tz timestamp(6) NULL, e enum('x','y'), j json, sd decimal(20,12))",
 }
 TYPED_ROWS = {
     "postgres": (
-        "INSERT INTO {ns}.typed VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "INSERT INTO {ns}.typed VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         lambda i: (
             i,
             bytes([0, i, 255]),
@@ -43,10 +44,12 @@ TYPED_ROWS = {
             "2024-03-01 10:00:00.5+02",
             "12345678901234567890.123",
             i % 2 == 0,
+            None if i == 4 else json.dumps({"n": i}),  # a SQL NULL in a json column
+            "0.000000000100",  # a small decimal (1.00E-10 in Spark)
         ),
     ),
     "mysql": (
-        "INSERT INTO {ns}.typed VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        "INSERT INTO {ns}.typed VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         lambda i: (
             i,
             bytes([0, i, 255]),
@@ -56,6 +59,8 @@ TYPED_ROWS = {
             2**64 - i,
             "2024-03-01 10:00:00.500000",
             "y",
+            None if i == 4 else json.dumps({"n": i}),  # a SQL NULL in a json column
+            "0.000000000100",  # a small decimal (1.00E-10 in Spark)
         ),
     ),
 }
@@ -161,6 +166,91 @@ def verify_all(spark, db, cfg, mirrors) -> dict:  # noqa: F811
         return counts
     finally:
         source.close()
+
+
+def corruptions(session, path: str) -> dict[str, str]:
+    """One planted corruption per column of the typed mirror, as a Spark SQL expression,
+    chosen by the column's mirror type (row 5 has no NULLs; row 4's json is SQL NULL)."""
+    out = {}
+    for f in session.read.format("delta").load(path).schema.fields:
+        name, t = f.name, f.dataType.simpleString()
+        if name == "id" or name.startswith("_"):
+            continue
+        if name == "j":
+            out[name] = "'null'"  # the text 'null' where the source has SQL NULL (row 4)
+        elif t == "binary":
+            out[name] = "unhex('FF')"
+        elif t == "date":
+            out[name] = f"date_add(`{name}`, 1)"
+        elif t.startswith("timestamp"):
+            out[name] = f"`{name}` + INTERVAL 1 SECOND"
+        elif t == "boolean":
+            out[name] = f"NOT `{name}`"
+        elif t == "string":
+            out[name] = f"concat(`{name}`, 'x')"
+        elif t.startswith("decimal"):
+            scale = int(t.rstrip(")").split(",")[1])
+            out[name] = f"`{name}` + {10**-scale if scale else 1}BD"
+        else:  # integers and floating point
+            out[name] = f"`{name}` + 1"
+    return out
+
+
+def test_verify_mirror_catches_a_planted_corruption_of_each_column_type(spark, tmp_path):  # noqa: F811
+    """spark/verify_mirror.py compares typed values: one changed value in any column (a
+    timestamp a second off, a decimal one unit of its scale off, a byte, a date, a boolean,
+    a JSON SQL NULL turned into the text 'null') is a mismatch naming that column; the
+    untouched mirror has none (no false mismatch on a small decimal like 1.00E-10)."""
+    from delta.tables import DeltaTable
+
+    from airflow_provider_dblog.config import make_source
+    from airflow_provider_dblog.spark.land_changelog import land, mirror_path
+    from airflow_provider_dblog.spark.verify_mirror import verify_table
+
+    for kind in ("postgres", "mysql"):
+        db = ADAPTERS[kind]()
+        source_id = f"corrupt_{kind}_{uuid.uuid4().hex[:6]}"
+        db.create()
+        engine = None
+        try:
+            with db.connect() as c:
+                cur = c.cursor()
+                cur.execute(TYPED_DDL[kind].format(ns=db.ns))
+                sql, values = TYPED_ROWS[kind]
+                for i in range(1, 8):
+                    cur.execute(sql.format(ns=db.ns), values(i))
+                c.commit()
+            cfg = {**db.source_config(source_id), "tables": [f"{db.ns}.typed", f"{db.ns}.notes"]}
+            lake = str(tmp_path / kind)
+            engine = Engine(cfg, f"delta://{lake}", str(tmp_path / f"{kind}.db"))
+            engine.dump_all()
+            engine.sync(db)
+            engine.stop()
+            engine = None
+            land(spark, lake, source=source_id, log=lambda m: None)
+            table, mirrors = f"{db.ns}.typed", f"{lake}/mirrors"
+            path = mirror_path(mirrors, source_id, table)
+            source = make_source(cfg)
+            source.open()
+            try:
+                assert verify_table(spark, source, mirrors, table)[2] == []
+                mirror = DeltaTable.forPath(spark, path)
+                clean = mirror.history(1).first().version
+                for column, expr in corruptions(spark, path).items():
+                    row = 4 if column == "j" else 5
+                    mirror.update(f"id = {row}", {f"`{column}`": F.expr(expr)})
+                    mism = verify_table(spark, source, mirrors, table)[2]
+                    mirror.restoreToVersion(clean)
+                    assert [m.kind for m in mism] == ["different"], (kind, column, mism)
+                    assert f"{column}:" in mism[0].describe(), (kind, column, mism[0].describe())
+                assert verify_table(spark, source, mirrors, table)[2] == []
+            finally:
+                source.close()
+        finally:
+            if engine is not None:
+                engine.stop_event.set()
+                engine.thread.join(60)
+            db.drop(source_id)
 
 
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
