@@ -51,7 +51,7 @@ def _canonical(value: Any, type_name: str) -> Any:
     if mt.is_json(type_name):
         return _JsonNullText() if value.strip() == "null" else json.loads(value)
     if isinstance(value, decimal.Decimal):
-        return int(value) if mt.is_integer(type_name) else value  # compared as a number
+        return int(value) if mt.is_integer(type_name) else format(value, "f")
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, (bytes, bytearray)):
@@ -93,8 +93,9 @@ def source_rows(source, schema: TableSchema, chunk: int = 50_000) -> dict[Key, R
         after = schema.key_of(got[-1])
 
 
-def _typed_source(rows: dict[Key, Row], schema: TableSchema) -> dict[Key, Row]:
-    """Source rows with decimal values (canonical strings) as ``Decimal``, like the mirror's."""
+def _by_value(rows: dict[Key, Row], schema: TableSchema) -> dict[Key, Row]:
+    """Rows with decimal values (canonical strings) as ``Decimal``: compared as numbers, so a
+    scale written differently (1.00E-10, 0.0000000001) is no mismatch, a different value is."""
     decimals = [
         c.name
         for c in schema.columns
@@ -115,8 +116,8 @@ def _typed_source(rows: dict[Key, Row], schema: TableSchema) -> dict[Key, Row]:
 def verify_table(spark: SparkSession, source, mirrors: str, table: str) -> tuple[int, int, list[Mismatch]]:
     """(source rows, mirror rows, mismatches) for one table of an open ``Source``."""
     schema = source.table_schema(table)
-    src = _typed_source(source_rows(source, schema), schema)
-    mir = mirror_rows(spark, mirror_path(mirrors, source.source_id, table), schema)
+    src = _by_value(source_rows(source, schema), schema)
+    mir = _by_value(mirror_rows(spark, mirror_path(mirrors, source.source_id, table), schema), schema)
     return len(src), len(mir), compare(src, mir)
 
 
