@@ -168,6 +168,19 @@ def verify_all(spark, db, cfg, mirrors) -> dict:  # noqa: F811
         source.close()
 
 
+def create_typed(db, n: int, *then: str) -> None:
+    """The typed table with rows 1..n, then the statements ``then``."""
+    with db.connect() as c:
+        cur = c.cursor()
+        cur.execute(TYPED_DDL[db.kind].format(ns=db.ns))
+        sql, values = TYPED_ROWS[db.kind]
+        for i in range(1, n + 1):
+            cur.execute(sql.format(ns=db.ns), values(i))
+        for statement in then:
+            cur.execute(statement)
+        c.commit()
+
+
 def corruptions(session, path: str) -> dict[str, str]:
     """One planted corruption per column of the typed mirror, as a Spark SQL expression,
     chosen by the column's mirror type (row 5 has no NULLs; row 4's json is SQL NULL)."""
@@ -213,13 +226,7 @@ def test_verify_mirror_catches_a_planted_corruption_of_each_column_type(spark, t
         db.create()
         engine = None
         try:
-            with db.connect() as c:
-                cur = c.cursor()
-                cur.execute(TYPED_DDL[kind].format(ns=db.ns))
-                sql, values = TYPED_ROWS[kind]
-                for i in range(1, 8):
-                    cur.execute(sql.format(ns=db.ns), values(i))
-                c.commit()
+            create_typed(db, 7)
             cfg = {**db.source_config(source_id), "tables": [f"{db.ns}.typed", f"{db.ns}.notes"]}
             lake = str(tmp_path / kind)
             engine = Engine(cfg, f"delta://{lake}", str(tmp_path / f"{kind}.db"))
@@ -264,14 +271,7 @@ def test_source_to_mirrors(kind, spark, tmp_path):  # noqa: F811
     db.create()
     engine = None
     try:
-        with db.connect() as c:
-            cur = c.cursor()
-            cur.execute(TYPED_DDL[kind].format(ns=db.ns))
-            sql, values = TYPED_ROWS[kind]
-            for i in range(1, 21):
-                cur.execute(sql.format(ns=db.ns), values(i))
-            cur.execute(f"UPDATE {db.ns}.typed SET b = NULL, d = NULL WHERE id = 3")
-            c.commit()
+        create_typed(db, 20, f"UPDATE {db.ns}.typed SET b = NULL, d = NULL WHERE id = 3")
         db.seed(rng, 60)  # rows from before the capture: only the dump delivers them
         cfg = db.source_config(source_id)
         cfg["tables"] = cfg["tables"] + [f"{db.ns}.typed"]
