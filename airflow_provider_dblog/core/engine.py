@@ -55,7 +55,7 @@ from .protocols import LeaderLease, Output, Source, StateStore
 from .requests import status_key
 from .scheduler import ChunkPlan, DumpScheduler
 from .schema_watch import SchemaWatch, describe
-from .toast import unchanged_toast_dumps
+from .toast import ToastKnown, unchanged_toast_dumps
 from .watermark import ChunkAborted, ChunkDone, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
 
@@ -138,6 +138,7 @@ class Engine:
         self._unreadable: dict[str, str] = {}  # table -> why its catalog schema cannot be read
         self._resets: dict[str, TableSchema] = {}  # watermark uuid -> new schema (key changed)
         self._resetting: set[str] = set()  # tables whose reset is not durable yet
+        self.toast_known = ToastKnown()  # keys whose full row this process emitted (core/toast.py)
         self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
         self._warned: set[str] = set()
 
@@ -435,8 +436,8 @@ class Engine:
     # -- log ------------------------------------------------------------------------------
     def _log_step(self, writer: Writer) -> None:
         items = self.source.poll(self.config.poll_batch, self.config.poll_timeout)
-        self._queue_unchanged_toast()
         if not items:
+            self._queue_unchanged_toast([])  # e.g. keys of a partition that came or went
             return
         self._last_item_at = time.monotonic()
         out: list[Any] = []
@@ -470,15 +471,22 @@ class Engine:
         if last is not None:
             self.last_seen = last
             out.append(LogCheckpoint(last))
+        self._queue_unchanged_toast(out)
         writer.put_many(out)
 
-    def _queue_unchanged_toast(self) -> None:
+    def _queue_unchanged_toast(self, out: list[Any]) -> None:
         """Queue a key-list dump for the keys of changes whose ``after`` still holds an
-        unchanged-TOAST placeholder (PostgreSQL without REPLICA IDENTITY FULL; core/toast.py).
-        Stored before those changes reach the writer, so it is never lost: a crash before
-        they are durable reads them again. Changes already durable were queued before."""
+        unchanged-TOAST placeholder (PostgreSQL without REPLICA IDENTITY FULL; core/toast.py)
+        and whose full row this process has not emitted before (``ToastKnown``: the replay
+        fills those). Stored before ``out`` reaches the writer, so it is never lost: a crash
+        before those changes are durable reads them again."""
         skip = self._skip_until
-        hits = [(t, key) for t, key, pos in self.source.take_unchanged_toast() if skip is None or pos > skip]
+        raw = [(t, key, pos) for t, key, pos in self.source.take_unchanged_toast() if skip is None or pos > skip]
+        if raw:
+            self.toast_known.tables.update(t for t, _, _ in raw)
+        if not self.toast_known.tables:
+            return
+        hits = self.toast_known.walk(out, {pos: (t, key) for t, key, pos in raw})
         if hits:
             for spec in unchanged_toast_dumps(self.state, self.source_id, hits):
                 log.info(

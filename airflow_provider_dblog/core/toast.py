@@ -19,6 +19,7 @@ update, carries every value.
 from __future__ import annotations
 
 import bisect
+import collections
 from typing import Any, Iterable, Optional, Sequence
 
 from .dumps import DumpControl, DumpSpec
@@ -128,3 +129,50 @@ def unchanged_toast_dumps(
 def keys_with_placeholders(events: Sequence[ChangeEvent]) -> list[tuple[str, Key]]:
     """(table, key) of the events whose ``after`` holds a placeholder."""
     return [(e.table, e.key) for e in events if e.after is not None and unchanged_columns(e.after)]
+
+
+class ToastKnown:
+    """Keys of tables with unchanged-TOAST placeholders whose full row this capture process
+    has emitted (log or dump), bounded. A placeholder of such a key needs no repair dump: the
+    replay fills it from that earlier row. Without this, every UPDATE that leaves a TOASTed
+    value alone queued a one-key dump (a steady flood under an update workload). Unknown keys
+    (never seen, or evicted) are queued as before: the conservative side."""
+
+    def __init__(self, limit: int = 500_000):
+        self.tables: set[str] = set()  # tables that ever had a placeholder: only these are tracked
+        self._keys: "collections.OrderedDict[tuple[str, Key], None]" = collections.OrderedDict()
+        self._limit = limit
+
+    def __contains__(self, table_key: tuple[str, Key]) -> bool:
+        return table_key in self._keys
+
+    def walk(self, items: Sequence[Any], placeholders: dict[Position, tuple[str, Key]]) -> list[tuple[str, Key]]:
+        """Go through what goes to the writer, in order: full rows become known, deletes and
+        TRUNCATEs forget; returns the (table, key) of the placeholder events (by position in
+        ``placeholders``) whose key was not known at that point, plus placeholders that match
+        no item (a partition's keys that came or went without a row change)."""
+        keys = self._keys
+        need: list[tuple[str, Key]] = []
+        for item in items:
+            table = getattr(item, "table", None)
+            if table not in self.tables:
+                continue
+            if isinstance(item, ChangeEvent):
+                hit = placeholders.pop(item.position, None)
+                if hit is not None:
+                    if hit not in keys:
+                        need.append(hit)
+                elif item.op is Op.TRUNCATE:
+                    for k in [k for k in keys if k[0] == table]:
+                        del keys[k]
+                elif item.op is Op.DELETE:
+                    keys.pop((table, item.key), None)
+                elif item.after is not None:
+                    keys[(table, item.key)] = None
+            elif hasattr(item, "rows") and hasattr(item, "keys"):  # a chunk's rows (DumpRows)
+                for k in item.keys:
+                    keys[(table, k)] = None
+        need.extend(placeholders.values())
+        while len(keys) > self._limit:
+            keys.popitem(last=False)
+        return need
