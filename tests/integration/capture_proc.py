@@ -32,11 +32,14 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def write_config(path: Path, source: dict, state_path: Path, output_url: str) -> Path:
+def write_config(path: Path, source: dict, state_path: Path, output_url: str, state: Optional[dict] = None) -> Path:
+    """``state``: further [state] keys (e.g. auth_user and auth_password_env)."""
     lines = ["[source]"]
     for k, v in source.items():
         lines.append(f"{k} = {json.dumps(v)}")
-    lines += ["", "[state]", f"path = {json.dumps(str(state_path))}", "", "[output]", f"url = {json.dumps(output_url)}"]
+    lines += ["", "[state]", f"path = {json.dumps(str(state_path))}"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in (state or {}).items()]
+    lines += ["", "[output]", f"url = {json.dumps(output_url)}"]
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -7,11 +7,16 @@ writes nothing and exits with a lease error. In the changelog, epochs never decr
 in commit order nor in position order. The failover time (leader SIGKILL -> first event
 written by the new leader) is printed. A ZooKeeper restart pauses the capture, which then
 resumes with the same lease and without loss.
+
+ZooKeeper runs with digest authentication and ACLs on (docs/state.md, "Authentication and
+ACLs"): every process gets a throw-away password through the environment, and each test
+checks that a client without it is refused the lease and the checkpoint.
 """
 
 from __future__ import annotations
 
 import random
+import secrets
 import signal
 import time
 import uuid
@@ -22,6 +27,7 @@ from airflow_provider_dblog.config import make_state
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.outputs import make_output
+from airflow_provider_dblog.state.zookeeper_acl import DigestAuth
 
 from .capture_proc import Capture, dblog, wait_for, write_config
 from .databases import ADAPTERS, env
@@ -31,12 +37,22 @@ from .zk_tmpserver import TmpZooKeeper
 pytestmark = pytest.mark.integration
 
 SESSION_TIMEOUT = 4  # seconds: ZooKeeper's minimum with the test server's tickTime of 2 s
+ZK_USER = "dblog-test"
+# Not the default DBLOG_STATE_PASSWORD: a variable of its own, named by the config's
+# auth_password_env, reaches no other test's store.
+ZK_PASSWORD_ENV = "DBLOG_TEST_ZK_PASSWORD"
 
 
 class Pair:
-    """A source, its ZooKeeper chroot, a lake, and two capture processes "a" and "b"."""
+    """A source, its ZooKeeper chroot (digest ACL on), a lake, and two capture processes "a"
+    and "b"."""
 
-    def __init__(self, kind, tmp_path):
+    def __init__(self, kind, tmp_path, monkeypatch):
+        # Throw-away credentials: the password reaches the children only through their
+        # environment (child_env copies this one), never argv or the config file.
+        self.auth = DigestAuth(ZK_USER, secrets.token_urlsafe(24))
+        monkeypatch.setenv(ZK_PASSWORD_ENV, self.auth.password)
+        self.state_auth = {"auth_user": ZK_USER, "auth_password_env": ZK_PASSWORD_ENV}
         self.db = ADAPTERS[kind]()
         self.source_id = f"ha_{kind}_{uuid.uuid4().hex[:6]}"
         self.chroot = f"/dblog-test/{uuid.uuid4().hex[:10]}"
@@ -50,9 +66,16 @@ class Pair:
         if seed_rows:
             self.db.seed(random.Random(7), seed_rows)
         self.config = write_config(
-            self.tmp_path / "dblog.toml", self.db.source_config(self.source_id), self.state_url, f"delta://{self.lake}"
+            self.tmp_path / "dblog.toml",
+            self.db.source_config(self.source_id),
+            self.state_url,
+            f"delta://{self.lake}",
+            state=self.state_auth,
         )
-        self.state = make_state({"url": self.state_url})
+        # Authenticated like the children (the same keys): it creates the chroot with the ACL,
+        # and reads, writes and deletes it for the assertions and the cleanup.
+        self.state = make_state({"url": self.state_url, **self.state_auth})
+        assert self.state.auth == self.auth
 
     def start(self, name: str, faults: tuple[str, ...] = ()) -> Capture:
         cap = self.captures[name] = Capture(
@@ -141,6 +164,33 @@ class Pair:
         assert result.returncode == 0, f"verify found mismatches:\n{result.stdout}\n{result.stderr}"
         assert result.stdout.count(" 0 mismatches") == len(self.db.tables()), result.stdout
 
+    def assert_acl_on(self):
+        """The chroot really carries the digest ACL, on the znodes the capture processes
+        created too: a client without credentials sees the lease's epoch and the checkpoint
+        exist but may not read them (with auth off it could). And no log shows the password."""
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import NoAuthError
+
+        epoch = self.state._source(self.source_id, "leader", "epoch")
+        checkpoint = self.state._source(self.source_id, "checkpoint")
+        outsider = KazooClient(hosts=self.state.hosts)
+        outsider.start(15)
+        try:
+            for path in (self.chroot, epoch, checkpoint):
+                assert outsider.exists(path) is not None, f"{path} does not exist"
+                try:
+                    outsider.get(path)
+                except NoAuthError:
+                    pass
+                else:
+                    raise AssertionError(f"{path} is readable without credentials: ZooKeeper's ACL is off")
+                assert self.state.client.get_acls(path)[0] == self.auth.acl, f"{path} lacks the digest ACL"
+        finally:
+            outsider.stop()
+            outsider.close()
+        for cap in self.captures.values():
+            assert self.auth.password not in cap.log_path.read_text(errors="replace"), f"{cap.log_path} shows it"
+
     def close(self):
         for cap in self.captures.values():
             if cap.proc is not None and cap.proc.poll() is None:
@@ -153,8 +203,8 @@ class Pair:
 
 
 @pytest.fixture
-def pair(request, tmp_path):
-    p = Pair(request.param, tmp_path)
+def pair(request, tmp_path, monkeypatch):
+    p = Pair(request.param, tmp_path, monkeypatch)
     yield p
     p.close()
 
@@ -183,6 +233,7 @@ def test_sigkill_of_the_leader_during_a_dump(pair):
         wait_for(dump_done, 60, "the new leader to finish the dump", b.assert_alive, detail=b.tail)
         assert pair.leader_epoch("b") == 2
     pair.converge(b)
+    pair.assert_acl_on()
     assert b.stop() == 0, b.tail()
     rows = pair.assert_epochs_never_decrease()
     assert {e for _, e, _ in rows} == {1, 2}
@@ -217,6 +268,7 @@ def test_deposed_leader_that_wakes_up_writes_nothing(pair):
         after = [r for r in pair.changelog()[0] if r[1] == 1]
         assert after == before, f"the deposed leader wrote {len(after) - len(before)} events after waking"
     pair.converge(b)
+    pair.assert_acl_on()
     assert b.stop() == 0, b.tail()
     pair.assert_epochs_never_decrease()
 
@@ -248,6 +300,7 @@ def test_zookeeper_restart_pauses_and_resumes_the_capture(tmp_zk, pair):
         n = len(pair.changelog()[0])
         wait_for(lambda: len(pair.changelog()[0]) > n, 30, "a to write again", a.assert_alive, detail=a.tail)
     pair.converge(a)
+    pair.assert_acl_on()
     assert "connection lost" in a.log_path.read_text().lower(), "ZooKeeper was not really away"
     assert a.stop() == 0, a.tail()
     rows = pair.assert_epochs_never_decrease()
@@ -300,3 +353,4 @@ def test_runtime_control_through_zookeeper(pair):
     if pair.state.get_dump(dump_id).status is DumpStatus.CANCELLED:
         assert time.time() - t0 < 1.0, "cancel took more than a second"
     assert a.stop() == 0, a.tail()
+    pair.assert_acl_on()

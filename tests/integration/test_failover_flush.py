@@ -63,6 +63,7 @@ def test_sigkill_of_the_leader_during_a_writer_flush(pair, tmp_path):  # noqa: F
 
     wait_for(dump_done, 120, "the new leader to finish the dump", b.assert_alive, detail=b.tail)
     pair.converge(b)
+    pair.assert_acl_on()
     assert b.stop() == 0, b.tail()
     rows = pair.assert_epochs_never_decrease()
     assert {e for _, e, _ in rows} == {1, 2}

@@ -8,7 +8,7 @@ own ZooKeeper so that it can read that log). The checkpoint never decreases in t
 new leader never dies, and it ends the paused leader's replication session instead of
 waiting for the server to time it out. The takeover time (SIGSTOP -> first event of the new
 leader) is printed. A ZooKeeper restart shorter than the session timeout keeps the leader
-and its epoch.
+and its epoch. ZooKeeper's digest ACLs are on, as in test_failover.py.
 
 ``DBLOG_FENCING_RUNS=N`` repeats the SIGSTOP run N times per database (default 1).
 """
@@ -92,8 +92,8 @@ def zk():
 
 
 @pytest.fixture
-def pair(request, tmp_path, zk):
-    p = Pair(request.param, tmp_path)
+def pair(request, tmp_path, zk, monkeypatch):
+    p = Pair(request.param, tmp_path, monkeypatch)
     p.state_url = f"zk://{zk.hosts}{p.chroot}?session_timeout={SESSION_TIMEOUT}"
     yield p
     p.close()
@@ -153,6 +153,7 @@ def test_a_paused_leader_writes_nothing_anywhere_after_it_wakes(pair, zk, run):
 
         wait_for(dump_done, 120, "b to finish the dump", b.assert_alive, detail=b.tail)
     pair.converge(b)
+    pair.assert_acl_on()
     assert b.stop() == 0, b.tail()  # the new leader never died
     print(
         f"\ntakeover ({pair.db.kind}, session timeout {SESSION_TIMEOUT} s): leader SIGSTOP -> first event "
@@ -200,6 +201,7 @@ def test_a_zookeeper_restart_shorter_than_the_session_keeps_the_leader(pair, zk)
         wait_for(lambda: len(pair.changelog()[0]) > n, 30, "a to write again", a.assert_alive, detail=a.tail)
         assert contender_sessions(pair) == {"a": session}, "a's ZooKeeper session did not survive"
     pair.converge(a)
+    pair.assert_acl_on()
     assert "connection lost" in a.log_path.read_text().lower(), "ZooKeeper was not really away"
     assert a.stop() == 0, a.tail()
     rows = pair.assert_epochs_never_decrease()
