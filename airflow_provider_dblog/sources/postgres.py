@@ -25,6 +25,9 @@ tables are idle, the engine's heartbeat watermarks give it positions to acknowle
 server can recycle the WAL. ``log_status`` warns (``retention_warning``) when the slot's WAL
 is at risk, and raises PositionLostError once the slot is gone or its WAL lost.
 
+Partitioned tables are captured as one table under the root's name; partitions attached,
+created and detached while capturing are followed by postgres_partitions.
+
 Connection loss: ``lost`` tells which driver errors a reconnect can cure (server restart,
 terminated backend or walsender); the public methods raise those as ``SourceUnavailable``
 (sources/connection_loss.py) and the engine then reopens the source.
@@ -47,22 +50,26 @@ import psycopg2.extras
 
 from ..core.chunks import POSTGRES, chunk_query, keys_query, max_key_query
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
-from ..core.events import Key, LogItem, Position
+from ..core.events import Key, LogItem, Position, TableSchema
 from ..core.protocols import ChunkResult
 from .connection_loss import on_connection_loss
 from .dump_errors import postgres_dump_errors
 from .postgres_catalog import (
     TableInfo,
+    captured_ancestor,
+    check_partitions,
     check_replica_identity,
     format_types,
     list_tables,
     quote_ident,
     quote_table,
     read_table,
+    server_version,
     type_names,
 )
 from .postgres_errors import ErrorContext, first_line, translate
-from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, parse_lsn
+from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, make_position, parse_lsn
+from .postgres_partitions import Partitions
 from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
 from .postgres_values import RAW_TEXT_OIDS, converter, keep_text
 from .tls import TLSSettings, tls_error_fix
@@ -127,6 +134,7 @@ class PostgresSource:
         key_columns: Optional[dict[str, list[str]]] = None,
         connect_timeout: int = 10,
         tls: Optional[TLSSettings] = None,
+        partition_check_interval: float = 1.0,
     ):
         if plugin not in _PLUGINS:
             raise ConfigurationError(f"unknown output plugin {plugin!r}.", f"use one of {list(_PLUGINS)}.")
@@ -164,6 +172,8 @@ class PostgresSource:
         self._slot_created = False
         self._encoding = "utf-8"
         self._lease_check: Optional[Callable[[], None]] = None  # set by take_over
+        # Kept across reopen(): a partition attached or detached while reconnecting is noticed.
+        self._partitions = Partitions(self._cur, self._partition_keys, self._log_end_position, partition_check_interval)
         self._reset_stream()
 
     # -- connections -------------------------------------------------------------------
@@ -240,11 +250,14 @@ class PostgresSource:
             self._captured.update(self._tables)
             for table in self._tables:
                 check_replica_identity(self._info(table, refresh=True))
+            roots = {t: self._infos[t].oid for t in self._tables if self._infos[t].partitioned}
+            leaves = self._check_partitioned(roots)
             with self._cur() as cur:
                 ensure_watermark_table(cur, self.watermark_table, self.source_id)
                 if self.plugin == "pgoutput":
-                    ensure_publication(cur, self.publication, self._tables, self.watermark_table)
+                    ensure_publication(cur, self.publication, self._tables, self.watermark_table, list(roots))
             self._ensure_slot()
+            self._partitions.compare(leaves)  # after a reconnect: what changed meanwhile
         except psycopg2.Error as exc:
             raise translate(exc, self._error_context()) from None
 
@@ -265,6 +278,51 @@ class PostgresSource:
                 'fix the tables list: schema-qualified, case-sensitive names ("schema.table").',
             )
         return list(self._requested_tables)
+
+    def _check_partitioned(self, roots: dict[str, int]) -> dict:
+        """A captured partition must not have a captured ancestor (its changes are the
+        ancestor's), and every partition of a captured partitioned table must reach the log
+        with the table's key. Returns the partitions read."""
+        with self._cur() as cur:
+            for table in self._tables:
+                ancestor = captured_ancestor(cur, table, self._tables)
+                if ancestor is not None:
+                    raise ConfigurationError(
+                        f"table {table} is a partition of {ancestor}, which is captured too: its rows are "
+                        f"captured and dumped as rows of {ancestor}.",
+                        f"remove {table} from the tables to capture.",
+                    )
+            version = server_version(cur)
+        if roots and version < 130000:
+            raise ConfigurationError(
+                f"table(s) {list(roots)} are partitioned, and PostgreSQL {version // 10000} cannot publish a "
+                "partitioned table as one table (publish_via_partition_root needs PostgreSQL 13).",
+                "upgrade to PostgreSQL 13 or later, or capture each partition as a table of its own.",
+            )
+        leaves = self._partitions.read(roots)
+        with self._cur() as cur:
+            for root, found in leaves.items():
+                check_partitions(cur, self._infos[root], found)
+        return leaves
+
+    def _partition_keys(self, root: str, table: str, after: Optional[Key], limit: int) -> list[Key]:
+        """Up to ``limit`` keys of ``table`` (a partition of ``root``, or a former one) after
+        ``after``, in key order, canonical as the root's chunk rows have them."""
+        info = self._info(root)
+        cols = {c.name: c for c in info.schema.columns}
+        keys = TableSchema(table, tuple(cols[k] for k in info.schema.key), info.schema.key)
+        sql, params = chunk_query(POSTGRES, keys, self._select_list(keys), after, limit)
+        with self._cur() as cur:
+            psycopg2.extensions.register_type(_RAW_TEXT, cur)
+            cur.execute(sql, [_to_param(p) for p in params])
+            raw = cur.fetchall()
+            oids = [d.type_code for d in cur.description]
+        rows = self._canonical(TableSchema(root, keys.columns, keys.key), raw, oids)
+        return keys.keys_of(rows)
+
+    def _log_end_position(self) -> Position:
+        """A position after every change committed so far (index 0 at the WAL's end)."""
+        return make_position(parse_lsn(self._scalar("SELECT pg_current_wal_lsn()::text")), 0)
 
     def _slot_row(self) -> Optional[dict]:
         with self._cur() as cur:
@@ -390,6 +448,7 @@ class PostgresSource:
             self._type_name,
             self._format_type,
             self._encoding,
+            self._partitions.root_of,
         )
         self._deferred_error: Optional[BaseException] = None
         self._acked = 0
@@ -463,7 +522,7 @@ class PostgresSource:
     def _plugin_options(self) -> dict[str, str]:
         if self.plugin == "pgoutput":
             return {"proto_version": "1", "publication_names": quote_ident(self.publication)}
-        return {
+        options = {
             "format-version": "2",
             "include-xids": "1",
             "include-timestamp": "1",
@@ -472,8 +531,12 @@ class PostgresSource:
             "include-typmod": "1",
             "include-type-oids": "1",
             "include-transaction": "1",
-            "add-tables": wal2json_table_filter(self._tables + [self.watermark_table]),
         }
+        if not self._partitions.roots:
+            # wal2json names a partition, not its table, and a filter of names cannot follow
+            # partitions created later: with a partitioned table it decodes every table.
+            options["add-tables"] = wal2json_table_filter(self._tables + [self.watermark_table])
+        return options
 
     @on_connection_loss
     def poll(self, max_items: int, timeout: float) -> list[LogItem]:
@@ -481,6 +544,8 @@ class PostgresSource:
             raise RuntimeError("poll() before start_log()")
         if self._deferred_error is not None:
             raise self._deferred_error
+        if self._partitions.roots:
+            self._partitions.step()
         pending = self._decoder.pending
         decode = self._decoder.pgoutput if self.plugin == "pgoutput" else self._decoder.wal2json
         deadline = time.monotonic() + timeout
@@ -509,10 +574,15 @@ class PostgresSource:
     def take_unchanged_toast(self) -> list[tuple[str, Key, Position]]:
         """(table, key, position) of the changes decoded since the last call whose ``after``
         still holds an unchanged-TOAST placeholder (a table without REPLICA IDENTITY FULL);
-        the engine queues a key-list dump for them (core/toast.py)."""
+        the engine queues a key-list dump for them (core/toast.py). Also the keys of
+        partitions that joined or left a captured partitioned table, whose rows came or went
+        without a row change in the log (postgres_partitions)."""
         hits = self._decoder.unchanged_toast
         self._decoder.unchanged_toast = []
-        return hits
+        for partition, root, position in self._decoder.partial_truncates:
+            self._partitions.partial_truncate(partition, root, position)
+        self._decoder.partial_truncates = []
+        return hits + self._partitions.take_hits()
 
     # -- watermarks and chunks -------------------------------------------------------------
     @on_connection_loss
@@ -619,7 +689,14 @@ class PostgresSource:
     @on_connection_loss
     def estimate_rows(self, table: str) -> int:
         info = self._info(table)
-        n = self._scalar("SELECT reltuples FROM pg_class WHERE oid = %s", (info.oid,))
+        if info.partitioned:  # the rows are in the leaf partitions; -1 means never analysed
+            n = self._scalar(
+                "SELECT sum(greatest(c.reltuples, 0)) FROM pg_partition_tree(%s::oid::regclass) p "
+                "JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf",
+                (info.oid,),
+            )
+        else:
+            n = self._scalar("SELECT reltuples FROM pg_class WHERE oid = %s", (info.oid,))
         return max(0, int(n or 0))
 
     @on_connection_loss
@@ -655,6 +732,7 @@ class PostgresSource:
             parse_lsn(confirmed) if confirmed else 0,
         )
         warning = retention_warning(self.slot_name, wal_status, safe, keep)
+        warnings = ([warning] if warning else []) + list(self._partitions.warnings)
         return {
             "server_lsn": server,
             "read_lsn": format_lsn(read),
@@ -666,7 +744,8 @@ class PostgresSource:
             "safe_wal_size": safe,
             "max_slot_wal_keep_size": keep,
             "acknowledged": format_lsn(self._acked),
-            "warnings": [warning] if warning else [],
+            "partitions": {t: len(ls) for t, ls in (self._partitions.leaves or {}).items()},
+            "warnings": warnings,
         }
 
     def _close_stream(self) -> None:

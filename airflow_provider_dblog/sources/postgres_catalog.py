@@ -1,8 +1,11 @@
-"""What PostgreSQL's catalog says about captured tables: columns, key, replica identity.
+"""What PostgreSQL's catalog says about captured tables: columns, key, replica identity,
+partitions.
 
 Plain functions over a psycopg2 cursor, used by sources/postgres.py. A table's key is its
 primary key, or the user's ``key_columns`` for a table without one; either way the table's
 replica identity must carry those columns, or deletes would reach the log without a key.
+A partitioned table is captured as one table under its own name; its rows live in its leaf
+partitions, whose replica identities are the ones that reach the log.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class TableInfo:
     base_types: dict[str, str]  # column -> base type name (a domain's underlying type)
     replica_identity: str  # relreplident: d / n / f / i
     identity_columns: Optional[tuple[str, ...]]  # None: every column (FULL)
+    partitioned: bool = False  # relkind 'p': rows live in its partitions
 
 
 def split_table(table: str) -> tuple[str, str]:
@@ -45,12 +49,13 @@ def quote_table(table: str) -> str:
 
 
 def list_tables(cur, exclude_schemas: Sequence[str]) -> list[str]:
-    """Every ordinary table outside the system schemas and ``exclude_schemas``."""
+    """Every ordinary and partitioned table outside the system schemas and
+    ``exclude_schemas``; partitions are captured as part of their root, not on their own."""
     cur.execute(
         """
         SELECT n.nspname || '.' || c.relname
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE c.relkind = 'r' AND NOT c.relispartition
+        WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
           AND n.nspname NOT IN ('pg_catalog', 'information_schema')
           AND n.nspname NOT LIKE 'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp\\_%%'
           AND n.nspname <> ALL(%s)
@@ -167,10 +172,8 @@ def read_table(cur, table: str, key_columns: Optional[Sequence[str]] = None) -> 
             "REPLICA IDENTITY FULL).",
         )
 
-    cur.execute("SELECT relreplident FROM pg_class WHERE oid = %s", (oid,))
-    ident = cur.fetchone()[0]
-    if isinstance(ident, bytes):
-        ident = ident.decode()
+    cur.execute("SELECT relreplident, relkind FROM pg_class WHERE oid = %s", (oid,))
+    ident, relkind = (v.decode() if isinstance(v, bytes) else v for v in cur.fetchone())
     identity: Optional[tuple[str, ...]]
     if ident == "f":
         identity = None
@@ -191,13 +194,14 @@ def read_table(cur, table: str, key_columns: Optional[Sequence[str]] = None) -> 
     else:
         identity = ()
     schema = TableSchema(table, columns, key)
-    return TableInfo(schema, oid, base_types, ident, identity)
+    return TableInfo(schema, oid, base_types, ident, identity, relkind == "p")
 
 
 def check_replica_identity(info: TableInfo) -> None:
     """Deletes (and key-changing updates) carry only the replica identity's columns: they
-    must include the key, or the log could not say which row went away."""
-    if info.identity_columns is None:
+    must include the key, or the log could not say which row went away. A partitioned
+    table's own identity never reaches the log (its partitions' do: ``check_partitions``)."""
+    if info.identity_columns is None or info.partitioned:
         return
     missing = [c for c in info.schema.key if c not in info.identity_columns]
     if missing:
@@ -215,3 +219,93 @@ def _identity_label(info: TableInfo) -> str:
     return {"d": "DEFAULT, and no primary key", "n": "NOTHING", "i": "USING INDEX"}.get(
         info.replica_identity, info.replica_identity
     )
+
+
+# -- partitioned tables ------------------------------------------------------------------------
+def server_version(cur) -> int:
+    cur.execute("SHOW server_version_num")
+    return int(cur.fetchone()[0])
+
+
+def leaf_partitions(cur, roots: dict[str, int]) -> dict[str, dict[int, tuple[str, str]]]:
+    """Per partitioned table (name -> OID), its leaf partitions at any depth: OID -> (name,
+    relkind). A table that no longer exists is left out (the capture's schema check deals
+    with it). PostgreSQL 12+ (pg_partition_tree); the source refuses partitioned tables
+    before 13."""
+    if not roots:
+        return {}
+    names, oids = list(roots), [roots[t] for t in roots]
+    cur.execute(
+        """
+        SELECT r.name, c.oid, n.nspname || '.' || c.relname, c.relkind
+        FROM unnest(%s::text[], %s::oid[]) AS r(name, oid)
+        JOIN pg_class rc ON rc.oid = r.oid AND rc.relkind = 'p'
+        CROSS JOIN LATERAL pg_partition_tree(r.oid::regclass) AS p
+        JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE p.isleaf
+        """,
+        (names, oids),
+    )
+    out: dict[str, dict[int, tuple[str, str]]] = {}
+    for root, oid, name, relkind in cur.fetchall():
+        out.setdefault(root, {})[oid] = (name, relkind.decode() if isinstance(relkind, bytes) else relkind)
+    cur.execute("SELECT oid FROM pg_class WHERE oid = ANY(%s::oid[]) AND relkind = 'p'", (oids,))
+    exist = {r[0] for r in cur.fetchall()}
+    for root, oid in roots.items():
+        if oid in exist:
+            out.setdefault(root, {})  # partitioned but without partitions right now
+    return out
+
+
+def captured_ancestor(cur, table: str, captured: Iterable[str]) -> Optional[str]:
+    """The captured table that ``table`` is a partition of (at any depth), or None: a
+    partition's changes are captured under that ancestor's name. None too when ``table``
+    does not exist (any more). (pg_inherits, not pg_partition_ancestors: PostgreSQL 10+.)"""
+    schema, name = split_table(table)
+    cur.execute(
+        """
+        WITH RECURSIVE up(relid) AS (
+            SELECT i.inhparent FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            JOIN pg_inherits i ON i.inhrelid = c.oid
+            WHERE n.nspname = %s AND c.relname = %s AND c.relispartition
+            UNION
+            SELECT i.inhparent FROM up JOIN pg_class c ON c.oid = up.relid AND c.relispartition
+            JOIN pg_inherits i ON i.inhrelid = c.oid
+        )
+        SELECT n.nspname || '.' || c.relname FROM up
+        JOIN pg_class c ON c.oid = up.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+        """,
+        (schema, name),
+    )
+    wanted = set(captured)
+    return next((r[0] for r in cur.fetchall() if r[0] in wanted), None)
+
+
+def table_name_of(cur, oid: int) -> Optional[str]:
+    """The current "schema.table" name of a relation, or None once it was dropped."""
+    cur.execute(
+        "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.oid = %s",
+        (oid,),
+    )
+    row = cur.fetchone()
+    return row[0] if row else None
+
+
+def check_partitions(cur, root: TableInfo, leaves: dict[int, tuple[str, str]]) -> None:
+    """Each leaf partition's changes must reach the log with the root's key: a foreign table
+    partition has no log, and a leaf's replica identity (its own, not the root's) must
+    carry the key columns."""
+    table = root.schema.table
+    for name, relkind in leaves.values():
+        if relkind != "r":
+            raise ConfigurationError(
+                f"partition {name} of table {table} is a foreign table, so changes of its rows never "
+                "reach this database's log while chunk SELECTs of the parent would read them.",
+                f"detach it (ALTER TABLE {quote_table(table)} DETACH PARTITION {quote_table(name)}) "
+                "or leave the table out of the capture.",
+            )
+        leaf = read_table(cur, name, root.schema.key)
+        if leaf.schema.key != root.schema.key:  # the root's key names the rows, not the leaf's
+            leaf = dataclasses.replace(leaf, schema=TableSchema(name, leaf.schema.columns, root.schema.key))
+        check_replica_identity(leaf)

@@ -16,6 +16,13 @@ table changed (a restart with lag), and each event must reference the columns it
 pgoutput's Relation message gives the column names, types and modifiers as of the change;
 wal2json prints each column's type with its modifier. Only what the log does not carry
 (nullability, the key when its columns still exist) is taken from the catalog.
+
+Partitioned tables: pgoutput publishes a partition's changes under its captured root's name
+(publish_via_partition_root). wal2json, and pgoutput decoding changes made before the
+publication published via the root, name the partition: ``root_of`` maps such a name to the
+captured root. A TRUNCATE of the root names its partitions too (counted, not repeated); a
+TRUNCATE of partitions alone removes rows the log does not list, so it is reported in
+``partial_truncates`` (the source warns; pgoutput via the root does not even send it).
 """
 
 from __future__ import annotations
@@ -60,10 +67,11 @@ def format_lsn(lsn: int) -> str:
 
 
 class _Txn:
-    __slots__ = ("commit_lsn", "commit_ts", "txid", "index")
+    __slots__ = ("commit_lsn", "commit_ts", "txid", "index", "truncated")
 
     def __init__(self, commit_lsn: int, commit_ts: Optional[int], txid: str):
         self.commit_lsn, self.commit_ts, self.txid, self.index = commit_lsn, commit_ts, txid, 0
+        self.truncated: set[str] = set()  # captured tables truncated so far in this transaction
 
     def next_position(self) -> Position:
         self.index += 1
@@ -82,6 +90,7 @@ class LogDecoder:
         type_name: Callable[[int], str],
         format_type: Callable[[int, int], str],
         encoding: str = "utf-8",  # the database's, as a Python codec name
+        root_of: Callable[[str], Optional[str]] = lambda table: None,
     ):
         self.source_id = source_id
         self.watermark_table = watermark_table
@@ -90,6 +99,7 @@ class LogDecoder:
         self._type_name = type_name  # OID -> base type name (how to convert values)
         self._format_type = format_type  # (OID, modifier) -> the column's type as format_type()
         self.encoding = encoding
+        self._root_of = root_of  # a partition's name -> its captured partitioned table, or None
         self.pending: deque = deque()
         self._txn: Optional[_Txn] = None
         self._relations: dict[int, pgoutput.Relation] = {}
@@ -99,6 +109,15 @@ class LogDecoder:
         # (table, key, position) of each change whose `after` still holds an unchanged-TOAST
         # placeholder (no REPLICA IDENTITY FULL): the engine queues a key-list dump for them.
         self.unchanged_toast: list[tuple[str, tuple, Position]] = []
+        # (partition, root, position) of TRUNCATEs of partitions without their root.
+        self.partial_truncates: list[tuple[str, str, Position]] = []
+
+    def _target(self, name: str) -> Optional[str]:
+        """The captured table (or the watermark table) a change of ``name`` belongs to: the
+        table itself, or the partitioned table it is a partition of; None: not captured."""
+        if name in self.captured or name == self.watermark_table:
+            return name
+        return self._root_of(name)
 
     # -- pgoutput ---------------------------------------------------------------------
     def pgoutput(self, payload: bytes) -> None:
@@ -118,8 +137,8 @@ class LogDecoder:
             rel = self._relation(m.relid)
             txn = self._in_txn()
             pos = txn.next_position()
-            table = rel.qualified_name
-            if table != self.watermark_table and table not in self.captured:
+            table = self._target(rel.qualified_name)
+            if table is None:
                 return
             if isinstance(m, pgoutput.Insert):
                 self._change(table, Op.CREATE, None, self._pg_row(rel, m.new), pos, txn)
@@ -190,14 +209,16 @@ class LogDecoder:
         elif action in ("I", "U", "D"):
             txn = self._in_txn()
             pos = txn.next_position()
-            table = f"{m['schema']}.{m['table']}"
-            if table != self.watermark_table and table not in self.captured:
+            name = f"{m['schema']}.{m['table']}"
+            table = self._target(name)
+            if table is None:
                 return
             after = self._w2j_row(table, m.get("columns")) if action != "D" else None
             before = self._w2j_row(table, m["identity"]) if "identity" in m else None
             if table in self.captured:
                 if after is not None:
-                    after = self._w2j_schema_check(table, m["columns"], after, action == "U")
+                    cols = m["columns"] if name == table else self._in_root_order(table, m["columns"])
+                    after = self._w2j_schema_check(table, cols, after, action == "U")
                 if action == "U" and before is not None and after is not None:
                     # REPLICA IDENTITY FULL: the identity is the old row, unchanged TOASTed
                     # values included (wal2json leaves them out of "columns" only).
@@ -229,6 +250,12 @@ class LogDecoder:
                 )
             row[c["name"]] = from_pg_text(type_name, wal2json_text(type_name, c.get("value")))
         return row
+
+    def _in_root_order(self, root: str, cols: list) -> list:
+        """A partition's columns in its root's order: a table attached as a partition may
+        order them differently (names and types always match the root's)."""
+        order = {c: i for i, c in enumerate(self._schema(root).column_names())}
+        return sorted(cols, key=lambda c: order.get(c["name"], len(order)))
 
     def _w2j_schema_check(self, table: str, cols: list, after: dict, is_update: bool) -> dict:
         """wal2json has no Relation messages: a column list that differs from the schema in
@@ -321,12 +348,19 @@ class LogDecoder:
     def _truncate(self, tables: list[str]) -> None:
         """A table-level event (op t, key (), no images) per captured table, each at a
         position of its own in the transaction. The watermark table needs nothing: its row is
-        written with an upsert."""
+        written with an upsert. A partition named after its root (TRUNCATE of the root lists
+        every partition) adds nothing; a partition truncated without its root is reported."""
         txn = self._in_txn()
-        for table in tables:
+        for name in tables:
             pos = txn.next_position()  # every table named counts, so a resend gets the same positions
-            if table not in self.captured:
+            table = self._target(name)
+            if table is None or table == self.watermark_table:
                 continue
+            if table != name:
+                if table not in txn.truncated and table not in tables:
+                    self.partial_truncates.append((name, table, pos))
+                continue
+            txn.truncated.add(table)
             if table not in self._announced:
                 self._use_schema(self._schema(table))
             self.pending.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..core.errors import ConfigurationError
-from .postgres_catalog import quote_ident, quote_table
+from .postgres_catalog import captured_ancestor, quote_ident, quote_table, server_version
 
 
 def check_server(cur, user: str, plugin: str) -> None:
@@ -68,27 +68,53 @@ def ensure_watermark_table(cur, watermark_table: str, source_id: str) -> None:
     )
 
 
-def ensure_publication(cur, publication: str, tables: Sequence[str], watermark_table: str) -> None:
+def ensure_publication(
+    cur, publication: str, tables: Sequence[str], watermark_table: str, partitioned: Sequence[str] = ()
+) -> None:
     """Create the publication, or check that an existing one carries every captured table and
-    the watermark table, and every kind of change (DESIGN: Filters)."""
+    the watermark table, and every kind of change (DESIGN: Filters). Changes of a
+    partitioned table's partitions must be published under the table's own name
+    (``publish_via_partition_root``), or they would arrive under each partition's name."""
     pub = quote_ident(publication)
     wanted = list(tables) + [watermark_table]
+    version = server_version(cur)  # partitioned tables are refused before 13 (PostgresSource.open)
+    via_root = "pubviaroot" if version >= 130000 else "false"
     cur.execute(
-        "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s", (publication,)
+        f"SELECT pubinsert, pubupdate, pubdelete, pubtruncate, {via_root} FROM pg_publication WHERE pubname = %s",
+        (publication,),
     )
     row = cur.fetchone()
     if row is None:
-        cur.execute(f"CREATE PUBLICATION {pub} FOR TABLE {', '.join(quote_table(t) for t in wanted)}")
+        # Via the root on every server that has the option, so that a partitioned table
+        # added to the publication later is published as one table too.
+        options = " WITH (publish_via_partition_root = true)" if version >= 130000 else ""
+        cur.execute(f"CREATE PUBLICATION {pub} FOR TABLE {', '.join(quote_table(t) for t in wanted)}{options}")
         return
-    if not all(row):
+    if not all(row[:4]):
         # A TRUNCATE that is not published would be skipped silently.
         raise ConfigurationError(
             f"publication {publication} does not publish every kind of change (insert, update, delete, truncate).",
             f"run ALTER PUBLICATION {pub} SET (publish = 'insert, update, delete, truncate');",
         )
+    if partitioned and not row[4]:
+        raise ConfigurationError(
+            f"publication {publication} does not publish via the partition root "
+            "(publish_via_partition_root = false), so changes of the partitioned table(s) "
+            f"{list(partitioned)} would reach DBLog under each partition's name instead of the table's.",
+            f"run ALTER PUBLICATION {pub} SET (publish_via_partition_root = true);",
+        )
     cur.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
     have = {r[0] for r in cur.fetchall()}
     missing = [t for t in wanted if t not in have]
+    for table in missing:
+        ancestor = captured_ancestor(cur, table, have)
+        if ancestor is not None:  # adding the partition would not help: it stays published as the ancestor
+            raise ConfigurationError(
+                f"publication {publication} publishes the changes of partition {table} under its "
+                f"ancestor {ancestor} (publish_via_partition_root), so none arrive as {table}.",
+                f"capture {ancestor} instead of {table}, or use a publication without {ancestor} "
+                "(pass another publication name).",
+            )
     if missing:
         what = "the watermark table and " if watermark_table in missing else ""
         raise ConfigurationError(

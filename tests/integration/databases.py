@@ -254,6 +254,8 @@ class PostgresAdapter(Adapter):
             cur.execute(f"ALTER TABLE {self.ns}.accounts ADD COLUMN doc text")
             cur.execute(f"ALTER TABLE {self.ns}.notes ADD COLUMN doc text")
             cur.execute(f"ALTER TABLE {self.ns}.notes REPLICA IDENTITY FULL")
+            if self.partitioned:
+                self.create_partitioned(c)
             c.commit()
 
     def seed(self, rng: random.Random, n: int) -> None:
@@ -265,6 +267,9 @@ class PostgresAdapter(Adapter):
                     f"(SELECT {key} FROM {self.ns}.{table} ORDER BY {key} LIMIT %s)",
                     (toast_text(rng), n // 3),
                 )
+            if self.partitioned:
+                for i in range(1, n + 1):
+                    self._insert_ledger(c, i, self.LEDGER_REGIONS[i % len(self.LEDGER_REGIONS)], rng)
             c.commit()
 
     def random_transaction(self, c, rng: random.Random, next_id) -> None:
@@ -275,7 +280,77 @@ class PostgresAdapter(Adapter):
                 f"UPDATE {self.ns}.{table} SET doc = %s WHERE {key} = %s",
                 (toast_text(rng), self._some_id(c, rng, table, key)),
             )
+        if self.partitioned and rng.random() < 0.3:
+            self.ledger_transaction(c, rng, next_id)
         super().random_transaction(c, rng, next_id)
+
+    # -- a partitioned table (issue 10 part 3), opt in: set `partitioned = True` before create()
+    partitioned = False
+    LEDGER_REGIONS = ("eu", "us", "ap")  # partitions made by create(); the workload adds others
+    LEDGER_NEW_REGIONS = ("sa", "af", "oc", "me")  # partitions the workload creates while capturing
+
+    def tables(self) -> list[str]:
+        return super().tables() + ([f"{self.ns}.ledger"] if self.partitioned else [])
+
+    def create_partitioned(self, c) -> str:
+        """ledger, partitioned by LIST (region) with the key (id, region) (a partitioned
+        table's key must include its partition key); ledger_eu is itself partitioned by RANGE
+        (id), so the seeded rows (small ids) and the workload's (from 10**6) land in different
+        leaves. Returns the table's name."""
+        t = f"{self.ns}.ledger"
+        cur = c.cursor()
+        cur.execute(f"""CREATE TABLE {t} (id bigint, region text, day date, amount numeric(12,2), memo text,
+            PRIMARY KEY (id, region)) PARTITION BY LIST (region)""")
+        cur.execute(f"CREATE TABLE {t}_eu PARTITION OF {t} FOR VALUES IN ('eu') PARTITION BY RANGE (id)")
+        cur.execute(f"CREATE TABLE {t}_eu_lo PARTITION OF {t}_eu FOR VALUES FROM (MINVALUE) TO (1000000)")
+        cur.execute(f"CREATE TABLE {t}_eu_hi PARTITION OF {t}_eu FOR VALUES FROM (1000000) TO (MAXVALUE)")
+        for region in self.LEDGER_REGIONS[1:]:
+            cur.execute(f"CREATE TABLE {t}_{region} PARTITION OF {t} FOR VALUES IN ('{region}')")
+        return t
+
+    def _insert_ledger(self, c, i: int, region: str, rng: random.Random) -> None:
+        self._exec(
+            c,
+            f"INSERT INTO {self.ns}.ledger (id, region, day, amount, memo) VALUES (%s, %s, %s, %s, %s)",
+            (
+                i,
+                region,
+                dt.date(2024, 1, 1) + dt.timedelta(days=rng.randrange(400)),
+                f"{rng.randrange(-(10**6), 10**6) / 100:.2f}",
+                None if rng.random() < 0.3 else "m" * rng.randrange(1, 30),
+            ),
+        )
+
+    def ledger_transaction(self, c, rng: random.Random, next_id) -> None:
+        """One random change of ledger (the caller commits): inserts (sometimes into a region
+        whose partition it creates first, CREATE TABLE .. PARTITION OF while capturing),
+        updates, deletes and cross-partition updates (a change of region, which is part of
+        the key, moves the row to another partition)."""
+        t, r = f"{self.ns}.ledger", rng.random()
+        if r < 0.35:
+            region = rng.choice(self.LEDGER_REGIONS)
+            if rng.random() < 0.1:
+                region = rng.choice(self.LEDGER_NEW_REGIONS)
+                # Concurrent writers may race to create it: the loser's transaction fails and
+                # the workload rolls it back, like a deadlock.
+                self._exec(
+                    c, f"CREATE TABLE IF NOT EXISTS {t}_{region} PARTITION OF {t} FOR VALUES IN ('{region}')", None
+                )
+            self._insert_ledger(c, next_id(), region, rng)
+        elif r < 0.7:
+            self._exec(
+                c,
+                f"UPDATE {t} SET amount = %s, memo = %s WHERE id = %s",
+                (f"{rng.randrange(10**5) / 100:.2f}", rng.choice([None, "upd"]), self._some_id(c, rng, "ledger", "id")),
+            )
+        elif r < 0.85:
+            self._exec(c, f"DELETE FROM {t} WHERE id = %s", (self._some_id(c, rng, "ledger", "id"),))
+        else:  # to another existing partition
+            self._exec(
+                c,
+                f"UPDATE {t} SET region = %s WHERE id = %s",
+                (rng.choice(self.LEDGER_REGIONS), self._some_id(c, rng, "ledger", "id")),
+            )
 
     def source_config(self, source_id: str) -> dict:
         return {
