@@ -490,7 +490,8 @@ class Engine:
         if hits:
             for spec in unchanged_toast_dumps(self.state, self.source_id, hits):
                 log.info(
-                    "capture of %s: dump %s queued for %d key(s) of %s whose unchanged TOAST value is not in the log",
+                    "capture of %s: dump %s queued for %d key(s) of %s whose rows the log does not carry "
+                    "(unchanged TOAST values, partitions that joined or left)",
                     self.source_id,
                     spec.dump_id,
                     len(spec.keys or ()),
