@@ -216,6 +216,10 @@ class PostgresSource:
         if isinstance(exc, psycopg2.OperationalError):
             code = getattr(exc, "pgcode", None) or ""
             return not code or code.startswith("08") or code.startswith("57P")
+        if isinstance(exc, psycopg2.DatabaseError) and not getattr(exc, "pgcode", None):
+            # The replication stream cut mid-message (a server crash, over TLS in particular):
+            # libpq reports a failed COPY BOTH without a server message.
+            return "no message from the libpq" in str(exc)
         return isinstance(exc, ConnectionError)
 
     def _error_context(self) -> ErrorContext:
