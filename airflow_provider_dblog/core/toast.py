@@ -167,8 +167,12 @@ class ToastKnown:
                         del keys[k]
                 elif item.op is Op.DELETE:
                     keys.pop((table, item.key), None)
-                elif item.after is not None:
+                elif item.after is not None and not unchanged_columns(item.after):
+                    # only a row with every value in it (a split key update's new row, or
+                    # anything the source did not report, may still hold a placeholder)
                     keys[(table, item.key)] = None
+                elif item.after is not None:  # a placeholder nobody reported: repair it
+                    need.append((table, item.key))
             elif hasattr(item, "rows") and hasattr(item, "keys"):  # a chunk's rows (DumpRows)
                 for k in item.keys:
                     keys[(table, k)] = None
