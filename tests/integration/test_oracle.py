@@ -333,7 +333,18 @@ def test_convergence_oracle(kind, seed, tmp_path):
                         dblog(config, "dump", "--table", f"{db.ns}.orders", "--chunk-size", "11").stdout.strip()
                     )
                     key_dump_at = 0
-                if not crashed and time.time() > crash_at and capture_status(state, source_id).get("dumps"):
+                if not crashed and time.time() > crash_at:
+                    if not capture_status(state, source_id).get("dumps"):  # none running now: start one
+                        dumps.append(
+                            dblog(config, "dump", "--all", "--chunk-size", "20", "--delay-ms", "50").stdout.strip()
+                        )
+                        wait_for(
+                            lambda: capture_status(state, source_id).get("dumps"),
+                            60,
+                            "a dump to run before the crash",
+                            capture.assert_alive,
+                            detail=capture.tail,
+                        )
                     crash_and_restart(db, load, capture, state, source_id)  # mid-dump
                     crashed = True
                     continue
