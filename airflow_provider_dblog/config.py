@@ -18,6 +18,7 @@ Config file (TOML), every key optional, command-line options override it::
     key_columns = { "public.events" = ["event_id"] }   # for tables without a primary key
     plugin = "pgoutput"          # PostgreSQL: pgoutput or wal2json
     server_id = 4242             # MySQL: replica id of the binlog reader
+    # use_gtid = true            # MySQL: GTID positions (survive a failover; host = "db1:3306,db2:3306")
     watermark_schema = "dblog"
 
     [state]
@@ -80,6 +81,7 @@ SOURCE_KEYS = (
     "slot_name",
     "publication",
     "server_id",
+    "use_gtid",
     "watermark_schema",
     *TLS_KEYS,
 )
@@ -252,13 +254,20 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
     if kind in ("mysql", "mariadb"):
         from .sources.mysql import MySQLSource
 
-        extra = {"server_id": int(src["server_id"])} if src.get("server_id") else {}
+        mysql_extra: dict[str, Any] = {"server_id": int(src["server_id"])} if src.get("server_id") else {}
+        if "use_gtid" in src:
+            if not isinstance(src["use_gtid"], bool):
+                raise ConfigurationError(
+                    f"[source] use_gtid must be true or false, not {src['use_gtid']!r}.",
+                    "write use_gtid = true (TOML boolean, no quotes).",
+                )
+            mysql_extra["use_gtid"] = src["use_gtid"]
         return MySQLSource(
             port=int(src.get("port", 3306)),
             databases=src.get("databases")
             or ([src["database"]] if src.get("database") and not src.get("tables") else None),
             watermark_database=src.get("watermark_schema", "dblog"),
-            **extra,
+            **mysql_extra,
             **common,
         )
     raise ConfigurationError(

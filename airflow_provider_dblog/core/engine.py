@@ -264,7 +264,9 @@ class Engine:
             self._schema(table, writer)
         writer.start()
         try:
-            self.source.start_log(checkpoint, from_end=self.config.reset_position and checkpoint is None)
+            self.source.start_log(
+                checkpoint, from_end=self.config.reset_position and checkpoint is None, floor=self._skip_until
+            )
         except SourceUnavailable as exc:  # e.g. a previous leader's session still holds the log
             self._reconnect(exc, stop)
         except PositionLostError as exc:
@@ -302,7 +304,8 @@ class Engine:
         self.state.clear_checkpoint(self.source_id)
         self.durable = None
         self.source.reset_log()
-        self.source.start_log(None, from_end=True)
+        floor = max((p for p in (self._skip_until, self.last_seen) if p is not None), default=None)
+        self.source.start_log(None, from_end=True, floor=floor)
         self.scheduler.wake()
 
     # -- schema changes -----------------------------------------------------------------------
@@ -410,7 +413,9 @@ class Engine:
                 self.source.open()
                 # Without any position yet, the source resumes from its own bookmark (the
                 # PostgreSQL slot; MySQL's first start position): nothing is skipped.
-                self.source.start_log(resume)
+                self.source.start_log(resume, floor=self._skip_until)
+            except PositionLostError as lost:  # e.g. a promoted replica without our transaction
+                self._recover_position(lost)
             except SourceUnavailable as err:
                 last = err
                 remaining = deadline - time.monotonic()

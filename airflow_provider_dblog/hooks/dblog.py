@@ -43,6 +43,7 @@ _SOURCE_EXTRAS = (
     "publication",
     "plugin",
     "server_id",
+    "use_gtid",
     "watermark_schema",
     "databases",
     "sslpassword_env",  # the client key's passphrase: a variable of the worker's environment

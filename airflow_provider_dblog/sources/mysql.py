@@ -10,6 +10,12 @@ connection (error 2013) at the event where it was; anything else (server down, r
 is raised as ``SourceUnavailable`` (``lost`` classifies the driver's errors, see
 sources/connection_loss.py), and the engine reopens the source.
 
+GTID positions (``use_gtid``): positions are built from each transaction's GTID
+(sources/mysql_gtid.py) and a start looks the transaction up in the server's binlog by its GTID
+(sources/mysql_gtid_resume.py), so the capture resumes on a promoted replica. ``host`` may list
+several servers (``a:3306,b:3306``): the source opens the first one that is writable (not
+``read_only``), and reopens the list when the connection is lost, which follows a failover.
+
 Log retention: the binlog holding the checkpoint must outlive the capture's lag;
 ``log_status`` warns (``binlog_expiry_warning``) when its expiry comes near.
 
@@ -21,6 +27,7 @@ commits after every transaction it saw, and therefore appears in the binlog afte
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import logging
 import queue
@@ -31,7 +38,7 @@ from typing import Any, Callable, Optional, Sequence
 import pymysql
 
 from ..core.chunks import MYSQL, chunk_query, keys_query, max_key_query
-from ..core.errors import ConfigurationError, PositionLostError, RequestError
+from ..core.errors import ConfigurationError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position, TableSchema
 from ..core.protocols import ChunkResult
 from . import mysql_catalog as catalog
@@ -39,6 +46,8 @@ from .connection_loss import on_connection_loss
 from .dump_errors import mysql_dump_errors
 from .mysql_catalog import ConnectionSettings, Session
 from .mysql_checks import StartupChecks
+from .mysql_gtid import History, decode_gtid_coord, era_after, is_gtid_coord
+from .mysql_gtid_resume import history_at, resume_point, server_history
 from .mysql_log import BinlogReader, Failure, decode_coord, file_number
 from .mysql_values import select_converters, select_expression, to_param
 from .tls import TLSSettings
@@ -83,6 +92,20 @@ def binlog_expiry_warning(
     )
 
 
+def parse_hosts(host: str, port: int) -> list[tuple[str, int]]:
+    """``"a:3306, b"`` -> [("a", 3306), ("b", port)]; IPv6 addresses in brackets."""
+    out = []
+    for part in filter(None, (p.strip() for p in str(host).split(","))):
+        name, colon, tail = part.rpartition(":")
+        if colon and tail.isdigit() and (not name.count(":") or name.endswith("]")):
+            out.append((name.strip("[]"), int(tail)))
+        else:
+            out.append((part.strip("[]"), int(port)))
+    if not out:
+        raise ConfigurationError("the MySQL source has no host.", "set [source] host, e.g. db1:3306,db2:3306.")
+    return out
+
+
 def default_server_id(source_id: str) -> int:
     """A stable replica id per source in [10000, 2**31): two readers with one id kick each
     other off the server, so every source needs its own."""
@@ -111,15 +134,19 @@ class MySQLSource:
         queue_size: int = 10_000,
         tls: Optional[TLSSettings] = None,
     ):
-        if use_gtid:
-            raise ConfigurationError(
-                "use_gtid is not supported yet by the MySQL source.",
-                "leave use_gtid off: positions are binlog file and offset, which works "
-                "with and without GTIDs enabled on the server.",
-            )
         self.source_id = source_id
+        self._use_gtid = use_gtid
+        # Several hosts: the writable one is chosen at every open() (a failover moves it).
+        self._endpoints = parse_hosts(host, port)
+        if len(self._endpoints) > 1 and not use_gtid:
+            raise ConfigurationError(
+                f"source {source_id} lists several hosts, but its positions are binlog file and offset, "
+                "which mean nothing on another server.",
+                "set use_gtid = true (GTID positions follow a failover), or list one host.",
+            )
         # One TLS setting for every connection (catalog, chunks, watermarks, binlog stream).
-        self._settings = ConnectionSettings(host, int(port), user, password, connect_timeout, tls or TLSSettings())
+        first = self._endpoints[0]
+        self._settings = ConnectionSettings(first[0], first[1], user, password, connect_timeout, tls or TLSSettings())
         self._databases = list(databases) if databases is not None else None
         self._configured_tables = list(tables) if tables is not None else None
         self.server_id = server_id if server_id is not None else default_server_id(source_id)
@@ -149,11 +176,16 @@ class MySQLSource:
     # -- open and validate -------------------------------------------------------------------
     @on_connection_loss
     def open(self) -> None:
-        self._session = Session(self._settings)
-        self._session.conn()  # ConfigurationError when the server refuses us
+        if len(self._endpoints) > 1:
+            self._settings, self._session = self._writable_server()
+        else:
+            self._session = Session(self._settings)
+            self._session.conn()  # ConfigurationError when the server refuses us
         self._mariadb = catalog.is_mariadb(self._session)
         check = StartupChecks(self._session, self._settings, self._mariadb)
         check.binlog_settings()
+        if self._use_gtid:
+            check.gtid_mode()
         # The probe must not reuse the capture's server_id: a second reader with the same id
         # kicks the running capture off the server (e.g. `dblog dump` while capturing).
         check.privileges(random.randrange(2**31, 2**32 - 1))
@@ -163,6 +195,38 @@ class MySQLSource:
         for table in self._tables:
             self.table_schema(table)  # ConfigurationError for a table without a key
             check.readable(table)
+
+    def _writable_server(self) -> tuple[ConnectionSettings, Session]:
+        """The first listed server that accepts writes (the primary); SourceUnavailable while
+        there is none (a failover under way), so the engine tries again with backoff."""
+        seen = []
+        for host, port in self._endpoints:
+            settings = dataclasses.replace(self._settings, host=host, port=port)
+            session = Session(settings)
+            try:
+                read_only = session.query("SELECT @@GLOBAL.read_only")[0][0]
+            except SourceUnavailable as exc:
+                seen.append(f"{host}:{port}: {exc.cause}")
+                session.close()
+                continue
+            except pymysql.err.MySQLError as exc:
+                if not self.lost(exc):
+                    session.close()
+                    raise
+                seen.append(f"{host}:{port}: {exc}")
+                session.close()
+                continue
+            if not int(read_only):
+                if settings != self._settings:
+                    log.warning("source %s: %s:%d is the writable server now", self.source_id, host, port)
+                return settings, session
+            seen.append(f"{host}:{port}: read-only")
+            session.close()
+        raise SourceUnavailable(
+            f"none of the hosts of source {self.source_id} accepts writes ({'; '.join(seen)}).",
+            "promote a replica (SET GLOBAL read_only = OFF) or list the new primary in [source] host; "
+            "the capture waits for one.",
+        )
 
     # -- catalog ---------------------------------------------------------------------------
     def tables(self) -> list[str]:
@@ -235,11 +299,13 @@ class MySQLSource:
     def reset_log(self) -> None:
         """Nothing to recreate: ``start_log(None, from_end=True)`` reads from the current end."""
 
-    def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
+    def start_log(self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None) -> None:
         session = self._require_session()
         self._stop_reader()
         if self._previous_readers:
             self._end_previous_readers(session)
+        history: Optional[History] = None
+        era = 0
         if after is None:
             if self._bookmark is not None and not from_end:
                 # Started before but no event reached a checkpoint (e.g. the connection dropped
@@ -248,8 +314,15 @@ class MySQLSource:
             else:
                 file, pos, _, _ = catalog.master_status(session)
                 self._bookmark = (file, pos)
+        elif is_gtid_coord(after.coord):
+            file, pos, history = self._gtid_resume_point(after)
+            era = decode_gtid_coord(after.coord).era
         else:
             file, pos = self._resume_point(after)
+        if self._use_gtid and history is None:
+            history = history_at(session, file, pos, self._mariadb)
+            if after is None:  # a new start: above whatever the changelog holds already
+                era = era_after(floor.coord if floor is not None else None, history.counter())
         self._queue = queue.Queue(maxsize=self._queue_size)
         self._pending.clear()
         self._failure = None
@@ -267,8 +340,21 @@ class MySQLSource:
             schema_for=self._schema_for_log,
             out=self._queue,
             guard=self._lease_check,
+            history=history,
+            era=era,
         )
         self._reader.start()
+
+    def _gtid_resume_point(self, after: Position) -> tuple[str, int, History]:
+        """(file, offset, GTID history before it) of the transaction holding ``after``, found by
+        its GTID: on this server or on a promoted replica alike."""
+        if not self._use_gtid:
+            raise ConfigurationError(
+                f"the checkpoint {after} is a GTID position, but use_gtid is off for source {self.source_id}.",
+                "set use_gtid = true for this source (GTID positions cannot go back to file positions).",
+            )
+        at = decode_gtid_coord(after.coord)
+        return resume_point(self._require_session(), at.gtid, at.counter, self._mariadb)
 
     def _resume_point(self, after: Position) -> tuple[str, int]:
         """(file, offset) of the transaction holding ``after``: the whole transaction is
@@ -346,6 +432,7 @@ class MySQLSource:
         file, pos, _, _ = catalog.master_status(session)
         r = self._reader
         status: dict[str, Any] = {
+            "server": f"{self._settings.host}:{self._settings.port}",
             "server_file": file,
             "server_pos": pos,
             "reader_file": r.file if r else None,
@@ -356,6 +443,9 @@ class MySQLSource:
             "acknowledged": str(self._acknowledged) if self._acknowledged else None,
             "warnings": [],
         }
+        if self._use_gtid:
+            status["server_gtid_state"] = str(server_history(session, self._mariadb))
+            status["reader_gtid_state"] = str(r.history) if r is not None and r.history is not None else None
         logs = catalog.binary_logs(session)
         if r is not None and r.file:
             lag = 0
@@ -368,10 +458,13 @@ class MySQLSource:
             status["lag_bytes"] = max(0, lag)
         expire = _expire_seconds(catalog.global_variables(session, ["binlog_expire_logs_seconds", "expire_logs_days"]))
         status["binlog_expire_seconds"] = expire
-        if self._acknowledged is not None and self._acknowledged_ts is not None:
-            warning = binlog_expiry_warning(
-                decode_coord(self._acknowledged.coord)[0], file_number(file), self._acknowledged_ts, time.time(), expire
-            )
+        acked_file = None
+        if self._acknowledged is not None and not is_gtid_coord(self._acknowledged.coord):
+            acked_file = decode_coord(self._acknowledged.coord)[0]
+        elif self._acknowledged is not None and r is not None and r.file:
+            acked_file = file_number(r.file)  # GTID positions name no file: the reader's (at or after it)
+        if acked_file is not None and self._acknowledged_ts is not None:
+            warning = binlog_expiry_warning(acked_file, file_number(file), self._acknowledged_ts, time.time(), expire)
             if warning:
                 status["warnings"].append(warning)
         return status

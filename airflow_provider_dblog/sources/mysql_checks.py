@@ -97,6 +97,18 @@ class StartupChecks:
                 "run SET GLOBAL binlog_row_value_options='' and remove it from my.cnf.",
             )
 
+    def gtid_mode(self) -> None:
+        """GTID positions need a GTID on every transaction: always so on MariaDB; MySQL needs
+        gtid_mode = ON (a replica that logs what it applies, log_replica_updates, for failover)."""
+        if self.mariadb:
+            return
+        have = catalog.global_variables(self.session, ["gtid_mode"]).get("gtid_mode", "").upper()
+        if have != "ON":
+            raise ConfigurationError(
+                f"use_gtid is set, but the server's gtid_mode is {have or 'unset'}: its transactions have no GTIDs.",
+                "turn GTIDs on (gtid_mode = ON, enforce_gtid_consistency = ON) or set use_gtid = false.",
+            )
+
     def _privilege_error(self, what: str) -> ConfigurationError:
         monitor = "BINLOG MONITOR" if self.mariadb else "REPLICATION CLIENT"
         return ConfigurationError(

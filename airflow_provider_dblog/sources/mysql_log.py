@@ -11,6 +11,8 @@ Position coordinate (fixed width, so string order is log order):
 A transaction never spans binlog files and later transactions start at later offsets, so
 the order is the commit order; restarting at the transaction start re-sends the whole
 transaction, including its table map events, which a mid-transaction start would miss.
+With ``use_gtid`` the coordinate is built from the transaction's GTID instead (mysql_gtid.py),
+so that it keeps its meaning on a promoted replica.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from ..core.errors import ConfigurationError, PositionLostError
 from ..core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
+from .mysql_gtid import History, encode_gtid_coord, gtid_coord_prefix, parse_gtid
 from .mysql_values import binlog_converters
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,7 @@ _SAME_SERVER_ID_WAIT = 120.0
 
 _FILE_W, _OFF_W, _ROW_W = 6, 12, 6
 _ANONYMOUS_GTID = 0x22  # MySQL's GTID event when gtid_mode is OFF (parsed as NotImplementedEvent)
+_TAGGED_GTID = 0x2A  # MySQL 8.3+ tagged GTID event, which mysql-replication does not decode
 # Events the library cannot decode but that may carry row changes: failing beats skipping.
 _UNDECODABLE = {
     0x28: "MySQL binlog transaction compression (binlog_transaction_compression=ON)",
@@ -153,6 +157,8 @@ class BinlogReader(threading.Thread):
         out: "queue.Queue[Any]",
         heartbeat: float = 10.0,
         guard: Optional[Callable[[], None]] = None,  # raises once this process may not read the log
+        history: Optional[History] = None,  # GTID positions: the history before (log_file, log_pos)
+        era: int = 0,  # GTID positions: their era (mysql_gtid.py)
     ):
         super().__init__(name=f"dblog-binlog-{source_id}-{id(self):x}", daemon=True)
         self._settings = settings
@@ -172,6 +178,9 @@ class BinlogReader(threading.Thread):
         self.file, self.pos = log_file, log_pos
         self._start = (log_file, log_pos)
         self._txn_start, self._gtid, self._group_open = log_pos, None, False
+        # GTID mode: the server's GTID history, the open transaction's counter and rows so far.
+        self.history, self._era = history, era
+        self._counter, self._txn_rows = 0, 0
         self.event_ts: Optional[float] = None  # commit time of the last event read
         self._signatures: dict[str, tuple] = {}
         self._table_schemas: dict[str, TableSchema] = {}
@@ -317,7 +326,19 @@ class BinlogReader(threading.Thread):
             self.pos = pk.log_pos
         if isinstance(ev, (MariadbGtidEvent, GtidEvent)):
             self._txn_start, self._gtid, self._group_open = start, ev.gtid, True
+            if self.history is not None:
+                self._counter, self._txn_rows = self.history.advance(parse_gtid(ev.gtid)), 0
         elif isinstance(ev, NotImplementedEvent):
+            if self.history is not None and pk.event_type in (_ANONYMOUS_GTID, _TAGGED_GTID):
+                raise ConfigurationError(
+                    "use_gtid is set, but the binlog holds "
+                    + (
+                        "transactions without a GTID (gtid_mode is OFF)."
+                        if pk.event_type == _ANONYMOUS_GTID
+                        else "tagged GTIDs (MySQL 8.3+), which mysql-replication cannot decode."
+                    ),
+                    "set use_gtid = false (file positions), or turn GTIDs on (gtid_mode = ON) and untagged.",
+                )
             if pk.event_type == _ANONYMOUS_GTID:
                 self._txn_start, self._gtid, self._group_open = start, None, True
             elif pk.event_type in _UNDECODABLE:
@@ -330,11 +351,11 @@ class BinlogReader(threading.Thread):
             query = ev.query.strip().upper() if isinstance(ev.query, str) else ""
             if query == "BEGIN":
                 if not self._group_open:  # no GTID event before it (old servers)
-                    self._txn_start, self._gtid = start, None
+                    self._no_gtid(start)
                 self._group_open = True
             else:
                 if not self._group_open:  # a statement that is its own transaction
-                    self._txn_start, self._gtid = start, None
+                    self._no_gtid(start)
                 self._group_open = False
                 return self._truncate(ev, start)
         elif isinstance(ev, XidEvent):
@@ -371,8 +392,31 @@ class BinlogReader(threading.Thread):
             )
         ]
 
+    def _no_gtid(self, start: int) -> None:
+        if self.history is not None:
+            raise ConfigurationError(
+                f"use_gtid is set, but the transaction at {self.file}:{start} has no GTID event.",
+                "set use_gtid = false (file positions), or turn GTIDs on (MySQL: gtid_mode = ON).",
+            )
+        self._txn_start, self._gtid = start, None
+
     def _coord(self, event_pos: int, row: int) -> str:
+        """A single item's coordinate (row ``row`` of the event at ``event_pos``); in GTID mode
+        the row number continues the transaction's (``_take_rows`` moves it on)."""
+        if self.history is not None:
+            return encode_gtid_coord(self._era, self._counter, self._txn_rows + row, self._gtid or "")
         return encode_coord(file_number(self.file), self._txn_start, event_pos, row)
+
+    def _take_rows(self, event_pos: int, count: int) -> list[Position]:
+        """The positions of a rows event's ``count`` rows (GTID mode: the transaction's next
+        row numbers, consumed even when no item is made of them, so that a transaction
+        numbers its rows the same way on every server and after every restart)."""
+        if self.history is not None:
+            base, self._txn_rows = self._txn_rows, self._txn_rows + count
+            head, tail = gtid_coord_prefix(self._era, self._counter), f"/{self._gtid}"
+            return [Position.unchecked(f"{head}{base + i:010d}{tail}") for i in range(count)]
+        head = self._coord(event_pos, 0)[:-_ROW_W]  # the event's part, computed once
+        return [Position.unchecked(f"{head}{i:0{_ROW_W}d}") for i in range(count)]
 
     def _txid(self) -> str:
         return self._gtid or f"{self.file}:{self._txn_start}"
@@ -411,15 +455,15 @@ class BinlogReader(threading.Thread):
 
     def _rows(self, ev: Any, start: int) -> list:
         table = f"{ev.schema}.{ev.table}"
+        if table != self._watermark_table and table not in self._captured:
+            return []  # not decoded, not numbered
+        positions = self._take_rows(start, len(ev.rows))
         if table == self._watermark_table:
-            return self._watermarks(ev, start)
-        if table not in self._captured:
-            return []
+            return self._watermarks(ev, positions)
         schema = self._table_schemas[table]
         sid = schema.schema_id()
         commit_ts = ev.packet.timestamp * 1_000_000
         txid = self._txid()
-        coord = self._coord(start, 0)[:-_ROW_W]  # the event's part, computed once
         out: list[ChangeEvent] = []
         append, convert, key_of, src = out.append, self._convert, schema.key_getter(), self._source_id
         # The event's kind, once per event; positional ChangeEvent arguments (every row).
@@ -436,7 +480,7 @@ class BinlogReader(threading.Thread):
                         key_of(after),
                         before,
                         after,
-                        Position(f"{coord}{i:0{_ROW_W}d}"),
+                        positions[i],
                         commit_ts,
                         txid,
                         Origin.LOG,
@@ -455,7 +499,7 @@ class BinlogReader(threading.Thread):
                         key_of(after),
                         None,
                         after,
-                        Position(f"{coord}{i:0{_ROW_W}d}"),
+                        positions[i],
                         commit_ts,
                         txid,
                         Origin.LOG,
@@ -474,7 +518,7 @@ class BinlogReader(threading.Thread):
                         key_of(before),
                         before,
                         None,
-                        Position(f"{coord}{i:0{_ROW_W}d}"),
+                        positions[i],
                         commit_ts,
                         txid,
                         Origin.LOG,
@@ -484,7 +528,7 @@ class BinlogReader(threading.Thread):
                 )
         return out
 
-    def _watermarks(self, ev: Any, start: int) -> list:
+    def _watermarks(self, ev: Any, positions: list[Position]) -> list:
         if isinstance(ev, DeleteRowsEvent):
             return []
         out = []
@@ -495,5 +539,5 @@ class BinlogReader(threading.Thread):
             if "source_id" not in values:
                 source_id, value = list(values.values())[:2]
             if source_id == self._source_id:  # other sources share the table
-                out.append(WatermarkEvent(str(value), Position(self._coord(start, i)), self._txid()))
+                out.append(WatermarkEvent(str(value), positions[i], self._txid()))
         return out

@@ -474,7 +474,8 @@ class PostgresSource:
             )
             self._slot_created = True
 
-    def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
+    def start_log(self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None) -> None:
+        # No floor needed: LSNs only grow, on a promoted standby too.
         self._close_stream()
         self._reset_stream()
         start = commit_lsn_of(after) if after is not None else 0

@@ -78,8 +78,8 @@ def make_source(env, root):
 
     def make(user=None, password=None, **kwargs) -> MySQLSource:
         kwargs.setdefault("source_id", f"it-{uuid.uuid4().hex[:10]}")
+        kwargs.setdefault("host", env["DBLOG_MYSQL_HOST"])
         src = MySQLSource(
-            host=env["DBLOG_MYSQL_HOST"],
             port=int(env["DBLOG_MYSQL_PORT"]),
             user=user or env["DBLOG_MYSQL_USER"],
             password=password or env["DBLOG_MYSQL_PASSWORD"],
@@ -518,3 +518,57 @@ def test_reader_errors_are_raised_by_poll(root, db, make_source):
     src.start_log(Position(f"{number:06d}{5:012d}{5:012d}{0:06d}"))
     with pytest.raises(PositionLostError):
         collect(src, lambda items: False, timeout=10)
+
+
+# -- GTID positions (use_gtid) ------------------------------------------------------------------
+def test_gtid_positions_resume_mid_transaction_with_the_same_positions(root, db, make_source):
+    from airflow_provider_dblog.sources.mysql_gtid import decode_gtid_coord
+
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v varchar(20))")
+    src = started(make_source(tables=[f"{db}.t"], use_gtid=True))
+    sql(root, f"INSERT INTO `{db}`.t VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    sql(root, "BEGIN")
+    sql(root, f"UPDATE `{db}`.t SET v = 'x' WHERE id = 1")
+    sql(root, f"UPDATE `{db}`.t SET v = 'y' WHERE id > 1")  # a second rows event, rows 1 and 2
+    sql(root, "COMMIT")
+    src.write_watermark("g1")
+    first = changes(collect(src, has_watermark("g1")))
+    coords = [decode_gtid_coord(e.position.coord) for e in first]
+    assert [(c.rowno) for c in coords] == [0, 1, 2, 0, 1, 2]
+    assert coords[0].counter < coords[3].counter and coords[3].gtid == first[3].txid
+    assert [e.position for e in first] == sorted(e.position for e in first)
+    src.close()
+    # Started again after the second row of the update transaction: the whole transaction is
+    # read again (its table map included) with the same positions; the engine drops the first two.
+    again = make_source(source_id=src.source_id, tables=[f"{db}.t"], use_gtid=True)
+    again.open()
+    again.start_log(first[4].position)
+    resent = changes(collect(again, has_watermark("g1")))
+    assert [e.position for e in resent[:3]] == [e.position for e in first[3:]]
+    with pytest.raises(ConfigurationError, match="use_gtid"):  # GTID checkpoints need use_gtid
+        no_gtid = make_source(source_id=src.source_id, tables=[f"{db}.t"])
+        no_gtid.open()
+        no_gtid.start_log(first[4].position)
+
+
+def test_a_server_without_the_checkpoints_transaction_stops_with_the_fix(root, db, make_source):
+    from airflow_provider_dblog.sources.mysql_gtid import encode_gtid_coord
+
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
+    src = make_source(tables=[f"{db}.t"], use_gtid=True)
+    src.open()
+    (state,) = sql(root, "SELECT @@gtid_binlog_pos")[0]
+    domain, _server, seq = (int(x) for x in state.split(",")[0].split("-"))
+    ahead = Position(encode_gtid_coord(0, seq + 1000, 0, f"{domain}-1-{seq + 1000}"))
+    with pytest.raises(PositionLostError) as err:
+        src.start_log(ahead)
+    assert "does not contain" in err.value.cause and "dump --all" in err.value.fix
+    other = Position(encode_gtid_coord(0, seq, 0, f"{domain}-77-{seq}"))  # server 77 never wrote it
+    with pytest.raises(PositionLostError) as err:
+        src.start_log(other)
+    assert "diverged" in err.value.cause and "dump --all" in err.value.fix
+
+
+def test_a_host_list_needs_gtid_positions(env, make_source):
+    with pytest.raises(ConfigurationError, match="use_gtid"):
+        make_source(host=f"127.0.0.1:{env['DBLOG_MYSQL_PORT']},127.0.0.1:1")

@@ -131,7 +131,7 @@ class MemorySource:
     def reset_log(self) -> None:
         self.purged_before = None  # a new "slot": readable from the end
 
-    def start_log(self, after: Optional[Position], from_end: bool = False) -> None:
+    def start_log(self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None) -> None:
         self._server()
         log = self.db.log
         if after is not None and self.purged_before is not None and after < self.purged_before:

@@ -63,5 +63,31 @@ def test_source_satisfies_the_protocol_and_ids_are_stable():
     assert src.server_id == default_server_id("shop") != default_server_id("shop2")
     assert 10000 <= src.server_id < 2**31
     assert "s3cr3t-pw" not in repr(src._settings)
-    with pytest.raises(ConfigurationError):
-        MySQLSource(source_id="s", host="h", port=1, user="u", password="p", use_gtid=True)
+    with pytest.raises(ConfigurationError, match="use_gtid"):  # a host list needs GTID positions
+        MySQLSource(source_id="s", host="h1,h2:2", port=1, user="u", password="p")
+    listed = MySQLSource(source_id="s", host="h1, h2:2", port=1, user="u", password="p", use_gtid=True)
+    assert listed._endpoints == [("h1", 1), ("h2", 2)]
+
+
+def test_gtid_positions_on_mysql_need_gtid_mode_on():
+    off = StartupChecks(
+        StubSession({"SHOW GLOBAL VARIABLES": [("gtid_mode", "OFF_PERMISSIVE")]}),
+        ConnectionSettings("h", 1, "u", "secret"),
+        mariadb=False,
+    )
+    with pytest.raises(ConfigurationError) as err:
+        off.gtid_mode()
+    assert "OFF_PERMISSIVE" in err.value.cause and "gtid_mode = ON" in err.value.fix
+    on = StartupChecks(StubSession({"SHOW GLOBAL VARIABLES": [("gtid_mode", "ON")]}), off.settings, mariadb=False)
+    on.gtid_mode()
+    checks().gtid_mode()  # MariaDB: every transaction has a GTID
+
+
+def test_use_gtid_must_be_a_boolean_in_the_config():
+    from airflow_provider_dblog.config import make_source
+
+    src = {"type": "mysql", "id": "s", "user": "u", "password_env": "NOPE_UNSET_X", "use_gtid": "yes"}
+    with pytest.raises(ConfigurationError, match="use_gtid must be true or false"):
+        make_source(src, password="p")
+    made = make_source({**src, "use_gtid": True, "host": "a:1,b:2"}, password="p")
+    assert made._use_gtid and made._endpoints == [("a", 1), ("b", 2)]
