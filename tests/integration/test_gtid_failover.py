@@ -26,7 +26,7 @@ from airflow_provider_dblog.state.local import LocalStateStore
 
 from .capture_proc import Capture, dblog, wait_for, write_config
 from .databases import MySQLAdapter, env
-from .test_oracle import FIXED_SEED, RANDOM_SEED, Workload, capture_status, sentinel_arrived
+from .test_oracle import RANDOM_SEED, Workload, capture_status, sentinel_arrived
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = str(REPO / "scripts" / "services")
@@ -77,8 +77,9 @@ class PairAdapter(MySQLAdapter):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("seed", [FIXED_SEED, RANDOM_SEED], ids=["fixed-seed", "random-seed"])
-def test_capture_follows_a_failover_to_the_promoted_replica_mid_dump(pair, seed, tmp_path):
+def test_capture_follows_a_failover_to_the_promoted_replica_mid_dump(pair, tmp_path):
+    # One seed per run (CI time): a random one, printed; DBLOG_ORACLE_SEED replays it.
+    seed = RANDOM_SEED
     print(f"\nGTID failover: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed})")
     primary, replica = pair
     rng = random.Random(seed)
