@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--table", action="append", help="table to dump (repeatable)")
     g.add_argument("--all", action="store_true", help="dump every captured table")
     p.add_argument("--key", action="append", help="a key as JSON (repeatable; needs one --table)")
+    p.add_argument(
+        "--where",
+        help="only rows this SQL expression accepts (one --table; checked by the database before the dump is recorded)",
+    )
     p.add_argument("--chunk-size", type=int, default=10_000)
     p.add_argument("--delay-ms", type=int, default=0)
 
@@ -203,6 +207,7 @@ def cmd_dump(args, src, state_cfg, out_cfg, parts: Parts) -> int:
             chunk_size=args.chunk_size,
             delay_ms=args.delay_ms,
             keys_as_json=True,
+            where=args.where,
         )
     finally:
         state.close()
@@ -236,6 +241,7 @@ def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     for d in result["dumps"]:
         print(
             f"  dump {d['dump_id']} {d['status']}: tables={d['tables']} rows={d['rows']} chunks={d['chunks']}"
+            + (f" where=({d['where']})" if d.get("where") else "")
             + (f" eta={d['eta_seconds']}s" if d.get("eta_seconds") is not None else "")
             + (f" error={d['error']}" if d["error"] else "")
         )

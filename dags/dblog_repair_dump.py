@@ -4,7 +4,8 @@ Trigger it from the UI ("Trigger DAG" shows the form) or the REST API with a con
 ``{"table": "shop.orders", "keys": "42\\n43", "chunk_size": 1000}``. Airflow validates the
 form against the Params before the run starts; the operator then validates the table and the
 keys against the source's schema before it records anything. An empty key list dumps the
-whole table. The running ``dblog_capture`` performs the dump; this task waits (deferred) and
+whole table; a row filter (``"where": "region = 'eu'"``) dumps only the rows it accepts, after
+the database checked it. The running ``dblog_capture`` performs the dump; this task waits (deferred) and
 logs its progress.
 
 Deployment settings (environment of the scheduler / dag-processor / workers):
@@ -64,6 +65,13 @@ with DAG(
             description='Each line a key: 42, "abc", ["eu", 7] (composite, in key order) or '
             '{"region": "eu", "order_no": 7}. Empty: the whole table.',
         ),
+        "where": Param(
+            "",
+            type=["null", "string"],
+            title="Row filter (SQL)",
+            description="Only rows this expression accepts, e.g. updated_at >= '2026-11-01' or region = 'eu'. "
+            "Checked by the database before the dump starts; not with keys. Empty: every row.",
+        ),
         "chunk_size": Param(
             1000,
             type="integer",
@@ -81,6 +89,7 @@ with DAG(
         state_conn_id=STATE_CONN_ID,
         tables="{{ params.table }}",
         keys="{{ params['keys'] or None }}",
+        where="{{ params['where'] or None }}",
         chunk_size="{{ params.chunk_size }}",
         poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "2")),
         outlets=[CHANGELOG_ASSET],  # dblog_land lands the repaired rows

@@ -83,9 +83,11 @@ def chunk_query(
     after_key: Optional[Key],
     limit: int,
     upper_key: Optional[Key] = None,
+    where: Optional[str] = None,
 ) -> tuple[str, list[Any]]:
     """The next chunk: rows with a key greater than ``after_key`` and at most ``upper_key``
-    (the bound the table's dump fixed when it started), in key order."""
+    (the bound the table's dump fixed when it started), in key order; with ``where`` (a
+    filtered dump's predicate, checked by core/predicates.py) only the rows it accepts."""
     if limit < 1:
         raise ValueError("chunk limit must be >= 1")
     order = ", ".join(dialect.quote(k) for k in schema.key)
@@ -97,6 +99,9 @@ def chunk_query(
             pred, more = predicate(dialect, schema, key)
             preds.append(pred)  # each is a conjunction at its top level: AND-joined as is
             params += more
+    if where is not None:
+        # Parenthesised, and with literal % doubled: the driver formats the query.
+        preds.append(f"({where.replace('%', '%%')})")
     if preds:
         sql += " WHERE " + " AND ".join(preds)
     sql += f" ORDER BY {order} LIMIT {int(limit)}"

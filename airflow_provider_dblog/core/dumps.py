@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 from .errors import RequestError
 from .events import Key, TableSchema
 from .key_types import check_key_value
+from .predicates import check_predicate
 
 DEFAULT_CHUNK_SIZE = 10_000
 MAX_CHUNK_SIZE = 1_000_000
@@ -44,6 +45,7 @@ class DumpSpec:
     tables: Optional[tuple[str, ...]]  # None: every captured table
     keys: Optional[tuple[Key, ...]] = None  # only with exactly one table
     created_at: float = 0.0
+    where: Optional[str] = None  # a row filter (core/predicates.py): one table, no keys
 
     @classmethod
     def new(
@@ -51,14 +53,17 @@ class DumpSpec:
         source_id: str,
         tables: Optional[Sequence[str]] = None,
         keys: Optional[Sequence[Key]] = None,
+        where: Optional[str] = None,
     ) -> "DumpSpec":
         check_key_request(tables, keys)
+        check_where_request(tables, keys, where)
         return cls(
             dump_id=uuid.uuid4().hex[:12],
             source_id=source_id,
             tables=tuple(tables) if tables else None,
             keys=tuple(tuple(k) for k in keys) if keys is not None else None,
             created_at=time.time(),
+            where=check_predicate(where) if where is not None else None,
         )
 
     def to_json(self) -> str:
@@ -74,7 +79,26 @@ class DumpSpec:
             tables=tuple(d["tables"]) if d["tables"] is not None else None,
             keys=tuple(tuple(k) for k in d["keys"]) if d["keys"] is not None else None,
             created_at=d.get("created_at", 0.0),
+            where=d.get("where"),
         )
+
+
+def check_where_request(tables: Optional[Sequence[str]], keys: Optional[Sequence[Any]], where: Optional[str]) -> None:
+    """A filtered dump names exactly one table (its columns are what the filter names) and
+    no keys (a key list is a filter already)."""
+    if where is None:
+        return
+    if not tables or len(tables) != 1:
+        raise RequestError(
+            "a filtered dump (--where) needs exactly one table.",
+            "pass one --table together with --where (the filter names that table's columns).",
+        )
+    if keys is not None:
+        raise RequestError(
+            "a dump takes a key list or a row filter (--where), not both.",
+            "list the keys, or filter the table's rows, in one request.",
+        )
+    check_predicate(where)
 
 
 def check_key_request(tables: Optional[Sequence[str]], keys: Optional[Sequence[Any]]) -> None:
@@ -217,6 +241,7 @@ class Dump:
             "source_id": self.spec.source_id,
             "tables": list(self.spec.tables) if self.spec.tables else "all",
             "keys": len(self.spec.keys) if self.spec.keys is not None else None,
+            "where": self.spec.where,
             "status": self.status.value,
             "paused": self.control.paused,
             "chunk_size": self.control.chunk_size,

@@ -549,8 +549,8 @@ class Engine:
         when their key columns order alike in the database, Python and Spark (integers)."""
         if plan.keys is not None:
             return bool(plan.keys)
-        if not plan.start.bounded:
-            return False
+        if not plan.start.bounded or plan.where is not None:
+            return False  # a filtered chunk: keys outside the filter are not absent
         by_name = {c.name: c for c in schema.columns}
         return orders_like_python([by_name[k] for k in schema.key])
 
@@ -623,7 +623,7 @@ class Engine:
         # Log processing is paused from here to the HW write (invariant 6).
         self.source.write_watermark(lw)
         if plan.keys is None and plan.selects_rows:
-            result = self.source.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key)
+            result = self.source.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key, plan.where)
         elif plan.keys:
             result = self.source.select_keys(schema, plan.keys)
         else:

@@ -80,12 +80,22 @@ class Source(Protocol):
     def write_watermark(self, uuid: str) -> None:
         """Commit one UPDATE of this source's watermark row (it then appears in the log)."""
 
+    def check_predicate(self, schema: TableSchema, where: str) -> None:
+        """RequestError unless the database accepts ``where`` in this table's chunk query
+        (it plans the query, EXPLAIN, without running it): before a filtered dump is recorded."""
+
     def select_chunk(
-        self, schema: TableSchema, after_key: Optional[Key], limit: int, upper_key: Optional[Key] = None
+        self,
+        schema: TableSchema,
+        after_key: Optional[Key],
+        limit: int,
+        upper_key: Optional[Key] = None,
+        where: Optional[str] = None,
     ) -> ChunkResult:
         """``WHERE key > after_key AND key <= upper_key ORDER BY key LIMIT limit`` as its own
-        autocommit statement (None: no such bound). RequestError when the table or a column
-        is gone or no longer readable (that dump fails, the capture goes on)."""
+        autocommit statement (None: no such bound); with ``where`` also ``AND (where)``, in a
+        read-only transaction. RequestError when the table or a column is gone or no longer
+        readable, or the filter fails (that dump fails, the capture goes on)."""
 
     def max_key(self, schema: TableSchema) -> Optional[Key]:
         """The table's greatest key now (``ORDER BY key DESC LIMIT 1``), canonical like the

@@ -22,6 +22,7 @@ from .dumps import (
     DumpControl,
     DumpSpec,
     check_key_request,
+    check_where_request,
     key_from_value,
     parse_key,
 )
@@ -63,17 +64,23 @@ def request_dump(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     delay_ms: int = 0,
     keys_as_json: bool = False,
+    where: Optional[str] = None,
 ) -> DumpSpec:
     """Validate a dump request against the source's schemas and record it in ``state``.
 
     ``tables``: see ``parse_tables`` (None: every captured table). ``keys``: key values of
     exactly one table, each a scalar, a list in key order or an object naming the key
     columns; with ``keys_as_json`` each is that value's JSON text (``dblog dump --key``).
+    ``where``: a row filter of exactly one table (core/predicates.py), which the source's
+    database plans (EXPLAIN) before anything is recorded.
     Opens and closes ``source`` (it needs the catalog only). Nothing is recorded if any
     part is invalid; the RequestError names the cause and the fix."""
     control = DumpControl(chunk_size=int(chunk_size), delay_ms=int(delay_ms))  # range checks
     names = parse_tables(tables)
     check_key_request(names, keys)  # before connecting: the request's shape
+    if isinstance(where, str) and not where.strip():
+        where = None  # an empty form field: no filter
+    check_where_request(names, keys, where)
     parsed: Optional[list[Key]] = None
     source.open()
     try:
@@ -82,9 +89,11 @@ def request_dump(
         if keys is not None and names is not None:  # check_key_request: exactly one table
             schema = schemas[names[0]]
             parsed = [parse_key(k, schema) if keys_as_json else key_from_value(k, schema) for k in keys]
+        if where is not None and names is not None:  # check_where_request: exactly one table
+            source.check_predicate(schemas[names[0]], where)
     finally:
         source.close()
-    spec = DumpSpec.new(source.source_id, names, parsed)
+    spec = DumpSpec.new(source.source_id, names, parsed, where)
     state.add_dump(spec, control)
     return spec
 

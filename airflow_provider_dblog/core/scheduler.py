@@ -42,6 +42,7 @@ class ChunkPlan:
     size: int
     keys: Optional[tuple[Key, ...]] = None
     keys_total: int = 0  # key-list dumps: how many keys the request lists
+    where: Optional[str] = None  # a filtered dump's row filter (core/predicates.py)
 
     @property
     def needs_bound(self) -> bool:
@@ -170,7 +171,7 @@ class DumpScheduler:
             size = dump.control.chunk_size
             keys = dump.spec.keys
             if keys is None:
-                return ChunkPlan(dump.dump_id, table, start, size)
+                return ChunkPlan(dump.dump_id, table, start, size, where=dump.spec.where)
             batch = keys[start.keys_done : start.keys_done + size]
             return ChunkPlan(dump.dump_id, table, start, size, batch, len(keys))
         return None

@@ -49,6 +49,8 @@ class DumpOperator(BaseOperator):
     :param state_conn_id: ``dblog_state`` connection; or ``state`` (path or ``zk://`` URL).
     :param tables: None or ``"all"`` for every captured table, a table, or a list of tables.
     :param keys: key values of one table (list, or text with one JSON key per line).
+    :param where: only the rows this SQL expression accepts (one table; the database checks
+        it before the dump is recorded, and chunks run read-only). Empty: every row.
     :param chunk_size: rows per chunk (the window between low and high watermark).
     :param delay_ms: pause between chunks (throttle).
     :param wait: wait until the dump finished (deferrable); False: return after recording it.
@@ -62,6 +64,7 @@ class DumpOperator(BaseOperator):
         "source_id",
         "tables",
         "keys",
+        "where",
         "chunk_size",
         "delay_ms",
     )
@@ -76,6 +79,7 @@ class DumpOperator(BaseOperator):
         source_id: Optional[str] = None,
         tables: Union[None, str, Sequence[str]] = None,
         keys: Union[None, str, Sequence[Any]] = None,
+        where: Optional[str] = None,
         chunk_size: Union[int, str] = 10_000,
         delay_ms: Union[int, str] = 0,
         wait: bool = True,
@@ -89,6 +93,7 @@ class DumpOperator(BaseOperator):
         self.source_id = source_id
         self.tables = tables
         self.keys = keys
+        self.where = where
         self.chunk_size = chunk_size
         self.delay_ms = delay_ms
         self.wait = wait
@@ -105,17 +110,24 @@ class DumpOperator(BaseOperator):
         source, state = hook.get_source(), hook.get_state()
         try:
             spec = request_dump(
-                source, state, self.tables, keys, chunk_size=int(self.chunk_size), delay_ms=int(self.delay_ms)
+                source,
+                state,
+                self.tables,
+                keys,
+                chunk_size=int(self.chunk_size),
+                delay_ms=int(self.delay_ms),
+                where=self.where or None,
             )
         finally:
             state.close()
         self._dump_id = spec.dump_id
         self.log.info(
-            "dump %s recorded for source %s (tables=%s, keys=%s, chunk size %s)",
+            "dump %s recorded for source %s (tables=%s, keys=%s, where=%s, chunk size %s)",
             self._dump_id,
             spec.source_id,
             self.tables or "all",
             len(keys or []) or None,
+            spec.where,
             self.chunk_size,
         )
         context["ti"].xcom_push(key="dump_id", value=self._dump_id)

@@ -16,7 +16,7 @@ chunk again); anything unknown stops the capture as before.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import psycopg2
 import pymysql
@@ -120,3 +120,23 @@ def mysql_dump_errors(table: str, user: str) -> Iterator[None]:
         if err is None:
             raise
         raise err from exc
+
+
+def filter_error(table: str, where: str, detail: str) -> RequestError:
+    return RequestError(
+        f"the row filter of the dump of {table} failed on the source ({detail}); the filter: {where}",
+        f"fix the filter (it must be one boolean expression over {table}'s columns, and read-only), {_REQUEST_AGAIN}.",
+    )
+
+
+@contextlib.contextmanager
+def filter_errors(table: str, where: str, lost: Callable[[BaseException], bool]) -> Iterator[None]:
+    """A filtered dump's SELECT (or its EXPLAIN): every database error that is not a lost
+    connection fails that dump with the database's message. Not SchemaChanged for an unknown
+    column either: it is usually the filter's, and selecting again would not cure it."""
+    try:
+        yield
+    except (psycopg2.Error, pymysql.err.MySQLError) as exc:
+        if lost(exc):
+            raise
+        raise filter_error(table, where, _line(exc)) from exc

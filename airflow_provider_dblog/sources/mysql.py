@@ -43,7 +43,7 @@ from ..core.events import Key, LogItem, Position, TableSchema
 from ..core.protocols import ChunkResult
 from . import mysql_catalog as catalog
 from .connection_loss import on_connection_loss
-from .dump_errors import mysql_dump_errors
+from .dump_errors import filter_errors, mysql_dump_errors
 from .mysql_catalog import ConnectionSettings, Session
 from .mysql_checks import StartupChecks
 from .mysql_gtid import History, decode_gtid_coord, era_after, is_gtid_coord
@@ -489,11 +489,16 @@ class MySQLSource:
         cols = {c.name: c for c in schema.columns}
         return tuple(to_param(cols[k], v) for k, v in zip(schema.key, key))
 
-    def _rows(self, schema: TableSchema, sql: str, params: Sequence[Any]) -> ChunkResult:
+    def _rows(self, schema: TableSchema, sql: str, params: Sequence[Any], where: Optional[str] = None) -> ChunkResult:
         # Its own autocommit READ COMMITTED statement: sees every commit before it (DESIGN
-        # "Non-stale read"); no transaction is ever left open on this connection.
-        with mysql_dump_errors(schema.table, self._settings.user):
-            raw = self._require_session().query(sql, params or None)
+        # "Non-stale read"); no transaction is ever left open on this connection. A filtered
+        # chunk: a READ ONLY transaction of its own, just as fresh.
+        if where is not None:
+            with filter_errors(schema.table, where, self.lost):
+                raw = self._require_session().read_only_query(sql, list(params))  # a list: %% is formatted
+        else:
+            with mysql_dump_errors(schema.table, self._settings.user):
+                raw = self._require_session().query(sql, params or None)
         names = [c.name for c in schema.columns]
         rows = [dict(zip(names, r)) for r in raw]
         # Per column, not per value: only the columns PyMySQL does not return canonical.
@@ -509,13 +514,24 @@ class MySQLSource:
         return [select_expression(MYSQL.quote, c) for c in schema.columns]
 
     @on_connection_loss
+    def check_predicate(self, schema: TableSchema, where: str) -> None:
+        sql, params = chunk_query(MYSQL, schema, self._select_list(schema), None, 1, None, where)
+        with filter_errors(schema.table, where, self.lost):
+            self._require_session().read_only_query("EXPLAIN " + sql, list(params))
+
+    @on_connection_loss
     def select_chunk(
-        self, schema: TableSchema, after_key: Optional[Key], limit: int, upper_key: Optional[Key] = None
+        self,
+        schema: TableSchema,
+        after_key: Optional[Key],
+        limit: int,
+        upper_key: Optional[Key] = None,
+        where: Optional[str] = None,
     ) -> ChunkResult:
         after = self._key_params(schema, after_key) if after_key is not None else None
         upper = self._key_params(schema, upper_key) if upper_key is not None else None
-        sql, params = chunk_query(MYSQL, schema, self._select_list(schema), after, limit, upper)
-        return self._rows(schema, sql, params)
+        sql, params = chunk_query(MYSQL, schema, self._select_list(schema), after, limit, upper, where)
+        return self._rows(schema, sql, params, where)
 
     @on_connection_loss
     def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:

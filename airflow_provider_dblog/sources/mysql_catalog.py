@@ -130,6 +130,24 @@ class Session:
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         return self.run(sql, params)[0]
 
+    def read_only_query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        """One statement in a READ ONLY transaction (a filtered dump's operator-given SQL),
+        on one connection and never retried: a retry on a new connection would run outside
+        the transaction. A lost connection is raised (the engine reconnects and selects again)."""
+        with self.lock:
+            conn = self.conn()
+            with conn.cursor() as cur:
+                cur.execute("START TRANSACTION READ ONLY")
+                try:
+                    cur.execute(sql, params)
+                    return list(cur.fetchall())
+                finally:
+                    try:
+                        conn.rollback()  # nothing was written; also ends a failed transaction
+                    except pymysql.err.Error as gone:
+                        log.debug("ending the read-only transaction: %s", gone)
+                        self.close()
+
     def close(self) -> None:
         if self._conn is not None:
             try:

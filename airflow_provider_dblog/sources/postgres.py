@@ -53,7 +53,7 @@ from ..core.errors import ConfigurationError, DBLogError, PositionLostError, Req
 from ..core.events import Key, LogItem, Position, TableSchema
 from ..core.protocols import ChunkResult
 from .connection_loss import on_connection_loss
-from .dump_errors import postgres_dump_errors
+from .dump_errors import filter_errors, postgres_dump_errors
 from .postgres_catalog import (
     TableInfo,
     captured_ancestor,
@@ -603,11 +603,29 @@ class PostgresSource:
 
     @on_connection_loss
     def select_chunk(
-        self, schema, after_key: Optional[Key], limit: int, upper_key: Optional[Key] = None
+        self,
+        schema,
+        after_key: Optional[Key],
+        limit: int,
+        upper_key: Optional[Key] = None,
+        where: Optional[str] = None,
     ) -> ChunkResult:
-        sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), after_key, limit, upper_key)
+        sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), after_key, limit, upper_key, where)
+        if where is not None:
+            with filter_errors(schema.table, where, self.lost):
+                return self._select(schema, sql, params, read_only=True)
         with postgres_dump_errors(schema.table, self._dsn["user"]):
             return self._select(schema, sql, params)
+
+    @on_connection_loss
+    def check_predicate(self, schema, where: str) -> None:
+        sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), None, 1, None, where)
+        with filter_errors(schema.table, where, self.lost), self._cur() as cur:
+            cur.execute("BEGIN READ ONLY")
+            try:
+                cur.execute("EXPLAIN " + sql, [_to_param(p) for p in params])  # a list: %% is formatted
+            finally:
+                cur.execute("ROLLBACK")
 
     @on_connection_loss
     def select_keys(self, schema, keys: Sequence[Key]) -> ChunkResult:
@@ -634,7 +652,7 @@ class PostgresSource:
     def _select_list(schema) -> list[str]:
         return [POSTGRES.quote(c.name) for c in schema.columns]
 
-    def _select(self, schema, sql: str, params: list) -> ChunkResult:
+    def _select(self, schema, sql: str, params: list, read_only: bool = False) -> ChunkResult:
         """One REPEATABLE READ snapshot for the chunk, plus the transactions it cannot see.
 
         PostgreSQL's WAL commit order and visibility order may differ: a transaction whose
@@ -653,6 +671,8 @@ class PostgresSource:
                 # The snapshot is taken when this statement starts, the xid while it runs.
                 cur.execute("SELECT pg_current_snapshot()::text, pg_current_xact_id()::text")
                 snapshot, own = cur.fetchone()
+                if read_only:  # a filtered chunk runs operator-given SQL: it may write nothing
+                    cur.execute("SET TRANSACTION READ ONLY")
                 cur.execute(sql, [_to_param(p) for p in params])
                 raw = cur.fetchall()
                 oids = [d.type_code for d in cur.description]

@@ -66,6 +66,15 @@ def test_keys_that_do_not_fit_the_key_columns_are_refused_at_request_time(db, tm
     dblog(config, "dump", "--table", orders, "--key", '["eu", 7]', "--key", '{"order_no": 8, "region": "us"}')
     dblog(config, "dump", "--table", notes, "--key", json.dumps(uid))
     assert len(json.loads(dblog(config, "status", "--json").stdout)["dumps"]) == 3
+    # Row filters through the command: refused with the database's message, or recorded and shown.
+    p = dblog(config, "dump", "--table", accounts, "--where", "no_such_column = 1", check=False)
+    assert p.returncode == 2 and "no_such_column" in p.stderr and "Fix:" in p.stderr, p.stderr
+    p = dblog(config, "dump", "--all", "--where", "id > 1", check=False)
+    assert p.returncode == 2 and "exactly one table" in p.stderr, p.stderr
+    dblog(config, "dump", "--table", accounts, "--where", "id % 2 = 0 AND name <> 'x'")
+    dumps = json.loads(dblog(config, "status", "--json").stdout)["dumps"]
+    assert [d["where"] for d in dumps if d["where"]] == ["id % 2 = 0 AND name <> 'x'"]
+    assert "where=(id % 2 = 0 AND name <> 'x')" in dblog(config, "status").stdout
 
 
 def test_a_table_dropped_while_its_dump_runs_fails_that_dump_and_the_capture_goes_on(db, tmp_path):

@@ -511,3 +511,64 @@ def test_a_lost_position_recovers_by_itself_when_allowed(db, tmp_path):
     assert recovery.spec.tables is None
     for t in db.tables():
         assert replay(r.events(t)) == source_rows(db, db.source_id, t), t
+
+
+def test_a_filtered_dump_reads_only_its_rows_in_read_only_chunks(db, tmp_path):
+    """Row-filtered dumps (issue 15, part 1): the database checks the filter before the dump is
+    recorded (an unknown column or a second statement: refused, nothing recorded); the dump
+    emits exactly the rows the filter accepts (a '%' in it included) and no key ranges; a
+    filter that would write runs into the read-only chunk transaction and fails only its dump."""
+    from airflow_provider_dblog.core import requests
+    from airflow_provider_dblog.core.errors import RequestError
+
+    db.seed(random.Random(21), 90)
+    accounts = f"{db.ns}.accounts"
+    cfg = db.source_config(db.source_id)
+    r = Running(db, tmp_path, db.source_id).start()
+    try:
+        with pytest.raises(RequestError) as err:
+            requests.request_dump(make_source(cfg), r.state, accounts, where="no_such_column > 1")
+        assert "no_such_column" in err.value.cause and "filter" in err.value.fix
+        with pytest.raises(RequestError, match="';'"):
+            requests.request_dump(make_source(cfg), r.state, accounts, where=f"id > 1; DELETE FROM {accounts}")
+        assert r.state.list_dumps(db.source_id) == []
+
+        where = "id % 3 = 0 AND name LIKE '%'"
+        spec = requests.request_dump(make_source(cfg), r.state, accounts, where=where, chunk_size=7)
+        wait(lambda: r.status(spec.dump_id).status is DumpStatus.DONE, 60, "the filtered dump", r)
+        dumped = [e for e in r.events(accounts) if e.dump_id == spec.dump_id]
+        expected = {k for k, row in source_rows(db, db.source_id, accounts).items() if k[0] % 3 == 0}
+        assert {e.key for e in dumped if e.op is not Op.RANGE} == expected and len(expected) == 30
+        assert not any(e.op is Op.RANGE for e in dumped)
+
+        with db.connect() as c:  # something a filter could write to, if chunks were writable
+            cur = c.cursor()
+            if db.kind == "postgres":
+                cur.execute(f"CREATE SEQUENCE {db.ns}.probe")
+                writing = f"nextval('{db.ns}.probe') > 0"
+            else:
+                cur.execute(f"CREATE TABLE {db.ns}.probe (n int)")
+                cur.execute(
+                    f"CREATE FUNCTION {db.ns}.probe_write() RETURNS int DETERMINISTIC MODIFIES SQL DATA "
+                    f"BEGIN INSERT INTO {db.ns}.probe VALUES (1); RETURN 1; END"
+                )
+                writing = f"{db.ns}.probe_write() = 1"
+            c.commit()
+        try:
+            bad = requests.request_dump(make_source(cfg), r.state, accounts, where=writing).dump_id
+        except RequestError as refused:  # the database may already refuse it when planning
+            assert "read" in refused.cause.lower(), refused.cause
+        else:
+            wait(lambda: r.status(bad).status is DumpStatus.FAILED, 60, "the writing filter's dump to fail", r)
+            assert "read-only" in r.status(bad).error.lower() or "read only" in r.status(bad).error.lower()
+        with db.connect() as c:
+            cur = c.cursor()
+            if db.kind == "postgres":
+                cur.execute(f"SELECT last_value, is_called FROM {db.ns}.probe")
+                assert cur.fetchone()[1] is False  # nextval never ran
+            else:
+                cur.execute(f"SELECT count(*) FROM {db.ns}.probe")
+                assert cur.fetchone()[0] == 0
+        r.check()  # the capture goes on
+    finally:
+        r.stop()

@@ -168,14 +168,26 @@ class MemorySource:
             self.in_window(schema, rows)
         return ChunkResult(rows)
 
+    def check_predicate(self, schema: TableSchema, where: str) -> None:
+        compile(where, "<where>", "eval")  # the fake's filters are Python expressions over the row
+
     def select_chunk(
-        self, schema: TableSchema, after_key: Optional[Key], limit: int, upper_key: Optional[Key] = None
+        self,
+        schema: TableSchema,
+        after_key: Optional[Key],
+        limit: int,
+        upper_key: Optional[Key] = None,
+        where: Optional[str] = None,
     ) -> ChunkResult:
         self._server()
         self.chunk_selects += 1
         snap = self.db.snapshot(schema.table)
         keys = sorted(
-            k for k in snap if (after_key is None or k > after_key) and (upper_key is None or k <= upper_key)
+            k
+            for k in snap
+            if (after_key is None or k > after_key)
+            and (upper_key is None or k <= upper_key)
+            and (where is None or eval(where, {}, dict(snap[k])))  # noqa: S307 - test fake
         )[:limit]
         return self._result(schema, [snap[k] for k in keys])
 

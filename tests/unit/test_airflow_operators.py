@@ -37,6 +37,7 @@ def make_dag():
             state="/s.db",
             tables="{{ params.table }}",
             keys="1\n2",
+            where="{{ params['where'] or None }}",
             chunk_size=50,
             wait=False,
         )
@@ -54,7 +55,8 @@ def test_dag_serialisation_round_trip():
     assert cap.task_type == "CaptureOperator" and dump.task_type == "DumpOperator"
     assert (cap.source_conn_id, cap.state_conn_id, cap.changelog) == ("src", "st", "delta:///lake")
     assert (dump.tables, dump.keys, dump.chunk_size) == ("{{ params.table }}", "1\n2", 50)
-    assert set(DumpOperator.template_fields) >= {"tables", "keys", "chunk_size"}
+    assert set(DumpOperator.template_fields) >= {"tables", "keys", "where", "chunk_size"}
+    assert dump.where == "{{ params['where'] or None }}"
 
 
 def test_capture_execute_defers_to_session_one(monkeypatch):

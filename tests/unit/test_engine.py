@@ -502,3 +502,23 @@ def test_a_lost_position_recovers_with_a_full_dump_when_allowed(db, state):
     run.stop()
     assert dump.spec.tables is None and run.engine.position_recoveries == 1
     assert replay(out.events) == db.snapshot(TABLE)
+
+
+def test_a_filtered_dump_emits_only_matching_rows_and_states_no_ranges(db, state):
+    """Issue 15 part 1: a row filter selects only its rows, over several chunks, and makes no
+    key-range statements (op k): keys outside the filter are not absent, so nothing is deleted."""
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    with db._lock:  # a gap: only a full dump's ranges would remove these
+        del db.rows[TABLE][(4,)]
+    spec = DumpSpec.new(SOURCE_ID, [TABLE], where="id % 3 == 0")
+    state.add_dump(spec, DumpControl(chunk_size=7))
+    wait_until(dump_done(state, spec.dump_id), what="the filtered dump")
+    run.stop()
+    dumped = [e for e in out.events if e.origin is Origin.DUMP]
+    assert dumped and {e.key[0] % 3 for e in dumped} == {0}
+    assert len(dumped) == len([k for k in db.snapshot(TABLE) if k[0] % 3 == 0]) == 66
+    assert not any(e.op is Op.RANGE for e in out.events)
+    assert (4,) in replay(out.events)  # a filtered dump deletes nothing
+    assert state.get_dump(spec.dump_id).progress[TABLE].chunks >= 10
