@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--chunk-size", type=int, default=10_000)
     p.add_argument("--delay-ms", type=int, default=0)
+    p.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="pace chunk size and delay by the source's health (starting from --chunk-size and --delay-ms)",
+    )
 
     p = sub.add_parser("status", help="log position, lag and dump progress")
     _source_options(p)
@@ -208,6 +213,7 @@ def cmd_dump(args, src, state_cfg, out_cfg, parts: Parts) -> int:
             delay_ms=args.delay_ms,
             keys_as_json=True,
             where=args.where,
+            adaptive=args.adaptive,
         )
     finally:
         state.close()
@@ -242,6 +248,12 @@ def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
         print(
             f"  dump {d['dump_id']} {d['status']}: tables={d['tables']} rows={d['rows']} chunks={d['chunks']}"
             + (f" where=({d['where']})" if d.get("where") else "")
+            + (
+                f" pace=adaptive chunk={d['pace']['chunk_size']} delay={d['pace']['delay_ms']}ms"
+                f" ({d['pace']['signal']})"
+                if (d.get("pace") or {}).get("mode") == "adaptive"
+                else ""
+            )
             + (f" eta={d['eta_seconds']}s" if d.get("eta_seconds") is not None else "")
             + (f" error={d['error']}" if d["error"] else "")
         )

@@ -82,6 +82,7 @@ SOURCE_KEYS = (
     "publication",
     "server_id",
     "use_gtid",
+    "replicas",
     "watermark_schema",
     *TLS_KEYS,
 )
@@ -262,6 +263,8 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
                     "write use_gtid = true (TOML boolean, no quotes).",
                 )
             mysql_extra["use_gtid"] = src["use_gtid"]
+        if src.get("replicas"):
+            mysql_extra["replicas"] = list(src["replicas"])
         return MySQLSource(
             port=int(src.get("port", 3306)),
             databases=src.get("databases")

@@ -123,6 +123,7 @@ class DumpControl:
     cancelled: bool = False
     chunk_size: int = DEFAULT_CHUNK_SIZE
     delay_ms: int = 0
+    adaptive: bool = False  # chunk size and delay paced by the source's health (core/pacing.py)
 
     def __post_init__(self) -> None:
         if not 1 <= self.chunk_size <= MAX_CHUNK_SIZE:
@@ -132,6 +133,10 @@ class DumpControl:
             )
         if self.delay_ms < 0:
             raise RequestError(f"delay {self.delay_ms} ms is negative.", "use a delay >= 0.")
+
+    def to_json(self) -> str:
+        """What the state stores keep (read back with ``DumpControl(**json.loads(text))``)."""
+        return json.dumps(dataclasses.asdict(self))
 
     def as_paused(self) -> "DumpControl":
         return dataclasses.replace(self, paused=True)
@@ -246,6 +251,7 @@ class Dump:
             "paused": self.control.paused,
             "chunk_size": self.control.chunk_size,
             "delay_ms": self.control.delay_ms,
+            "adaptive": self.control.adaptive,
             "rows": sum(p.rows for p in self.progress.values()),
             "chunks": sum(p.chunks for p in self.progress.values()),
             "progress": tables,

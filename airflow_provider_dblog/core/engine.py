@@ -51,6 +51,7 @@ from .events import (
 from .fencing import FencedOutput
 from .key_types import orders_like_python
 from .markers import ChunkProgress, LogCheckpoint, TableReset
+from .pacing import PaceSignals
 from .protocols import LeaderLease, Output, Source, StateStore
 from .requests import status_key
 from .scheduler import ChunkPlan, DumpScheduler
@@ -87,6 +88,8 @@ class EngineConfig:
     # Compare the captured tables' catalog schemas with the recorded ones this often (0: only
     # when the log or a chunk shows a new shape); a changed table is dumped again.
     schema_check_interval: float = 10.0
+    # Adaptive dumps read the source's replicas' lag at most this often (seconds).
+    replica_lag_interval: float = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +136,8 @@ class Engine:
         self.writer: Optional[Writer] = None  # set once the source and output are open
         self._skip_until: Optional[Position] = None
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
+        self._replica_lag: Optional[float] = None  # the source's replicas' lag (adaptive dumps)
+        self._replica_lag_at = float("-inf")
         self._last_item_at = time.monotonic()  # when the log last gave us anything
         self._dating_at = 0.0  # when a watermark was last written to date a dump's bound
         self._unreadable: dict[str, str] = {}  # table -> why its catalog schema cannot be read
@@ -622,12 +627,14 @@ class Engine:
         lw, hw = uuid.uuid4().hex, uuid.uuid4().hex
         # Log processing is paused from here to the HW write (invariant 6).
         self.source.write_watermark(lw)
+        selecting = time.monotonic()
         if plan.keys is None and plan.selects_rows:
             result = self.source.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key, plan.where)
         elif plan.keys:
             result = self.source.select_keys(schema, plan.keys)
         else:
             result = None
+        select_seconds = time.monotonic() - selecting
         self.source.write_watermark(hw)
         selected = result.rows if result is not None else []
         invisible = result.invisible_txids if result is not None else frozenset()
@@ -638,6 +645,27 @@ class Engine:
             self.scheduler.aborted(plan.table, aborted[0].reason)
         else:
             self.scheduler.opened()
+            if result is not None:
+                self.scheduler.observe(plan, self._pace_signals(select_seconds, len(selected)))
+
+    def _pace_signals(self, select_seconds: float, rows: int) -> PaceSignals:
+        """What an adaptive dump paces itself by (core/pacing.py): the SELECT's time, the
+        capture's lag behind the log (0 while the log is idle) and the replicas' lag (read
+        from the source at most every ``replica_lag_interval``)."""
+        now = time.monotonic()
+        capture_lag = 0.0
+        if self._last_commit_ts and now - self._last_item_at < 2.0:
+            capture_lag = max(0.0, time.time() - self._last_commit_ts / 1e6)
+        if now - self._replica_lag_at > self.config.replica_lag_interval:
+            self._replica_lag_at = now
+            try:
+                self._replica_lag = self.source.replication_lag()
+            except SourceUnavailable:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a signal, not a reason to stop the capture
+                log.warning("capture of %s: replica lag unavailable: %s", self.source_id, exc)
+                self._replica_lag = None
+        return PaceSignals(select_seconds, rows, capture_lag, self._replica_lag)
 
     # -- durability ------------------------------------------------------------------------
     def _apply_durable(self, writer: Writer) -> None:

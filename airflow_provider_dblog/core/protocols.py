@@ -80,6 +80,10 @@ class Source(Protocol):
     def write_watermark(self, uuid: str) -> None:
         """Commit one UPDATE of this source's watermark row (it then appears in the log)."""
 
+    def replication_lag(self) -> Optional[float]:
+        """Seconds the source's most lagging replica is behind (inf: one is not replicating),
+        None when the source knows of no replica: a signal of adaptive dumps (core/pacing.py)."""
+
     def check_predicate(self, schema: TableSchema, where: str) -> None:
         """RequestError unless the database accepts ``where`` in this table's chunk query
         (it plans the query, EXPLAIN, without running it): before a filtered dump is recorded."""

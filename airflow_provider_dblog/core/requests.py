@@ -65,6 +65,7 @@ def request_dump(
     delay_ms: int = 0,
     keys_as_json: bool = False,
     where: Optional[str] = None,
+    adaptive: bool = False,
 ) -> DumpSpec:
     """Validate a dump request against the source's schemas and record it in ``state``.
 
@@ -75,7 +76,8 @@ def request_dump(
     database plans (EXPLAIN) before anything is recorded.
     Opens and closes ``source`` (it needs the catalog only). Nothing is recorded if any
     part is invalid; the RequestError names the cause and the fix."""
-    control = DumpControl(chunk_size=int(chunk_size), delay_ms=int(delay_ms))  # range checks
+    # range checks; adaptive: chunk size and delay are where the pace starts (core/pacing.py)
+    control = DumpControl(chunk_size=int(chunk_size), delay_ms=int(delay_ms), adaptive=bool(adaptive))
     names = parse_tables(tables)
     check_key_request(names, keys)  # before connecting: the request's shape
     if isinstance(where, str) and not where.strip():

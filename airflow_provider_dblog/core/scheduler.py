@@ -19,10 +19,11 @@ import logging
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from .dumps import Dump, DumpStatus, TableProgress
+from .dumps import MAX_CHUNK_SIZE, Dump, DumpStatus, TableProgress
 from .errors import DBLogError
 from .events import Key, Position, Row, TableSchema
 from .markers import ChunkProgress
+from .pacing import Pacer, PaceSignals
 from .protocols import StateStore
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class DumpScheduler:
         self._next_chunk_at = 0.0
         self._backoff = 0.0
         self._rate_base: dict[str, tuple[float, int]] = {}  # dump id -> (first seen, rows then)
+        self._pacers: dict[str, Pacer] = {}  # adaptive dumps' pace, per dump id
 
     # -- reading requests -------------------------------------------------------------------
     def wake(self) -> None:
@@ -168,13 +170,29 @@ class DumpScheduler:
             if dump.status is not DumpStatus.RUNNING:
                 self._set_status(dump, DumpStatus.RUNNING)
             start = self._emitted.setdefault(dump.dump_id, {}).get(table, TableProgress())
-            size = dump.control.chunk_size
+            size = self._pace(dump).chunk_size if dump.control.adaptive else dump.control.chunk_size
             keys = dump.spec.keys
             if keys is None:
                 return ChunkPlan(dump.dump_id, table, start, size, where=dump.spec.where)
             batch = keys[start.keys_done : start.keys_done + size]
             return ChunkPlan(dump.dump_id, table, start, size, batch, len(keys))
         return None
+
+    def _pace(self, dump: Dump) -> Pacer:
+        pacer = self._pacers.get(dump.dump_id)
+        if pacer is None:
+            c = dump.control
+            pacer = self._pacers[dump.dump_id] = Pacer(c.chunk_size, c.delay_ms, MAX_CHUNK_SIZE)
+        return pacer
+
+    def observe(self, plan: ChunkPlan, signals: PaceSignals) -> None:
+        """A chunk was selected: an adaptive dump adjusts its pace to the source's health."""
+        dump = self._find(plan.dump_id)
+        if dump is not None and dump.control.adaptive:
+            before = self._pace(dump).signal
+            self._pace(dump).observe(signals)
+            if self._pace(dump).signal != before:
+                log.info("dump %s: pace %s", plan.dump_id, self._pace(dump).report())
 
     def failed(self, plan: ChunkPlan, exc: BaseException) -> None:
         """The chunk could not be selected for a reason of the request's own (unknown table,
@@ -205,7 +223,9 @@ class DumpScheduler:
         dump_done = dump is not None and self._next_table(dump) is None
         if dump_done:
             self._finished.add(plan.dump_id)
-        delay_ms = dump.control.delay_ms if dump is not None else 0
+        delay_ms = 0
+        if dump is not None:
+            delay_ms = self._pace(dump).delay_ms if dump.control.adaptive else dump.control.delay_ms
         self._next_chunk_at = self._clock() + delay_ms / 1000.0
         return ChunkProgress(plan.dump_id, plan.table, p, dump_done)
 
@@ -240,5 +260,8 @@ class DumpScheduler:
                 "rows_per_s": round(rate, 1),
                 "eta_seconds": eta,
                 "paused": d.control.paused,
+                "pace": self._pace(d).report()
+                if d.control.adaptive
+                else {"mode": "fixed", "chunk_size": d.control.chunk_size, "delay_ms": d.control.delay_ms},
             }
         return out

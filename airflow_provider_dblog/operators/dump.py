@@ -51,6 +51,8 @@ class DumpOperator(BaseOperator):
     :param keys: key values of one table (list, or text with one JSON key per line).
     :param where: only the rows this SQL expression accepts (one table; the database checks
         it before the dump is recorded, and chunks run read-only). Empty: every row.
+    :param adaptive: pace chunk size and delay by the source's health (select latency, replica
+        and capture lag), starting from ``chunk_size`` and ``delay_ms``.
     :param chunk_size: rows per chunk (the window between low and high watermark).
     :param delay_ms: pause between chunks (throttle).
     :param wait: wait until the dump finished (deferrable); False: return after recording it.
@@ -80,6 +82,7 @@ class DumpOperator(BaseOperator):
         tables: Union[None, str, Sequence[str]] = None,
         keys: Union[None, str, Sequence[Any]] = None,
         where: Optional[str] = None,
+        adaptive: bool = False,
         chunk_size: Union[int, str] = 10_000,
         delay_ms: Union[int, str] = 0,
         wait: bool = True,
@@ -94,6 +97,7 @@ class DumpOperator(BaseOperator):
         self.tables = tables
         self.keys = keys
         self.where = where
+        self.adaptive = adaptive
         self.chunk_size = chunk_size
         self.delay_ms = delay_ms
         self.wait = wait
@@ -117,6 +121,7 @@ class DumpOperator(BaseOperator):
                 chunk_size=int(self.chunk_size),
                 delay_ms=int(self.delay_ms),
                 where=self.where or None,
+                adaptive=bool(self.adaptive),
             )
         finally:
             state.close()

@@ -133,11 +133,15 @@ class MySQLSource:
         connect_timeout: float = 10,
         queue_size: int = 10_000,
         tls: Optional[TLSSettings] = None,
+        replicas: Optional[list[str]] = None,
     ):
         self.source_id = source_id
         self._use_gtid = use_gtid
         # Several hosts: the writable one is chosen at every open() (a failover moves it).
         self._endpoints = parse_hosts(host, port)
+        # Replicas whose lag paces adaptive dumps (core/pacing.py): same user, password and TLS.
+        self._replicas = parse_hosts(",".join(replicas), port) if replicas else []
+        self._replica_sessions: dict[tuple[str, int], Session] = {}
         if len(self._endpoints) > 1 and not use_gtid:
             raise ConfigurationError(
                 f"source {source_id} lists several hosts, but its positions are binlog file and offset, "
@@ -227,6 +231,26 @@ class MySQLSource:
             "promote a replica (SET GLOBAL read_only = OFF) or list the new primary in [source] host; "
             "the capture waits for one.",
         )
+
+    def replication_lag(self) -> Optional[float]:
+        """The worst Seconds_Behind_Master of the configured replicas; inf for one that is not
+        replicating (its SQL or IO thread stopped) or cannot be reached; None without replicas."""
+        if not self._replicas:
+            return None
+        worst = 0.0
+        for host, port in self._replicas:
+            session = self._replica_sessions.get((host, port))
+            if session is None:
+                session = Session(dataclasses.replace(self._settings, host=host, port=port))
+                self._replica_sessions[(host, port)] = session
+            try:
+                lag = catalog.replica_lag(session)
+            except (SourceUnavailable, pymysql.err.MySQLError) as exc:
+                log.warning("source %s: replica %s:%d: %s", self.source_id, host, port, exc)
+                session.close()
+                lag = None
+            worst = max(worst, float("inf") if lag is None else lag)
+        return worst
 
     # -- catalog ---------------------------------------------------------------------------
     def tables(self) -> list[str]:
@@ -562,6 +586,9 @@ class MySQLSource:
 
     def close(self) -> None:
         self._stop_reader()
+        for session in self._replica_sessions.values():
+            session.close()
+        self._replica_sessions.clear()
         if self._session is not None:
             self._session.close()
             self._session = None

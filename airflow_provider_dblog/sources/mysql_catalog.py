@@ -182,6 +182,21 @@ def master_status(session: Session) -> tuple:
     return r[0], int(r[1]), r[2] or "", r[3] or ""
 
 
+def replica_lag(session: Session) -> Optional[float]:
+    """A replica's Seconds_Behind_Master (MySQL 8.0.22+: Seconds_Behind_Source); None when it
+    is not replicating (not a replica, or a stopped thread)."""
+    with session.lock, session.conn().cursor(pymysql.cursors.DictCursor) as cur:
+        try:
+            cur.execute("SHOW REPLICA STATUS")  # MySQL 8.0.22+, MariaDB 10.5.1+
+        except pymysql.err.ProgrammingError:
+            cur.execute("SHOW SLAVE STATUS")
+        status = cur.fetchone()
+    if not status:
+        return None
+    lag = status.get("Seconds_Behind_Master", status.get("Seconds_Behind_Source"))
+    return float(lag) if lag is not None else None
+
+
 def binary_logs(session: Session) -> list[tuple[str, int]]:
     return [(r[0], int(r[1])) for r in session.query("SHOW BINARY LOGS")]
 

@@ -618,6 +618,18 @@ class PostgresSource:
             return self._select(schema, sql, params)
 
     @on_connection_loss
+    def replication_lag(self) -> Optional[float]:
+        """The worst ``replay_lag`` of the standbys streaming from this server (pg_stat_replication
+        shows every standby to superusers and members of pg_monitor / pg_read_all_stats, else
+        only the user's own); None without a standby. An idle standby's lag reads as NULL: 0."""
+        with self._cur() as cur:
+            cur.execute(
+                "SELECT count(*), COALESCE(max(EXTRACT(EPOCH FROM replay_lag)), 0)::float8 FROM pg_stat_replication"
+            )
+            n, lag = cur.fetchone()
+        return float(lag) if n else None
+
+    @on_connection_loss
     def check_predicate(self, schema, where: str) -> None:
         sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), None, 1, None, where)
         with filter_errors(schema.table, where, self.lost), self._cur() as cur:

@@ -237,6 +237,4 @@ class FencedLocalStore:
 
 
 def _control_json(c: DumpControl) -> str:
-    return json.dumps(
-        {"paused": c.paused, "cancelled": c.cancelled, "chunk_size": c.chunk_size, "delay_ms": c.delay_ms}
-    )
+    return c.to_json()

@@ -366,9 +366,7 @@ class ZooKeeperStateStore:
 
 
 def _control_json(c: DumpControl) -> str:
-    return json.dumps(
-        {"paused": c.paused, "cancelled": c.cancelled, "chunk_size": c.chunk_size, "delay_ms": c.delay_ms}
-    )
+    return c.to_json()
 
 
 def _set_data(path: str, data: bytes, version: int = -1) -> Callable[[Any], None]:

@@ -572,3 +572,43 @@ def test_a_filtered_dump_reads_only_its_rows_in_read_only_chunks(db, tmp_path):
         r.check()  # the capture goes on
     finally:
         r.stop()
+
+
+def test_an_adaptive_dump_paces_itself_and_converges(db, tmp_path):
+    """Adaptive dumps (issue 15, part 3) on a real server: the dump reports its pace (mode,
+    chunk size, delay, the signal that set them), grows its chunks while the source is healthy,
+    finishes, and the replay equals the source. Without standbys or configured replicas the
+    source reports no replica lag."""
+    from airflow_provider_dblog.core import requests
+
+    db.seed(random.Random(31), 150)
+    accounts = f"{db.ns}.accounts"
+    with db.connect() as c:  # a few thousand rows: chunks enough to watch the pace change
+        rows = "generate_series(1000, 4000) AS t(seq)" if db.kind == "postgres" else f"{db.ns}.seq_1000_to_4000"
+        c.cursor().execute(f"INSERT INTO {accounts} (id, name) SELECT seq, 'more' FROM {rows}")
+        c.commit()
+    src = make_source(db.source_config(db.source_id))
+    src.open()
+    try:
+        assert src.replication_lag() is None
+    finally:
+        src.close()
+    r = Running(db, tmp_path, db.source_id).start()
+    paces = []
+    try:
+        spec = requests.request_dump(
+            make_source(db.source_config(db.source_id)), r.state, accounts, chunk_size=10, delay_ms=300, adaptive=True
+        )
+
+        def done():
+            live = (requests.read_status(r.state, db.source_id)["dumps"] or [{}])[0]
+            if live.get("pace"):
+                paces.append(live["pace"])
+            return r.status(spec.dump_id).status is DumpStatus.DONE
+
+        wait(done, 120, "the adaptive dump", r)
+    finally:
+        r.stop()
+    assert paces and all(p["mode"] == "adaptive" for p in paces), paces
+    assert max(p["chunk_size"] for p in paces) > 10  # grew from its start while healthy
+    assert replay(r.events(accounts)) == source_rows(db, db.source_id, accounts)

@@ -94,6 +94,22 @@ def test_capture_follows_a_failover_to_the_promoted_replica_mid_dump(pair, tmp_p
         tmp_path / "state.db",
         f"delta://{tmp_path / 'lake'}",
     )
+    # The replica's lag, as adaptive dumps read it (issue 15 part 3): a number while it
+    # replicates, infinite while its SQL thread is stopped.
+    from airflow_provider_dblog.config import make_source
+
+    watcher = make_source({**db.source_config(source_id), "port": primary, "replicas": [f"127.0.0.1:{replica}"]})
+    watcher.open()
+    try:
+        assert 0 <= watcher.replication_lag() < 60
+        with root(replica) as c:
+            c.cursor().execute("STOP SLAVE SQL_THREAD")
+            try:
+                assert watcher.replication_lag() == float("inf")
+            finally:
+                c.cursor().execute("START SLAVE SQL_THREAD")
+    finally:
+        watcher.close()
     state = LocalStateStore(str(tmp_path / "state.db"))
     out = make_output(f"delta://{tmp_path / 'lake'}")
     out.open()

@@ -168,6 +168,11 @@ class MemorySource:
             self.in_window(schema, rows)
         return ChunkResult(rows)
 
+    replica_lag: Optional[float] = None  # what replication_lag reports (adaptive dump tests)
+
+    def replication_lag(self) -> Optional[float]:
+        return self.replica_lag
+
     def check_predicate(self, schema: TableSchema, where: str) -> None:
         compile(where, "<where>", "eval")  # the fake's filters are Python expressions over the row
 

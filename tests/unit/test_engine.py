@@ -522,3 +522,43 @@ def test_a_filtered_dump_emits_only_matching_rows_and_states_no_ranges(db, state
     assert not any(e.op is Op.RANGE for e in out.events)
     assert (4,) in replay(out.events)  # a filtered dump deletes nothing
     assert state.get_dump(spec.dump_id).progress[TABLE].chunks >= 10
+
+
+def test_an_adaptive_dump_backs_off_while_a_replica_lags_and_grows_again(db, state):
+    """Issue 15 part 3: a dump with ``adaptive`` halves its chunks while the source reports a
+    lagging replica and grows them again once the replica caught up; the status shows the
+    pace and the signal that set it; the dump still converges."""
+    from airflow_provider_dblog.core.requests import status_key
+
+    for i in range(201, 3001):
+        db.upsert(TABLE, {"id": i, "v": f"more {i}"})
+    source, out = MemorySource(db), MemoryChangelog()
+    sizes, paces = [], []
+
+    def in_window(schema, selected):
+        sizes.append(len(selected))
+        if len(sizes) == 4:
+            source.replica_lag = 0.0  # caught up: read by the engine within 2 s
+
+    source.in_window = in_window
+    source.replica_lag = 60.0
+    run = Running(source, out, state, replica_lag_interval=0.05)
+    wait_until(lambda: len(out.events) == 3000, what="the initial events")
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=800, adaptive=True))
+
+    def report():
+        import json
+
+        live = (json.loads(state.get_value(status_key(SOURCE_ID)) or "{}").get("dumps") or {}).get(spec.dump_id)
+        if live:
+            paces.append(live["pace"])
+        return state.get_dump(spec.dump_id).status is DumpStatus.DONE
+
+    wait_until(report, timeout=60, what="the adaptive dump")
+    run.stop()
+    assert sizes[:4] == [800, 400, 200, 100], sizes  # halved on each chunk while the replica lagged
+    low = sizes.index(min(sizes))
+    assert max(sizes[low:]) > 400, sizes  # and grown again once it caught up
+    assert any(p["mode"] == "adaptive" and p["signal"].startswith("replica lag") for p in paces), paces
+    assert replay(out.events) == db.snapshot(TABLE)
