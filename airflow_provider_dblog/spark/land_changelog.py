@@ -10,10 +10,14 @@ Plain PySpark (no Airflow imports), submitted by SparkSubmitOperator or by hand.
 
 *Incremental*: the changelog is read as a Delta streaming source with an availableNow
 trigger and a checkpoint, so each run lands only the changelog versions that earlier runs
-have not (then stops). *Exactly once in effect*: a micro-batch that is replayed after a
-crash (its offsets were logged, its commit was not) is merged again, and the merge is
-monotonic, so the replay changes nothing: per key a mirror row is only ever replaced by an
-event with a higher position (DBLog's replay rule, core/verify.py). Deletes leave a
+have not (then stops). *Exactly once*: each mirror commit carries a Delta transaction id
+(the streaming query's id and the batch id, spark/mirror_commits.py), so a micro-batch
+replayed after a crash (its offsets were logged, its commit was not) is skipped by Delta
+table by table: no new version, no new file. Besides, the merge is monotonic: per key a
+mirror row is only ever replaced by an event with a higher position (DBLog's replay rule,
+core/verify.py), so landing again from a new checkpoint changes no row. Each mirror commit
+also records the changelog position it is complete up to: spark/consistent_cut.py reads the
+mirrors at one source moment. Deletes leave a
 tombstone (``_deleted``) so that no older event - a late repair dump, a replayed batch - can
 bring the row back; the ``current`` view hides them (vacuum: spark/maintenance.py). A
 TRUNCATE (op t) turns every live row older than it into such a tombstone, and so does a dump
@@ -41,6 +45,7 @@ from pyspark.sql import types as T
 from airflow_provider_dblog.core.events import TableSchema
 from airflow_provider_dblog.outputs._common import dumps
 from airflow_provider_dblog.spark import mirror_types as mt
+from airflow_provider_dblog.spark.mirror_commits import BatchCommit, tagged
 from airflow_provider_dblog.spark.session import get_session
 
 # Metadata columns of every mirror row, after the source's columns.
@@ -138,6 +143,10 @@ class Lander:
         self.stopped: dict[str, str] = {}  # "source table" -> why its mirror no longer lands
         self._mirror_keys: dict[str, Optional[list]] = {}
         self._mirror_stopped: dict[str, Optional[str]] = {}
+        # The streaming checkpoint (set by ``land``): its query id names this landing in the
+        # mirrors' transaction ids. None: commits are not idempotent, only monotonic.
+        self.checkpoint: Optional[str] = None
+        self._landing: Optional[str] = None
 
     # -- one micro-batch ------------------------------------------------------------------
     def land_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -150,12 +159,21 @@ class Lander:
                 .agg(
                     F.count(F.lit(1)).alias("count"),
                     F.max(F.when(F.col("op") == "t", F.col("position"))).alias("truncated_at"),
+                    F.min("position").alias("first"),
+                    F.max("position").alias("last"),
                 )
                 .collect()
             )
             tables: dict[tuple[str, str], list] = {}
+            sources: dict[str, list] = {}
             for g in groups:
                 tables.setdefault((g.source_id, g.table), []).append(g)
+                sources.setdefault(g.source_id, []).append(g)
+            # Every mirror commit of this batch records how far its source is landed.
+            commits = {
+                s: BatchCommit(s, min(g.first for g in gs), max(g.last for g in gs), batch_id, self._landing_id())
+                for s, gs in sources.items()
+            }
             for (source_id, table), gs in sorted(tables.items()):
                 n = sum(g["count"] for g in gs)
                 t0 = time.time()
@@ -169,6 +187,7 @@ class Lander:
                             table,
                             [g.schema_id for g in gs],
                             truncated_at=max((g.truncated_at for g in gs if g.truncated_at), default=None),
+                            commit=commits[source_id],
                         )
                     except mt.IncompatibleSchemaChange as exc:
                         reason = str(exc)
@@ -184,11 +203,18 @@ class Lander:
             batch.unpersist()
 
     def land_table(
-        self, events: DataFrame, source_id: str, table: str, schema_ids: list, truncated_at: Optional[str] = None
+        self,
+        events: DataFrame,
+        source_id: str,
+        table: str,
+        schema_ids: list,
+        truncated_at: Optional[str] = None,
+        commit: Optional[BatchCommit] = None,
     ) -> None:
         """Merge one table's events of a micro-batch. ``truncated_at``: the batch's latest
         TRUNCATE of the table (op t): events before it are moot, and after the merge every
-        live mirror row older than it becomes a tombstone at its position."""
+        live mirror row older than it becomes a tombstone at its position. ``commit``: the
+        batch's transaction id and positions for each of these commits (mirror_commits.py)."""
         from delta.tables import DeltaTable
 
         path = mirror_path(self.mirrors, source_id, table)
@@ -216,11 +242,23 @@ class Lander:
         else:
             # Monotonic: an event never replaces a row written at a newer (or the same) position.
             merge = merge.whenMatchedUpdateAll(condition="s._position > t._position").whenNotMatchedInsertAll()
-        merge.execute()
+        with tagged(self.spark, commit, "merge"):
+            merge.execute()
         if ranges:
-            self._repair_ranges(path, key, target, ranges)
+            with tagged(self.spark, commit, "ranges"):
+                self._repair_ranges(path, key, target, ranges)
         if truncated_at is not None:
-            self._truncate(path, key, target, truncated_at, truncates)
+            with tagged(self.spark, commit, "truncate"):
+                self._truncate(path, key, target, truncated_at, truncates)
+
+    def _landing_id(self) -> Optional[str]:
+        """The streaming query's id from its checkpoint (``<checkpoint>/metadata``, written
+        before the first batch): the same on every restart from that checkpoint, new for a
+        new one, whose batch ids start at 0 again and must not be skipped as landed."""
+        if self._landing is None and self.checkpoint is not None:
+            row: Any = self.spark.read.text(f"{self.checkpoint}/metadata").first()
+            self._landing = json.loads(row[0])["id"]
+        return self._landing
 
     def _repair_ranges(self, path: str, key: tuple, target: T.StructType, ranges: list) -> None:
         """Dump chunks' range events (op k): every live mirror row whose key is in a range
@@ -514,6 +552,7 @@ def land(
     lake = absolute(lake)
     lander = lander_class(spark, lake, mirrors, register, log)
     checkpoint = absolute(checkpoint) if checkpoint else f"{lander.mirrors}/_checkpoints/{source or '_all'}"
+    lander.checkpoint = checkpoint
     t0 = time.time()
     stream = (
         spark.readStream.format("delta")

@@ -507,3 +507,77 @@ def test_range_events_remove_keys_deleted_while_nothing_was_captured(spark, tmp_
     assert rows(spark, tmp_path, src, s) == log.expected("s.t") == want
     gone = spark.read.format("delta").load(mirror(tmp_path, src, "s.t")).where("_op = 'k'").collect()
     assert sorted(r.id for r in gone) == [2, 4, 41, 60, 99] and all(r._deleted for r in gone)
+
+
+# The landing job, stopped for good after its first micro-batch's merges committed and before
+# the streaming query commits that batch to its checkpoint.
+PAUSED_AFTER_MERGES = """
+import sys, time
+from airflow_provider_dblog.spark import land_changelog
+
+class Paused(land_changelog.Lander):
+    def land_batch(self, batch, batch_id):
+        super().land_batch(batch, batch_id)
+        print(f"merged batch {batch_id}", flush=True)
+        time.sleep(600)
+
+sys.exit(land_changelog.main(sys.argv[1:], Paused))
+"""
+
+
+def files_under(path: str) -> set[str]:
+    return {str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file()}
+
+
+def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path):
+    """Exactly once, no rewrite (issue 12 part 4): SIGKILL the job between a micro-batch's
+    mirror commits (merges, a TRUNCATE's update) and its checkpoint commit; the next run
+    replays the batch and Delta skips every command of it (transaction ids): no new mirror
+    version, no new file, the rows as the replay rule says."""
+    src = "once_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    a, b = (log.schema(t, [("id", "integer"), ("v", "text")]) for t in ("s.a", "s.b"))
+    log.append(*[log.ev(s, "c", {"id": k, "v": f"{s.table}-{k}"}) for s in (a, b) for k in range(20)])
+    land(spark, tmp_path)  # batch 0
+    batch_1 = [
+        *[log.ev(a, "u", {"id": k, "v": "u"}) for k in range(0, 20, 2)],
+        log.ev(a, "d", key=[1]),
+        log.ev(a, "c", {"id": 99, "v": "new"}),
+        log.ev(b, "u", {"id": 3, "v": "u"}),
+        log.ev(b, "t", key=[]),
+        log.ev(b, "c", {"id": 5, "v": "after the truncate"}),
+    ]
+    log.append(*batch_1)
+    out = tmp_path / "job.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DBLOG_SPARK_JARS": spark_jars()}
+    with open(out, "w") as f:
+        job = subprocess.Popen(
+            [sys.executable, "-c", PAUSED_AFTER_MERGES, "--lake", str(tmp_path)],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        end = time.time() + 180
+        while "merged batch 1" not in out.read_text():
+            assert job.poll() is None, out.read_text()[-3000:]
+            assert time.time() < end, "the job did not merge its batch in time"
+            time.sleep(0.5)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)  # the job's own process group: python + its JVM
+        job.wait(30)
+    checkpoint = tmp_path / "mirrors" / "_checkpoints" / "_all"
+    assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
+    paths = [mirror(tmp_path, src, s.table) for s in (a, b)]
+    for s in (a, b):  # the killed run did land the batch
+        assert rows(spark, tmp_path, src, s) == log.expected(s.table)
+    versions = {p: version(spark, p) for p in paths}
+    files = {p: files_under(p) for p in paths}
+
+    stats = land(spark, tmp_path)  # same checkpoint: batch 1 is replayed
+    assert stats["events"] == len(batch_1) and (checkpoint / "commits" / "1").exists()
+    assert {p: version(spark, p) for p in paths} == versions
+    assert {p: files_under(p) for p in paths} == files
+    for s in (a, b):
+        assert rows(spark, tmp_path, src, s) == log.expected(s.table)
