@@ -10,8 +10,16 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_LAKE                  the changelog's root directory or URL (what ``--lake`` takes;
                               default: the path of DBLOG_CHANGELOG, else /opt/dblog/lake)
   DBLOG_LAND_SCHEDULE         cron (default every 15 minutes)
-  DBLOG_SPARK_CONN_ID         Spark connection (default ``spark_default``)
-  DBLOG_SPARK_PACKAGES        --packages (default the Delta jars matching the pinned pyspark)
+  DBLOG_SPARK_CONN_ID         Spark connection (default ``spark_default``; ``local[2]`` as its
+                              host runs Spark on the worker)
+  DBLOG_SPARK_JARS            the Delta jars resolved at install time (``scripts/spark-jars``
+                              prints the comma-separated list): passed as ``--jars``, so
+                              nothing is downloaded at run time. Default: the list in
+                              ``$DBLOG_SPARK_JARS_DIR`` (default: the repository's
+                              ``.spark-jars``) when scripts/spark-jars has filled it
+  DBLOG_SPARK_PACKAGES        without local jars: ``--packages`` (default the Delta coordinate
+                              matching the pinned pyspark), resolved by spark-submit on each
+                              run: the setting for a cluster (docs/airflow.md)
   DBLOG_LAND_SOURCE           land only this source id (default: every source)
   DBLOG_CHANGELOG_ASSET       as in dblog_capture
 """
@@ -21,6 +29,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 from importlib import resources
+from pathlib import Path
+from typing import Optional
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable
@@ -42,6 +52,27 @@ def land_job_path() -> str:
     return str(resources.files("airflow_provider_dblog.spark").joinpath("land_changelog.py"))
 
 
+def local_jars() -> Optional[str]:
+    """The jar list resolved at install time, or None. A listed jar that is gone is an error
+    here, at parse time, rather than a run that silently downloads or fails in the JVM."""
+    jars = os.environ.get("DBLOG_SPARK_JARS", "").strip()
+    if not jars:
+        _, artifact, version = DELTA_PACKAGE.split(":")
+        cache = Path(os.environ.get("DBLOG_SPARK_JARS_DIR", Path(__file__).resolve().parents[1] / ".spark-jars"))
+        listing = cache / f"{artifact}-{version}" / "jars.txt"
+        jars = listing.read_text().strip() if listing.is_file() else ""
+    if not jars:
+        return None
+    missing = [j for j in jars.split(",") if not Path(j).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"dblog_land: Delta jar(s) {missing} listed by DBLOG_SPARK_JARS / DBLOG_SPARK_JARS_DIR do not exist. "
+            "Fix: run scripts/spark-jars again (it resolves them once), or unset both to use --packages."
+        )
+    return jars
+
+
+JARS = local_jars()
 args = ["--lake", lake_root()]
 if os.environ.get("DBLOG_LAND_SOURCE"):
     args += ["--source", os.environ["DBLOG_LAND_SOURCE"]]
@@ -62,7 +93,8 @@ with DAG(
         task_id="land_changelog",
         application=land_job_path(),
         conn_id=os.environ.get("DBLOG_SPARK_CONN_ID", "spark_default"),
-        packages=os.environ.get("DBLOG_SPARK_PACKAGES", DELTA_PACKAGE),
+        jars=JARS,
+        packages=None if JARS else os.environ.get("DBLOG_SPARK_PACKAGES", DELTA_PACKAGE),
         conf={
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

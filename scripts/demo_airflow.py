@@ -4,8 +4,11 @@ Starts api-server, scheduler, dag-processor and triggerer exactly as the end-to-
 (scripts/airflow_stack.py; settings from docker/airflow.env), on the repo's dags/ and MariaDB:
 unpauses dblog_capture (continuous capture, a deferred task) and dblog_repair_dump, dumps
 both sample tables and then a few keys through the REST API while a write load runs, shows
-the repaired rows in the changelog and ends with `dblog verify` (0 mismatches). Everything it
-started is stopped at the end. Run through `make demo` (servers up, DBLOG_* variables set), or
+the repaired rows in the changelog, then triggers dblog_land: its SparkSubmitOperator runs the
+landing job with this venv's real spark-submit (local[2]) and the Delta jars scripts/spark-jars
+resolved once (``--jars``; nothing is downloaded). It ends with `dblog verify` of the changelog
+and a typed mirror-vs-source check (0 mismatches each). Everything it started is stopped at the
+end. Run through `make demo` (servers up, DBLOG_* variables set), or
 as ``python -m scripts.demo_airflow`` from the repository root.
 """
 
@@ -22,6 +25,7 @@ import time
 from pathlib import Path
 
 from scripts import airflow_stack as stack
+from scripts.demo import lakehouse
 from scripts.polling import wait_for
 
 WORK = stack.REPO / "demo-output" / "airflow"
@@ -157,6 +161,68 @@ def wait_for_sentinel(lake: str) -> None:
     )
 
 
+def land_settings() -> dict[str, str]:
+    """What dblog_land's SparkSubmitOperator needs on the worker (docs/airflow.md): a
+    spark_default connection with a local master, this venv's spark-submit and Python first on
+    PATH, the jars resolved once, and the source to land."""
+    jars = os.environ.get("DBLOG_SPARK_JARS")
+    if not jars:
+        sys.exit("DBLOG_SPARK_JARS is not set: run through `make demo` (scripts/demo resolves the jars once)")
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        stack.conn_env_name("spark_default"): json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+        "DBLOG_SPARK_JARS": jars,
+        "DBLOG_LAND_SOURCE": SOURCE_ID,
+    }
+
+
+def land_through_airflow(af: stack.Airflow) -> None:
+    """Trigger dblog_land and wait; show its spark-submit command line and what each run
+    landed. Unpausing may start a run of its own first (the latest cron tick, or the repair
+    dumps' asset events: AssetOrTimeSchedule); max_active_runs=1 queues ours behind it."""
+    say("unpausing dblog_land (its schedule may start a run too); POST /api/v2/dags/dblog_land/dagRuns")
+    af.unpause("dblog_land")
+    t0 = time.time()
+    run_id = af.trigger("dblog_land", {})
+    af.wait_run("dblog_land", run_id, timeout=900)
+    say(f"  dblog_land done in {time.time() - t0:.0f} s:")
+    landed, shown = 0, False
+    for run in af.request("GET", "/api/v2/dags/dblog_land/dagRuns?order_by=run_after")["dag_runs"]:
+        state = af.wait_run("dblog_land", run["dag_run_id"], timeout=900)
+        lines = task_log_lines(af, "dblog_land", run["dag_run_id"])
+        if state != "success":
+            raise stack.AirflowError(f"dblog_land run {run['dag_run_id']} ended {state}\n" + "\n".join(lines[-60:]))
+        submit = next((x for x in lines if "Spark-Submit cmd" in x), "")
+        if "--jars" not in submit or "--packages" in submit or any("resolving dependencies" in x for x in lines):
+            sys.exit(f"demo FAILED: dblog_land did not use the jars resolved at install time:\n{submit}")
+        stats = json.loads(next(x for x in lines if x.lstrip().startswith('{"events"')))
+        landed += stats["events"]
+        say(
+            f"    run {run['dag_run_id']} ({run['run_type']}): {state}, spark-submit landed {stats['events']} "
+            f"events into {len(stats['tables'])} mirrors in {stats['seconds']:.0f} s"
+        )
+        if not shown:
+            print(f"    task log: {submit.strip()}", flush=True)
+            shown = True
+    if landed == 0:
+        sys.exit("demo FAILED: dblog_land landed nothing")
+
+
+def task_log_lines(af: stack.Airflow, dag_id: str, run_id: str) -> list[str]:
+    """The messages of a run's task log (Airflow 3 writes one JSON object per line)."""
+    out = []
+    for path in sorted((af.home / "logs" / f"dag_id={dag_id}").rglob("*.log")):
+        if f"run_id={run_id}" not in str(path):
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                out.append(str(json.loads(line).get("event", line)))
+            except (ValueError, AttributeError):
+                out.append(line)
+    return out
+
+
 def main() -> None:
     e = os.environ
     shutil.rmtree(WORK, ignore_errors=True)
@@ -182,6 +248,7 @@ def main() -> None:
         changelog=lake,
         repair_tables=tables,
     )
+    settings.update(land_settings())
     with stack.metadata_database(
         e["DBLOG_PG_HOST"],
         int(e["DBLOG_PG_PORT"]),
@@ -197,7 +264,7 @@ def main() -> None:
             af.migrate()
             say(f"starting api-server ({af.base}), scheduler, dag-processor, triggerer (LocalExecutor)")
             af.start()
-            af.wait_ready(("dblog_capture", "dblog_repair_dump"))
+            af.wait_ready(("dblog_capture", "dblog_repair_dump", "dblog_land"))
             say("unpausing dblog_capture and dblog_repair_dump")
             af.unpause("dblog_capture")
             af.unpause("dblog_repair_dump")
@@ -237,12 +304,17 @@ def main() -> None:
             loader.join()
             say(f"live load stopped after {counter[0]} transactions; waiting for the capture to catch up")
             wait_for_sentinel(lake)
-            repaired = [ev for ev in changelog_events(lake, f"{NS}.orders") if ev.dump_id == result["dump_id"]]
+            of_dump = [ev for ev in changelog_events(lake, f"{NS}.orders") if ev.dump_id == result["dump_id"]]
+            # 'k' events are the chunks' key statements (keys the source no longer has are
+            # deleted downstream, changelog-format.md); the rows are the 'r' events
+            repaired = [ev for ev in of_dump if ev.op.value == "r"]
+            say(f"the repair dump's chunk statements ('k') in the changelog: {len(of_dump) - len(repaired)}")
             say(f"the repair dump's rows in the changelog ({len(repaired)}):")
             for ev in sorted(repaired, key=lambda ev: ev.key):
                 print(f"    op={ev.op.value} key={list(ev.key)} after={json.dumps(ev.after, default=str)}", flush=True)
             if sorted(ev.key for ev in repaired) != [(k,) for k in REPAIR_KEYS]:
                 sys.exit(f"demo FAILED: expected keys {REPAIR_KEYS} from the repair dump")
+            land_through_airflow(af)
         finally:
             stop.set()
             say("stopping Airflow")
@@ -256,9 +328,10 @@ def main() -> None:
     print(p.stdout.rstrip(), flush=True)
     if p.returncode != 0:
         sys.exit(f"demo FAILED: the changelog does not match the source\n{p.stderr[-2000:]}")
+    lakehouse(write_config(), WORK / "lake", land=False)  # dblog_land has landed it
     print(
-        "=== airflow: capture and dumps run by Airflow; the changelog replays to exactly the source "
-        "tables (0 mismatches)\n",
+        "=== airflow: capture, dumps and the Spark landing run by Airflow; the changelog replays to "
+        "exactly the source tables and the Delta mirrors equal them (0 mismatches each)\n",
         flush=True,
     )
 

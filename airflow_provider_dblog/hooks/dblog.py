@@ -22,6 +22,7 @@ source object in memory, and the capture child gets it through its environment (
 from __future__ import annotations
 
 import difflib
+import importlib.metadata
 import json
 import os
 import re
@@ -167,6 +168,50 @@ def default_source_id(conn_id: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", conn_id.lower())[:48] or "dblog"
 
 
+# Which package registers each source connection type, and how to install it.
+SOURCE_PROVIDERS = {
+    "mysql": ("apache-airflow-providers-mysql", "pip install 'airflow-provider-dblog[mysql]'"),
+    "postgres": ("apache-airflow-providers-postgres", "pip install apache-airflow-providers-postgres"),
+}
+
+
+def _provider_installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _not_a_source(conn_id: str, conn_type: Optional[str]) -> tuple[str, str]:
+    """Cause and fix for a source connection of another type. A ``generic`` one usually comes
+    from `airflow connections add --conn-type mysql` without the MySQL provider: Airflow then
+    stores the type as ``generic`` with only a warning, so the fix names the missing package."""
+    cause = f"connection {conn_id} has type {conn_type!r}, not a DBLog source."
+    fix = "use a Postgres or MySQL connection (MariaDB: the MySQL type)."
+    missing = {t: how for t, (dist, how) in SOURCE_PROVIDERS.items() if not _provider_installed(dist)}
+    if (conn_type or "generic").lower() != "generic" or not missing:
+        return cause, fix
+    types = " / ".join(f"--conn-type {t}" for t in missing)
+    cause += (
+        f" Airflow stores `airflow connections add {types}` as 'generic' when no installed provider "
+        f"registers the type, and {', '.join(SOURCE_PROVIDERS[t][0] for t in missing)} is not installed."
+    )
+    fix = (
+        f"{'; '.join(missing.values())} on every Airflow machine, then `airflow connections delete {conn_id}` "
+        "and add it again"
+        + (
+            " (it builds mysqlclient: needs pkg-config and the MariaDB/MySQL client headers, e.g. Debian's "
+            "libmariadb-dev)"
+            if "mysql" in missing
+            else ""
+        )
+        + '; or, without the provider, `airflow connections import FILE.json` with "conn_type": '
+        f'"{next(iter(missing))}" keeps the type (docs/airflow.md).'
+    )
+    return cause, fix
+
+
 class DBLogHook(BaseHook):
     """Builds DBLog's source, state store and output from Airflow connections.
 
@@ -233,10 +278,7 @@ class DBLogHook(BaseHook):
         conn = self._connection(self.source_conn_id)
         kind = _SOURCE_TYPES.get((conn.conn_type or "").lower())
         if kind is None:
-            raise ConfigurationError(
-                f"connection {self.source_conn_id} has type {conn.conn_type!r}, not a DBLog source.",
-                "use a Postgres or MySQL connection (MariaDB: the MySQL type).",
-            )
+            raise ConfigurationError(*_not_a_source(self.source_conn_id, conn.conn_type))
         extra = conn.extra_dejson
         check_source_extras(self.source_conn_id, extra)
         src: dict[str, Any] = {"type": kind, "id": self.source_id, "password_env": PASSWORD_ENV}

@@ -5,6 +5,9 @@ Delta confs (docs/landing.md); the job then only adds what it needs at run time.
 (tests, demo, ``python -m``) the jars come from the cache ``scripts/spark-jars`` fills once
 (``DBLOG_SPARK_JARS``: a comma-separated jar list), so no Maven/Ivy resolution happens at run
 time; without that variable the session falls back to ``spark.jars.packages``.
+
+The jobs' runtime SQL settings (``job_conf``: shuffle partitions, ...) apply in both cases,
+under spark-submit too, unless the submitter set them.
 """
 
 from __future__ import annotations
@@ -24,18 +27,29 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
-# Small local sessions: two shuffle partitions on local[2] instead of Spark's 200, no UI.
+# Small local sessions (plain ``python``, no spark-submit): static settings that only the
+# process starting the JVM can choose. No UI, two cores' worth of parallelism.
 LOCAL_CONF = {
-    "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
-    # Delta's own per-commit work that only pays off for big tables.
-    "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.databricks.delta.stats.collect": "true",
 }
+
+
+def job_conf(parallelism: int) -> dict[str, str]:
+    """Runtime SQL settings the jobs want on any master, local or spark-submit.
+
+    Spark's default of 200 shuffle partitions makes every small MERGE run 200 tasks;
+    the cluster's parallelism (2 on ``local[2]``) fits a changelog batch, and adaptive
+    execution coalesces further. ``snapshotPartitions``: Delta's per-commit log replay,
+    sized the same way."""
+    p = str(max(1, parallelism))
+    return {
+        "spark.sql.shuffle.partitions": p,
+        "spark.databricks.delta.snapshotPartitions": p,
+        "spark.databricks.delta.stats.collect": "true",
+    }
 
 
 def get_session(
@@ -71,4 +85,20 @@ def get_session(
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))
+    apply_job_conf(spark, keep=set(extra_conf or ()))
     return spark
+
+
+def apply_job_conf(spark, keep: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:
+    """Set ``job_conf`` on a new session, also under spark-submit, where the builder's local
+    settings are skipped. A value the submitter chose (``--conf``, e.g. SparkSubmitOperator's
+    ``conf``; spark-defaults.conf; ``extra_conf``) is in the context's conf and wins.
+    Returns what was set."""
+    sc = spark.sparkContext
+    chosen = sc.getConf()
+    applied = {}
+    for key, value in job_conf(sc.defaultParallelism).items():
+        if key not in keep and not chosen.contains(key):
+            spark.conf.set(key, value)
+            applied[key] = value
+    return applied

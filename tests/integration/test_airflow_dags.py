@@ -77,7 +77,47 @@ def test_land_dag_submits_the_installed_landing_job(dagbag):
 
     assert Path(task.application).resolve() == Path(job.__file__).resolve()
     assert task.application_args[0] == "--lake"
-    assert "delta" in task.packages
+
+
+def land_task(monkeypatch, **environ: str):
+    """dblog_land's task, the DAG file executed afresh under ``environ`` (it reads it at parse)."""
+    import importlib.util
+
+    for name in ("DBLOG_SPARK_JARS", "DBLOG_SPARK_JARS_DIR", "DBLOG_SPARK_PACKAGES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    spec = importlib.util.spec_from_file_location(f"dblog_land_{uuid.uuid4().hex}", DAGS / "dblog_land.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag.get_task("land_changelog")
+
+
+def test_land_dag_uses_the_jars_resolved_at_install_and_no_packages(monkeypatch, tmp_path):
+    from airflow_provider_dblog.spark.session import DELTA_PACKAGE
+
+    jar = tmp_path / "delta-spark.jar"
+    jar.write_bytes(b"PK")
+    task = land_task(monkeypatch, DBLOG_SPARK_JARS=str(jar))
+    assert (task.jars, task.packages) == (str(jar), None)  # nothing for spark-submit to download
+    # the list scripts/spark-jars writes into its cache directory is found by itself
+    _, artifact, version = DELTA_PACKAGE.split(":")
+    (tmp_path / f"{artifact}-{version}").mkdir()
+    (tmp_path / f"{artifact}-{version}" / "jars.txt").write_text(f"{jar}\n")
+    task = land_task(monkeypatch, DBLOG_SPARK_JARS_DIR=str(tmp_path))
+    assert (task.jars, task.packages) == (str(jar), None)
+
+
+def test_land_dag_without_local_jars_names_the_delta_package(monkeypatch, tmp_path):
+    from airflow_provider_dblog.spark.session import DELTA_PACKAGE
+
+    task = land_task(monkeypatch, DBLOG_SPARK_JARS_DIR=str(tmp_path / "empty"))
+    assert (task.jars, task.packages) == (None, DELTA_PACKAGE)
+
+
+def test_land_dag_refuses_a_jar_list_whose_jars_are_gone(monkeypatch, tmp_path):
+    with pytest.raises(FileNotFoundError, match="run scripts/spark-jars again"):
+        land_task(monkeypatch, DBLOG_SPARK_JARS=str(tmp_path / "gone.jar"))
 
 
 def test_capture_dag_is_one_long_lived_task(dagbag):
@@ -223,5 +263,50 @@ def test_backfill_dag_dumps_every_row_of_every_table(airflow_home, captured):
     cap.assert_alive()
     for table, cols in (("accounts", "id"), ("orders", "region, order_no"), ("notes", "uid")):
         got = {e.key for e in dumped(lake, source_id, f"{db.ns}.{table}")}
+        want = {tuple(str(v) if table == "notes" else v for v in k) for k in current_keys(db, table, cols)}
+        assert got == want, table
+
+
+def spark_jars() -> str:
+    out = subprocess.run(
+        [str(REPO / "scripts" / "spark-jars")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PY": sys.executable},
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.integration
+def test_land_dag_lands_through_spark_submit_with_the_install_time_jars(airflow_home, captured):
+    """dblog_land's SparkSubmitOperator with a real spark-submit (this venv's, local master):
+    the jars resolved at install, nothing downloaded, every source row in its mirror."""
+    from deltalake import DeltaTable
+
+    db, source_id, lake, dag_env, cap = captured
+    dag_test(airflow_home, "dblog_backfill.py", "dblog_backfill", dag_env)
+    venv_bin = str(Path(sys.executable).parent)
+    log = dag_test(
+        airflow_home,
+        "dblog_land.py",
+        "dblog_land",
+        {
+            **dag_env,
+            "DBLOG_CHANGELOG": lake,
+            "DBLOG_LAND_SOURCE": source_id,
+            "DBLOG_SPARK_JARS": spark_jars(),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            # spark-submit and the driver's Python: the venv's, first on PATH (docs/airflow.md)
+            "PATH": venv_bin + os.pathsep + os.environ["PATH"],
+        },
+    )
+    assert "--jars" in log and "--packages" not in log, log[-4000:]
+    assert ":: resolving dependencies ::" not in log  # Ivy, i.e. a download
+    mirrors = Path(lake[len("delta://") :]) / "mirrors" / source_id
+    for table, cols in (("accounts", "id"), ("orders", "region, order_no"), ("notes", "uid")):
+        rows = DeltaTable(str(mirrors / f"{db.ns}.{table}")).to_pyarrow_table().to_pylist()
+        got = {tuple(json.loads(r["_key"])) for r in rows if not r["_deleted"]}
         want = {tuple(str(v) if table == "notes" else v for v in k) for k in current_keys(db, table, cols)}
         assert got == want, table

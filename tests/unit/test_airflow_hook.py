@@ -101,6 +101,32 @@ def test_a_non_source_connection_is_refused(monkeypatch):
         DBLogHook("web").source_config()
 
 
+def test_a_generic_connection_names_the_provider_that_is_missing(monkeypatch):
+    """`airflow connections add --conn-type mysql` without the MySQL provider stores 'generic'
+    (Airflow only warns): the error must name the package, not just ask for a MySQL type."""
+    from airflow_provider_dblog.hooks import dblog
+
+    monkeypatch.setattr(dblog, "_provider_installed", lambda dist: dist != "apache-airflow-providers-mysql")
+    set_conn(monkeypatch, "shop_db", conn_type="generic", host="db1", login="u", password=SECRET)
+    with pytest.raises(ConfigurationError) as err:
+        DBLogHook("shop_db").source_config()
+    text = str(err.value)
+    assert "apache-airflow-providers-mysql is not installed" in text
+    assert "pip install 'airflow-provider-dblog[mysql]'" in text and "libmariadb-dev" in text
+    assert "airflow connections delete shop_db" in text and "airflow connections import" in text
+    assert SECRET not in text
+
+
+def test_a_generic_connection_with_the_providers_installed_is_just_not_a_source(monkeypatch):
+    from airflow_provider_dblog.hooks import dblog
+
+    monkeypatch.setattr(dblog, "_provider_installed", lambda dist: True)
+    set_conn(monkeypatch, "thing", conn_type="generic", host="x")
+    with pytest.raises(ConfigurationError, match="Postgres or MySQL") as err:
+        DBLogHook("thing").source_config()
+    assert "not installed" not in str(err.value)
+
+
 @pytest.mark.parametrize(
     "fields, expected",
     [
