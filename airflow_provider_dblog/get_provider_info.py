@@ -54,13 +54,22 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": _INTEGRATION,
-                "python-modules": ["airflow_provider_dblog.operators.capture", "airflow_provider_dblog.operators.dump"],
+                "python-modules": [
+                    "airflow_provider_dblog.operators.capture",
+                    "airflow_provider_dblog.operators.dump",
+                    "airflow_provider_dblog.operators.land",
+                ],
             }
         ],
         "triggers": [
             {
                 "integration-name": _INTEGRATION,
-                "python-modules": ["airflow_provider_dblog.triggers.capture", "airflow_provider_dblog.triggers.dump"],
+                "python-modules": [
+                    "airflow_provider_dblog.triggers.capture",
+                    "airflow_provider_dblog.triggers.dump",
+                    "airflow_provider_dblog.triggers.changelog",
+                    "airflow_provider_dblog.triggers.land",
+                ],
             }
         ],
         "connection-types": [

@@ -1,15 +1,28 @@
 """dblog_land: the Spark landing job merges new changelog data into the Delta mirrors.
 
-Runs on a schedule **and** whenever the changelog asset gets an event (a repair dump or a
-backfill finished): ``AssetOrTimeSchedule``. The job is incremental and its merge monotonic
-(docs/landing.md), so extra or overlapping runs are harmless; ``max_active_runs=1`` keeps one
-streaming checkpoint writer. The application is the job file of the installed package, so
-the DAG and the job never drift apart.
+Three modes (``DBLOG_LAND_MODE``):
 
-Deployment settings (environment of the scheduler / dag-processor / workers):
+* ``event`` (default): runs when the changelog has new commits. An ``AssetWatcher`` on the
+  ``dblog_changelog_commits`` asset runs ``ChangelogCommitTrigger`` in the triggerer: it polls
+  the changelog's Delta log and fires at most once per ``DBLOG_LAND_MIN_INTERVAL`` seconds.
+  Also after a repair dump or a backfill (the changelog asset) and on the cron as a safety net.
+* ``schedule``: on the cron and after dumps only (``AssetOrTimeSchedule``), as before.
+* ``continuous``: one long-lived deferred task (``ContinuousLandOperator``) supervising a
+  Spark Structured Streaming landing with a ``DBLOG_LAND_TRIGGER_SECONDS`` trigger, session
+  after session, like dblog_capture: mirrors trail their sources by seconds.
+
+The job is incremental and idempotent (docs/landing.md), so extra or overlapping runs are
+harmless; ``max_active_runs=1`` keeps one streaming checkpoint writer. The application is the
+job file of the installed package, so the DAG and the job never drift apart.
+
+Deployment settings (environment of the scheduler / dag-processor / workers / triggerer):
+  DBLOG_LAND_MODE             event (default), schedule or continuous
+  DBLOG_LAND_MIN_INTERVAL     event mode: seconds between landings at least (default 60)
+  DBLOG_LAND_POLL_INTERVAL    event mode: seconds between looks at the changelog (default 5)
+  DBLOG_LAND_TRIGGER_SECONDS  continuous mode: the streaming trigger interval (default 5)
   DBLOG_LAKE                  the changelog's root directory or URL (what ``--lake`` takes;
                               default: the path of DBLOG_CHANGELOG, else /opt/dblog/lake)
-  DBLOG_LAND_SCHEDULE         cron (default every 15 minutes)
+  DBLOG_LAND_SCHEDULE         cron (default every 15 minutes; in event mode hourly)
   DBLOG_SPARK_CONN_ID         Spark connection (default ``spark_default``; ``local[2]`` as its
                               host runs Spark on the worker)
   DBLOG_SPARK_JARS            the Delta jars resolved at install time (``scripts/spark-jars``
@@ -33,11 +46,16 @@ from pathlib import Path
 from typing import Optional
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, CronTriggerTimetable
+from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable
 
+from airflow_provider_dblog.operators.land import ContinuousLandOperator
 from airflow_provider_dblog.spark.session import DELTA_PACKAGE  # matches the pinned pyspark/delta-spark
+from airflow_provider_dblog.triggers.changelog import ChangelogCommitTrigger
 
 CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
+MODE = os.environ.get("DBLOG_LAND_MODE", "event").strip().lower()
+if MODE not in ("event", "schedule", "continuous"):
+    raise ValueError(f"dblog_land: DBLOG_LAND_MODE is {MODE!r}. Fix: set it to event, schedule or continuous.")
 
 
 def lake_root() -> str:
@@ -77,30 +95,61 @@ args = ["--lake", lake_root()]
 if os.environ.get("DBLOG_LAND_SOURCE"):
     args += ["--source", os.environ["DBLOG_LAND_SOURCE"]]
 
+
+def schedule():
+    if MODE == "continuous":
+        return "@once"  # one task that runs for ever (session after session)
+    cron = os.environ.get("DBLOG_LAND_SCHEDULE", "0 * * * *" if MODE == "event" else "*/15 * * * *")
+    assets = CHANGELOG_ASSET
+    if MODE == "event":
+        commits = Asset(
+            "dblog_changelog_commits",
+            watchers=[
+                AssetWatcher(
+                    name="dblog_changelog_commits",
+                    trigger=ChangelogCommitTrigger(
+                        lake_root(),
+                        poll_interval=float(os.environ.get("DBLOG_LAND_POLL_INTERVAL", "5")),
+                        min_interval=float(os.environ.get("DBLOG_LAND_MIN_INTERVAL", "60")),
+                    ),
+                )
+            ],
+        )
+        assets = CHANGELOG_ASSET | commits
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=assets)
+
+
 with DAG(
     dag_id="dblog_land",
     description="Land the DBLog changelog into Delta mirror tables (Spark)",
-    schedule=AssetOrTimeSchedule(
-        timetable=CronTriggerTimetable(os.environ.get("DBLOG_LAND_SCHEDULE", "*/15 * * * *"), timezone="UTC"),
-        assets=CHANGELOG_ASSET,
-    ),
+    schedule=schedule(),
     start_date=dt.datetime(2024, 1, 1),
     catchup=False,
     max_active_runs=1,
     tags=["dblog"],
 ) as dag:
-    SparkSubmitOperator(
-        task_id="land_changelog",
-        application=land_job_path(),
-        conn_id=os.environ.get("DBLOG_SPARK_CONN_ID", "spark_default"),
-        jars=JARS,
-        packages=None if JARS else os.environ.get("DBLOG_SPARK_PACKAGES", DELTA_PACKAGE),
-        conf={
-            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        },
-        application_args=args,
-        name="dblog-land",
-        retries=2,
-        retry_delay=dt.timedelta(minutes=1),
-    )
+    if MODE == "continuous":
+        ContinuousLandOperator(
+            task_id="land_changelog",
+            lake=lake_root(),
+            source=os.environ.get("DBLOG_LAND_SOURCE") or None,
+            trigger_seconds=float(os.environ.get("DBLOG_LAND_TRIGGER_SECONDS", "5")),
+            retries=10,
+            retry_delay=dt.timedelta(seconds=30),
+        )
+    else:
+        SparkSubmitOperator(
+            task_id="land_changelog",
+            application=land_job_path(),
+            conn_id=os.environ.get("DBLOG_SPARK_CONN_ID", "spark_default"),
+            jars=JARS,
+            packages=None if JARS else os.environ.get("DBLOG_SPARK_PACKAGES", DELTA_PACKAGE),
+            conf={
+                "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+                "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            },
+            application_args=args,
+            name="dblog-land",
+            retries=2,
+            retry_delay=dt.timedelta(minutes=1),
+        )

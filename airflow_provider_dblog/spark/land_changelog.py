@@ -34,7 +34,9 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from typing import Any, Optional
 
@@ -545,8 +547,16 @@ def land(
     register: bool = True,
     log=print,
     lander_class: type[Lander] = Lander,
+    trigger_seconds: Optional[float] = None,
+    max_seconds: Optional[float] = None,
+    stop: Optional[threading.Event] = None,
 ) -> dict:
     """Land every changelog version not landed yet (availableNow), then return run stats.
+
+    Continuous mode (``trigger_seconds``): one streaming query lands a micro-batch every
+    ``trigger_seconds`` (a processing-time trigger) until ``max_seconds`` passed or ``stop`` is
+    set; a micro-batch cut short by the stop is landed again by the next run and changes
+    nothing there (idempotent merges, see ``Lander``).
 
     ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table)."""
     lake = absolute(lake)
@@ -564,14 +574,22 @@ def land(
     )
     if source:
         stream = stream.where(F.col("source_id") == source)
-    query = (
-        stream.writeStream.foreachBatch(lander.land_batch)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .queryName(f"dblog_land_{re.sub(r'[^A-Za-z0-9_]', '_', source or 'all')}")
-        .start()
-    )
-    query.awaitTermination()
+    writer = stream.writeStream.foreachBatch(lander.land_batch).option("checkpointLocation", checkpoint)
+    if trigger_seconds:
+        writer = writer.trigger(processingTime=f"{float(trigger_seconds)} seconds")
+    else:
+        writer = writer.trigger(availableNow=True)
+    query = writer.queryName(f"dblog_land_{re.sub(r'[^A-Za-z0-9_]', '_', source or 'all')}").start()
+    if trigger_seconds:
+        deadline = time.monotonic() + max_seconds if max_seconds else float("inf")
+        stop = stop or threading.Event()
+        # Poll: the query may also end by itself (a failed batch), which awaitTermination raises.
+        while not stop.is_set() and time.monotonic() < deadline and not query.awaitTermination(1):
+            pass
+        query.stop()
+        log(f"continuous landing stopped after {time.time() - t0:.0f} s")
+    else:
+        query.awaitTermination()
     registered = lander.register_all() if register else []
     return {
         "events": lander.events,
@@ -597,12 +615,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-register", action="store_true", help="do not register the mirrors in the catalog")
     p.add_argument("--master", help="Spark master when run without spark-submit (default local[2])")
+    p.add_argument(
+        "--continuous",
+        action="store_true",
+        help="keep landing: a micro-batch every --trigger-seconds, until --max-seconds or SIGTERM",
+    )
+    p.add_argument("--trigger-seconds", type=float, default=5.0, help="continuous mode's trigger interval")
+    p.add_argument("--max-seconds", type=float, help="continuous mode: stop after this long (default: never)")
     return p
 
 
 def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) -> int:
     args = build_parser().parse_args(argv)
     spark = get_session("dblog-land-changelog", master=args.master)
+    stop = threading.Event()
+    if args.continuous:  # SIGTERM (the trigger's cleanup, a supervisor): stop between batches
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         stats = land(
             spark,
@@ -614,6 +642,9 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
             not args.no_register,
             log=lambda m: print(m, flush=True),
             lander_class=lander_class,
+            trigger_seconds=args.trigger_seconds if args.continuous else None,
+            max_seconds=args.max_seconds,
+            stop=stop,
         )
     except mt.IncompatibleSchemaChange as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import signal
 import sys
 from typing import Any, AsyncIterator, Optional
 
@@ -25,6 +24,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..config import write_private_config
 from ..hooks.dblog import PASSWORD_ENV, DBLogHook
+from ._child import pump_lines, stop_child
 
 STOP_GRACE_SECONDS = 30.0  # SIGTERM -> SIGKILL: the engine flushes its writer and checkpoints
 STDERR_TAIL = 20  # lines of the child's stderr kept for the failure message
@@ -131,9 +131,10 @@ class CaptureTrigger(BaseTrigger):
                 self.session_seconds,
             )
             last_status: list[str] = []
+            # stderr: the engine's logging, and its error on failure
             await asyncio.gather(
-                self._pump(self._proc.stdout, last_status, None),
-                self._pump(self._proc.stderr, None, stderr_tail),
+                pump_lines(self._proc.stdout, self.log, last=last_status),
+                pump_lines(self._proc.stderr, self.log, tail=stderr_tail),
             )
             rc = await self._proc.wait()
         finally:
@@ -151,21 +152,6 @@ class CaptureTrigger(BaseTrigger):
             message = "\n".join(stderr_tail) or f"the capture process exited with code {rc}"
             yield TriggerEvent({"status": "error", "session": self.session, "returncode": rc, "message": message})
 
-    async def _pump(self, stream, last: Optional[list[str]], tail: Optional[collections.deque]) -> None:
-        """Copy the child's lines into the task log (the triggerer routes self.log there)."""
-        while True:
-            raw = await stream.readline()
-            if not raw:
-                return
-            line = raw.decode("utf-8", "replace").rstrip()
-            if not line:
-                continue
-            if tail is not None:  # stderr: the engine's logging, and its error on failure
-                tail.append(line)
-            if last is not None:
-                last[:] = [line]
-            (self.log.error if line.startswith("dblog: error") else self.log.info)("%s", line)
-
     def _remove_config(self) -> None:
         if self._config_path:
             try:
@@ -178,18 +164,6 @@ class CaptureTrigger(BaseTrigger):
         """Stop the child: SIGTERM (the engine stops at a checkpoint), SIGKILL after a grace."""
         proc, self._proc = self._proc, None
         try:
-            if proc is not None and proc.returncode is None:
-                self.log.info("stopping capture pid %d", proc.pid)
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), STOP_GRACE_SECONDS)
-                except asyncio.TimeoutError:
-                    self.log.warning(
-                        "capture pid %d ignored SIGTERM for %.0f s: killing it", proc.pid, STOP_GRACE_SECONDS
-                    )
-                    proc.kill()
-                    await proc.wait()
-        except ProcessLookupError:
-            pass
+            await stop_child(proc, self.log, "capture", STOP_GRACE_SECONDS)
         finally:
             self._remove_config()

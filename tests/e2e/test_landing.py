@@ -581,3 +581,41 @@ def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path):
     assert {p: files_under(p) for p in paths} == files
     for s in (a, b):
         assert rows(spark, tmp_path, src, s) == log.expected(s.table)
+
+
+def test_continuous_landing_follows_new_commits_until_stopped(spark, tmp_path):
+    """Continuous mode (issue 12 part 3): one streaming query lands each new changelog commit
+    within its trigger interval, without a new run, and stops when asked."""
+    import threading
+
+    from airflow_provider_dblog.spark.land_changelog import land as run
+
+    src = "cont_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    s = log.schema("s.t", [("id", "integer"), ("v", "text")])
+    log.append(*[log.ev(s, "c", {"id": i, "v": f"a{i}"}) for i in range(5)])
+    stop, result = threading.Event(), {}
+    landing = threading.Thread(
+        target=lambda: result.update(run(spark, str(tmp_path), log=lambda m: None, trigger_seconds=1, stop=stop)),
+        daemon=True,
+    )
+    landing.start()
+    try:
+
+        def landed() -> bool:
+            try:
+                return rows(spark, tmp_path, src, s) == log.expected("s.t")
+            except Exception:  # noqa: BLE001 - the mirror does not exist before the first batch
+                return False
+
+        from scripts.polling import wait_for
+
+        wait_for(landed, 120, "the first commit in the mirror", interval=0.5)
+        for round_ in range(2):  # later commits: landed by the same running query
+            log.append(log.ev(s, "u", {"id": round_, "v": f"b{round_}"}), log.ev(s, "d", key=[4 - round_]))
+            wait_for(landed, 60, f"commit {round_ + 2} in the mirror", interval=0.5)
+        assert landing.is_alive()
+    finally:
+        stop.set()
+        landing.join(120)
+    assert not landing.is_alive() and result["events"] == 9

@@ -65,10 +65,37 @@ def test_dump_dags_emit_the_changelog_asset_that_schedules_landing(dagbag):
     for dag_id in ("dblog_capture", "dblog_repair_dump", "dblog_backfill"):
         assert dagbag.dags[dag_id].tasks[0].outlets == [asset], dag_id
     land = dagbag.dags["dblog_land"]
-    # scheduled AND asset-triggered
+    # event mode (the default): the changelog's new commits (an asset watcher), dumps, and a cron
     assert type(land.timetable).__name__ == "AssetOrTimeSchedule"
-    assert land.timetable.asset_condition == asset
+    assets = {a.name: a for a in land.timetable.asset_condition.objects}
+    assert set(assets) == {"dblog_changelog", "dblog_changelog_commits"}
+    (watcher,) = assets["dblog_changelog_commits"].watchers
+    assert type(watcher.trigger).__name__ == "ChangelogCommitTrigger" and watcher.trigger.min_interval == 60
     assert "CronTriggerTimetable" in type(land.timetable.timetable).__name__  # and the cron part
+
+
+def land_dag(monkeypatch, **environ: str):
+    """The dblog_land DAG, its file executed afresh under ``environ`` (read at parse time)."""
+    import importlib.util
+
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    spec = importlib.util.spec_from_file_location(f"dblog_land_{uuid.uuid4().hex}", DAGS / "dblog_land.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
+
+
+def test_land_dag_modes(monkeypatch):
+    from airflow.sdk import Asset
+
+    scheduled = land_dag(monkeypatch, DBLOG_LAND_MODE="schedule")
+    assert scheduled.timetable.asset_condition == Asset("dblog_changelog")  # no watcher
+    continuous = land_dag(monkeypatch, DBLOG_LAND_MODE="continuous", DBLOG_LAND_TRIGGER_SECONDS="3")
+    task = continuous.get_task("land_changelog")
+    assert task.task_type == "ContinuousLandOperator" and task.trigger_seconds == 3.0
+    with pytest.raises(ValueError, match="DBLOG_LAND_MODE"):
+        land_dag(monkeypatch, DBLOG_LAND_MODE="hourly")
 
 
 def test_land_dag_submits_the_installed_landing_job(dagbag):

@@ -1,0 +1,83 @@
+"""``ContinuousLandOperator``: the Spark landing as one long-lived, deferrable task.
+
+The continuous counterpart of the ``dblog_land`` DAG's SparkSubmitOperator runs: the task
+defers to a ``LandTrigger`` that runs the landing job in continuous mode (a micro-batch every
+``trigger_seconds``) for one session, then defers again, like ``CaptureOperator``. A failed
+session fails the task with the job's own last lines (retries resume from the checkpoint).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from ..triggers.land import LandTrigger
+
+
+class DBLogLandError(AirflowException):
+    """The continuous landing process failed; the message is its last output."""
+
+
+class ContinuousLandOperator(BaseOperator):
+    """Land the changelog into the Delta mirrors continuously.
+
+    :param lake: the changelog's root (what ``land_changelog --lake`` takes).
+    :param source: land only this source id (default: every source).
+    :param mirrors: root of the mirror tables (default ``<lake>/mirrors``).
+    :param trigger_seconds: the streaming query's processing-time trigger.
+    :param session_seconds: length of one session before the task defers again.
+    :param max_sessions: stop (successfully) after this many sessions; None: run for ever.
+    """
+
+    template_fields = ("lake", "source", "mirrors")
+    ui_color = "#e6f4d7"
+
+    def __init__(
+        self,
+        *,
+        lake: str,
+        source: Optional[str] = None,
+        mirrors: Optional[str] = None,
+        trigger_seconds: float = 5.0,
+        session_seconds: float = 3600.0,
+        max_sessions: Optional[int] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if trigger_seconds <= 0 or session_seconds <= 0:
+            raise ValueError("trigger_seconds and session_seconds must be positive")
+        self.lake = lake
+        self.source = source
+        self.mirrors = mirrors
+        self.trigger_seconds = trigger_seconds
+        self.session_seconds = session_seconds
+        self.max_sessions = max_sessions
+
+    def _trigger(self, session: int) -> LandTrigger:
+        return LandTrigger(
+            self.lake,
+            source=self.source,
+            mirrors=self.mirrors,
+            trigger_seconds=self.trigger_seconds,
+            session_seconds=self.session_seconds,
+            session=session,
+        )
+
+    def execute(self, context: Any) -> None:
+        self.log.info("landing %s continuously (every %.0f s)", self.lake, self.trigger_seconds)
+        self.defer(trigger=self._trigger(1), method_name="execute_complete")
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Optional[dict[str, Any]]:
+        session = int(event.get("session", 1))
+        if event.get("status") != "session_end":
+            raise DBLogLandError(
+                f"continuous landing session {session} failed (exit code {event.get('returncode')}):\n"
+                f"{event.get('message', '')}"
+            )
+        self.log.info("continuous landing session %d ended: %s", session, event.get("last"))
+        if self.max_sessions is not None and session >= self.max_sessions:
+            return {"sessions": session}
+        self.defer(trigger=self._trigger(session + 1), method_name="execute_complete")
+        return None
