@@ -34,6 +34,8 @@ from .. import config as dblog_config
 from ..core.errors import ConfigurationError
 from ..get_provider_info import STATE_CONN_FIELDS, STATE_UI_FIELD_BEHAVIOUR
 
+KAFKA_CONN_TYPE = "kafka"  # apache-airflow-providers-apache-kafka's connection type (hooks/kafka.py)
+
 # The variable that carries the source password into the capture child (see triggers/capture.py).
 PASSWORD_ENV = dblog_config.DEFAULT_PASSWORD_ENV
 
@@ -369,12 +371,17 @@ class DBLogHook(BaseHook):
         return {**state, "zookeeper": hosts, "chroot": chroot}
 
     def output_config(self) -> dict[str, Any]:
-        """The ``[output]`` table: the changelog URL."""
+        """The ``[output]`` table: the changelog URL (a Kafka connection: the broker URL,
+        its client settings go to ``output_env``)."""
         if self.output:
             return {"url": self.output}
         if not self.output_conn_id:
             return {}
         conn = self._connection(self.output_conn_id)
+        if conn.conn_type == KAFKA_CONN_TYPE:
+            from .kafka import kafka_output_config  # confluent-kafka only when a Kafka output is used
+
+            return kafka_output_config(self.output_conn_id, conn)[0]
         extra = conn.extra_dejson
         url = extra.get("url") or (f"delta://{extra['path']}" if extra.get("path") else None) or conn.host
         if not url:
@@ -397,7 +404,25 @@ class DBLogHook(BaseHook):
     def get_state(self):
         return dblog_config.make_state(self.state_config())
 
+    def output_env(self) -> dict[str, str]:
+        """Environment variables the capture child needs for its output: a Kafka
+        connection's client settings (security, SASL), never in argv or the config file."""
+        if self.output or not self.output_conn_id:
+            return {}
+        conn = self._connection(self.output_conn_id)
+        if conn.conn_type != KAFKA_CONN_TYPE:
+            return {}
+        from .kafka import kafka_output_config
+
+        return kafka_output_config(self.output_conn_id, conn)[1]
+
     def get_output(self):
+        if not self.output and self.output_conn_id:
+            conn = self._connection(self.output_conn_id)
+            if conn.conn_type == KAFKA_CONN_TYPE:
+                from .kafka import kafka_output
+
+                return kafka_output(self.output_conn_id, conn)
         return dblog_config.make_output(self.output_config())
 
     def get_conn(self):

@@ -8,6 +8,7 @@
 a bare path (``/data/lake``, ``lake``)   Delta changelog
 ``jsonl:///abs/path``, ``jsonl://rel``   JSON lines files in that directory
 ``python:package.module:function``       ``fn(events)`` per batch (see callable.py)
+``kafka://host:port[,...][?options]``    Kafka topics, exactly once (kafka.py, docs/kafka.md)
 =====================================  ===============================================
 """
 
@@ -18,7 +19,7 @@ from typing import Optional
 
 from ..core.errors import ConfigurationError
 
-__all__ = ["make_output", "DeltaChangelogOutput", "JsonLinesOutput", "CallableOutput"]
+__all__ = ["make_output", "DeltaChangelogOutput", "JsonLinesOutput", "CallableOutput", "KafkaOutput"]
 
 # URI schemes delta-rs opens directly (object stores and local files).
 _OBJECT_STORE_SCHEMES = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "file", "lakefs", "hdfs"}
@@ -27,7 +28,8 @@ _ACCEPTED = (
     "use one of: 'delta:///absolute/path' or 'delta://relative/path' (Delta changelog), "
     "an object-store URI such as 's3://bucket/prefix' (Delta changelog), a bare path "
     "(Delta changelog), 'jsonl:///absolute/dir' (JSON lines), or "
-    "'python:package.module:function' (a function called with each batch)."
+    "'python:package.module:function' (a function called with each batch), or "
+    "'kafka://host:port?topic_prefix=...' (Kafka topics)."
 )
 
 
@@ -58,6 +60,10 @@ def make_output(url: str, storage_options: Optional[dict] = None):
         from .jsonl import JsonLinesOutput
 
         return JsonLinesOutput(rest)
+    if scheme == "kafka":
+        from .kafka import KafkaOutput, parse_url
+
+        return KafkaOutput(*parse_url(rest))
     if scheme in _OBJECT_STORE_SCHEMES:
         from .delta import DeltaChangelogOutput
 
@@ -79,4 +85,8 @@ def __getattr__(name: str):
         from .callable import CallableOutput
 
         return CallableOutput
+    if name == "KafkaOutput":
+        from .kafka import KafkaOutput
+
+        return KafkaOutput
     raise AttributeError(name)

@@ -101,6 +101,7 @@ class CaptureTrigger(BaseTrigger):
         config = hook.engine_config()  # no I/O left: the connections are cached
         env = dict(os.environ)
         env[PASSWORD_ENV] = hook.source_password() or ""
+        env.update(hook.output_env())  # e.g. a Kafka connection's client settings
         env["PYTHONUNBUFFERED"] = "1"
         stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._config_path = write_private_config(config)

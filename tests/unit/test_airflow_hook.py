@@ -172,6 +172,34 @@ def test_changelog_from_argument_or_connection(monkeypatch):
     assert DBLogHook(output_conn_id="lake2").output_config() == {"url": "s3://b/changelog"}
 
 
+def test_a_kafka_connection_keeps_its_secrets_out_of_the_config_and_in_the_childs_environment(monkeypatch):
+    """Issue 14 part 4: an Airflow ``kafka`` connection as the output: the capture child's
+    config names the brokers and options only; the SASL password travels in its environment."""
+    set_conn(
+        monkeypatch,
+        "bus",
+        conn_type="kafka",
+        extra={
+            "bootstrap.servers": "k1:9092,k2:9092",
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "dblog",
+            "sasl.password": SECRET,
+            "group.id": "someone-elses-consumer",
+            "format": "debezium",
+        },
+    )
+    hook = DBLogHook(output_conn_id="bus")
+    cfg = hook.output_config()
+    assert cfg["url"].startswith("kafka://k1:9092,k2:9092?") and "format=debezium" in cfg["url"]
+    assert SECRET not in json.dumps(cfg)
+    ((name, value),) = hook.output_env().items()
+    settings = json.loads(value)
+    assert settings["sasl.password"] == SECRET and "group.id" not in settings
+    assert name in cfg["url"]  # the URL names the variable the child reads
+    assert DBLogHook(output_conn_id="bus", output="delta:///x").output_env() == {}
+
+
 def test_a_misspelt_dblog_extra_is_refused_and_airflows_own_extras_are_left_alone(monkeypatch, tmp_path):
     """Strict configuration: an extra that looks like a DBLog option but is none (``tabels``)
     is an error naming the closest one; Airflow's own Postgres/MySQL extras (``sslmode``, which

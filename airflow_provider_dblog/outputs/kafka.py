@@ -1,0 +1,392 @@
+"""The Kafka output: the change stream as Kafka records, exactly once (docs/kafka.md).
+
+``kafka://host:port[,host:port]?topic_prefix=P&topic=T&format=dblog|debezium&...``
+
+* Topics: ``<prefix>.<table>`` per captured table (prefix: the source id unless given), or
+  every table in one ``topic``; schemas go to the compacted ``<prefix or topic>.dblog_schemas``.
+* Records: key = the row's primary key, partition = Kafka's murmur2 of the canonical key text,
+  so every event of a key lands in one partition in position order; TRUNCATE (``t``) and
+  dump-range (``k``) events go to every partition of the table's topic.
+* Exactly once: each ``write`` is one Kafka transaction per source, with
+  ``transactional.id = <transactional_id_prefix><source id>``. Before its first write for a
+  source, the output calls ``init_transactions`` (which fences any earlier producer of that
+  source, a deposed leader included, and settles its open transaction) and then reads the
+  tails of the source's topics with ``read_committed``: the highest position and epoch found
+  there are the source's ``last_position`` and the epoch a later write must not go below.
+  A write that fails drops its producer, so the next one starts over the same way and skips
+  what did commit.
+
+Client settings beyond the bootstrap servers (security, SASL, TLS files) come as a JSON
+object of librdkafka properties from the environment variable named by ``config_env``
+(default ``DBLOG_KAFKA_CONFIG``; Airflow's ``kafka`` connection fills it, hooks/kafka.py),
+never from the URL: no secret in argv or logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.parse
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+from ..core.errors import ConfigurationError, StaleEpochError
+from ..core.events import ChangeEvent, Position, TableSchema
+from . import _ACCEPTED
+from ._common import Bookkeeping, now_micros
+from .kafka_format import (
+    BROADCAST_OPS,
+    CONNECTORS,
+    FORMATS,
+    H_EPOCH,
+    H_OP,
+    H_POSITION,
+    H_SOURCE,
+    H_TABLE,
+    Formatter,
+    Message,
+    event_from_message,
+    header_map,
+    murmur2_partition,
+    schema_record,
+    topic_name,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG_ENV = "DBLOG_KAFKA_CONFIG"
+URL_PARAMS = ("topic_prefix", "topic", "format", "connector", "database", "config_env", "transactional_id_prefix")
+SCHEMA_TOPIC_SUFFIX = ".dblog_schemas"
+TIMEOUT = 30.0  # seconds for one metadata, init or commit call
+# librdkafka settings that are ours to choose: exactly once depends on them.
+_OWNED = ("transactional.id", "isolation.level", "enable.idempotence", "group.id", "enable.auto.commit")
+
+
+def _kafka():
+    try:
+        import confluent_kafka
+        import confluent_kafka.admin
+    except ImportError as exc:  # pragma: no cover - a dependency of the package
+        raise ConfigurationError(
+            f"the Kafka output needs the 'confluent-kafka' package, which cannot be imported ({exc}).",
+            "pip install 'confluent-kafka>=2.6,<3'.",
+        ) from exc
+    return confluent_kafka
+
+
+def parse_url(rest: str) -> tuple[str, dict[str, str]]:
+    """``host:port,...?k=v&...`` (the part after ``kafka://``) -> bootstrap servers, options."""
+    hosts, _, query = rest.partition("?")
+    hosts = hosts.rstrip("/")
+    if "/" in hosts:
+        raise ConfigurationError(
+            f"the kafka:// output URL has a path ({hosts!r}); a topic is an option, not a path.",
+            "write kafka://host:port?topic=NAME for one topic, or ?topic_prefix=P for one per table; " + _ACCEPTED,
+        )
+    if not hosts:
+        raise ConfigurationError(
+            "the kafka:// output URL names no bootstrap server.",
+            "write it as kafka://host:port[,host:port]?topic_prefix=...; " + _ACCEPTED,
+        )
+    options: dict[str, str] = {}
+    for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+        if k not in URL_PARAMS:
+            raise ConfigurationError(
+                f"unknown option {k!r} in the kafka:// output URL.",
+                f"use only {', '.join(URL_PARAMS)}; client settings (security, SASL) go into "
+                f"the JSON object in ${DEFAULT_CONFIG_ENV} (or the variable config_env names).",
+            )
+        options[k] = v
+    if options.get("format", "dblog") not in FORMATS:
+        raise ConfigurationError(f"unknown Kafka value format {options['format']!r}.", "use format=dblog or debezium.")
+    if options.get("connector") not in (None, *CONNECTORS):
+        raise ConfigurationError(
+            f"unknown connector {options['connector']!r} in the kafka:// URL.", "use postgresql or mysql."
+        )
+    return hosts, options
+
+
+def client_config(bootstrap: str, config_env: str, settings: Optional[dict] = None) -> dict[str, Any]:
+    """librdkafka settings: ``settings``, else the JSON object in ``$config_env`` (if set),
+    plus the bootstrap servers of the URL (those win: the URL says where the changelog goes)."""
+    conf: dict[str, Any] = dict(settings or {})
+    text = None if settings is not None else os.environ.get(config_env)
+    if text:
+        try:
+            conf = json.loads(text)
+        except ValueError:  # the message could quote a secret: not shown
+            raise ConfigurationError(
+                f"${config_env} does not hold valid JSON (an object of Kafka client settings).",
+                'set it to e.g. {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...}.',
+            ) from None
+        if not isinstance(conf, dict):
+            raise ConfigurationError(f"${config_env} is not a JSON object.", "set it to a JSON object of settings.")
+    owned = [k for k in conf if k in _OWNED]
+    if owned:
+        raise ConfigurationError(
+            f"${config_env} sets {', '.join(owned)}, which the Kafka output chooses itself.",
+            "remove them (exactly once depends on their values; transactional_id_prefix is a URL option).",
+        )
+    return {**conf, "bootstrap.servers": bootstrap}
+
+
+class KafkaOutput:
+    """``Output``/``ReadableOutput`` over Kafka topics (see the module docstring)."""
+
+    def __init__(
+        self, bootstrap: str, options: Optional[dict[str, str]] = None, client_settings: Optional[dict] = None
+    ):
+        """``client_settings``: librdkafka settings given in memory (hooks/kafka.py) instead
+        of through the environment."""
+        options = dict(options or {})
+        self._settings = dict(client_settings) if client_settings is not None else None
+        self.bootstrap = bootstrap
+        self.topic_prefix = options.get("topic_prefix") or None
+        self.single_topic = topic_name(options["topic"]) if options.get("topic") else None
+        self.formatter = Formatter(options.get("format", "dblog"), options.get("connector"), options.get("database"))
+        self.config_env = options.get("config_env") or DEFAULT_CONFIG_ENV
+        self.txn_prefix = options.get("transactional_id_prefix", "dblog.")
+        self._conf: dict[str, Any] = {}
+        self._admin: Any = None
+        self._producers: dict[str, Any] = {}
+        self._book = Bookkeeping()
+        self._scanned: set[str] = set()
+        self._partitions: dict[str, int] = {}
+        self._schemas: dict[str, TableSchema] = {}
+        self._unwritten: list[TableSchema] = []
+
+    def __repr__(self) -> str:  # the client settings may hold secrets: never shown
+        return f"KafkaOutput({self.bootstrap!r}, format={self.formatter.fmt!r})"
+
+    # -- names ---------------------------------------------------------------------------
+    def prefix(self, source_id: str) -> str:
+        return self.topic_prefix or source_id
+
+    def topic_for(self, source_id: str, table: str) -> str:
+        return self.single_topic or topic_name(f"{self.prefix(source_id)}.{table}")
+
+    def schema_topic(self, source_id: str) -> str:
+        return (self.single_topic or topic_name(self.prefix(source_id))) + SCHEMA_TOPIC_SUFFIX
+
+    def topics_of(self, source_id: str) -> list[str]:
+        """The existing topics that may hold this source's records."""
+        names = self._admin.list_topics(timeout=TIMEOUT).topics
+        if self.single_topic:
+            return [self.single_topic] if self.single_topic in names else []
+        start = topic_name(self.prefix(source_id)) + "."
+        return sorted(t for t in names if t.startswith(start) and not t.endswith(SCHEMA_TOPIC_SUFFIX))
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def _client_config(self) -> dict[str, Any]:
+        if self._settings is None:
+            return client_config(self.bootstrap, self.config_env)
+        return client_config(self.bootstrap, self.config_env, self._settings)
+
+    def open(self) -> None:
+        ck = _kafka()
+        self._conf = self._client_config()
+        self._admin = ck.admin.AdminClient(dict(self._conf))
+        try:
+            self._admin.list_topics(timeout=TIMEOUT)
+        except ck.KafkaException as exc:
+            raise ConfigurationError(
+                f"cannot reach the Kafka cluster at {self.bootstrap}: {exc.args[0].str()}",
+                "check the bootstrap servers in the output URL and the client settings "
+                f"(${self.config_env}), and that the brokers run.",
+            ) from None
+        self._book = Bookkeeping()
+        self._scanned = set()
+
+    def close(self) -> None:
+        for producer in self._producers.values():
+            producer.flush(5)
+        self._producers = {}
+        self._admin = None
+
+    def last_position(self, source_id: str) -> Optional[Position]:
+        self._source(source_id)
+        return self._book.positions.get(source_id)
+
+    def _source(self, source_id: str) -> Any:
+        """This source's transactional producer, initialised (fencing every earlier one of
+        the source), and its bookkeeping read from the topics' committed tails."""
+        producer = self._producers.get(source_id)
+        if producer is None:
+            ck = _kafka()
+            conf = {
+                "linger.ms": 5,
+                "compression.type": "lz4",
+                "partitioner": "murmur2_random",
+                **self._conf,
+                "transactional.id": self.txn_prefix + source_id,
+                "transaction.timeout.ms": 60000,
+            }
+            producer = ck.Producer(conf)
+            producer.init_transactions(TIMEOUT)
+            self._producers[source_id] = producer
+            self._scanned.discard(source_id)
+        if source_id not in self._scanned:
+            from .kafka_tail import read_tails
+
+            found = read_tails(self._conf, self.topics_of(source_id), source_id, TIMEOUT)
+            if found is not None:
+                self._book.merge_position(source_id, found[0])
+                if found[1] is not None:
+                    self._book.merge_epoch(source_id, found[1])
+            self._scanned.add(source_id)
+        return producer
+
+    # -- writing -------------------------------------------------------------------------
+    def register_schema(self, schema: TableSchema) -> None:
+        """Kept, and written to the schema topic in the next write's transaction (so before
+        the first record that names it, and atomically with it)."""
+        sid = schema.schema_id()
+        if sid not in self._schemas:
+            self._schemas[sid] = schema
+            self._unwritten.append(schema)
+
+    def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
+        if not events:
+            return
+        by_source: dict[str, list[ChangeEvent]] = {}
+        for sid in self._book.source_ids(events):
+            self._source(sid)
+        self._book.check_epoch(self._book.source_ids(events), epoch)
+        fresh = self._book.fresh(events)
+        for e in fresh:
+            by_source.setdefault(e.source_id, []).append(e)
+        for sid, batch in by_source.items():
+            self._commit(sid, batch, epoch)
+
+    def _commit(self, source_id: str, events: list[ChangeEvent], epoch: Optional[int]) -> None:
+        ck = _kafka()
+        written_at = now_micros()
+        fmt = self.formatter
+        records: list[tuple[str, Message]] = []
+        for e in events:
+            msg = fmt.message(e, epoch, written_at, self._schemas.get(e.schema_id or ""))
+            if msg is not None:
+                records.append((self.topic_for(source_id, e.table), msg))
+        schemas = list(self._unwritten)
+        self._ensure_topics([t for t, _ in records], self.schema_topic(source_id) if schemas else None)
+        nxt = self._book.advanced(events, epoch)
+        producer = self._source(source_id)
+        try:
+            producer.begin_transaction()
+            for s in schemas:
+                self._produce(
+                    producer, self.schema_topic(source_id), s.schema_id().encode(), schema_record(s, written_at)
+                )
+            for topic, msg in records:
+                if msg.partition_key is None:
+                    for p in range(self._partitions[topic]):
+                        self._produce(producer, topic, msg.key, msg.value, msg.headers, p)
+                else:
+                    p = murmur2_partition(msg.partition_key, self._partitions[topic])
+                    self._produce(producer, topic, msg.key, msg.value, msg.headers, p)
+            producer.commit_transaction(TIMEOUT)
+        except ck.KafkaException as exc:
+            self._drop(source_id)
+            err = exc.args[0]
+            if err.code() in (
+                ck.KafkaError._FENCED,
+                ck.KafkaError.PRODUCER_FENCED,
+                ck.KafkaError.INVALID_PRODUCER_EPOCH,
+            ):
+                raise StaleEpochError(
+                    f"Kafka fenced the transactional producer of source {source_id!r}: another "
+                    "capture process initialised the same transactional id, so it has taken over.",
+                    "stop this capture process; only the current lease holder may write.",
+                ) from None
+            raise
+        except BaseException:
+            self._drop(source_id)
+            raise
+        self._book.adopt(nxt)
+        del self._unwritten[: len(schemas)]
+
+    def _drop(self, source_id: str) -> None:
+        """Forget a producer whose transaction failed: the next write initialises a new one
+        (settling the old transaction either way) and re-reads the tails, so it resends
+        exactly what did not commit."""
+        producer = self._producers.pop(source_id, None)
+        self._scanned.discard(source_id)
+        if producer is not None:
+            try:
+                producer.abort_transaction(5)
+            except Exception as exc:  # noqa: BLE001 - fenced or broken: init_transactions settles it
+                log.info("aborting the failed Kafka transaction of %s: %s", source_id, exc)
+
+    @staticmethod
+    def _produce(producer, topic, key, value, headers=None, partition=-1) -> None:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, headers=headers, partition=partition)
+                return
+            except BufferError:  # the client's queue is full: let it send
+                producer.poll(0.05)
+
+    def _ensure_topics(self, topics: Iterable[str], schema_topic: Optional[str]) -> None:
+        """Create missing topics (broker defaults for partitions and replication; the schema
+        topic compacted) and learn their partition counts."""
+        ck = _kafka()
+        wanted = {t for t in topics if t not in self._partitions}
+        if schema_topic is not None and schema_topic not in self._partitions:
+            wanted.add(schema_topic)
+        if not wanted:
+            return
+        existing = self._admin.list_topics(timeout=TIMEOUT).topics
+        new = [
+            ck.admin.NewTopic(
+                t,
+                num_partitions=-1,
+                replication_factor=-1,
+                config={"cleanup.policy": "compact"} if t == schema_topic else {},
+            )
+            for t in sorted(wanted)
+            if t not in existing
+        ]
+        if new:
+            for topic, future in self._admin.create_topics(new, request_timeout=TIMEOUT).items():
+                try:
+                    future.result()
+                except ck.KafkaException as exc:
+                    if exc.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise ConfigurationError(
+                            f"cannot create the Kafka topic {topic}: {exc.args[0].str()}",
+                            "create it yourself, or grant the output's principal CREATE on the cluster.",
+                        ) from None
+        deadline = time.monotonic() + TIMEOUT
+        while wanted:
+            meta = self._admin.list_topics(timeout=TIMEOUT).topics
+            for t in list(wanted):
+                if t in meta and meta[t].error is None and meta[t].partitions:
+                    self._partitions[t] = len(meta[t].partitions)
+                    wanted.discard(t)
+            if wanted and time.monotonic() > deadline:
+                raise ConfigurationError(f"Kafka topics {sorted(wanted)} did not appear.", "check the brokers' logs.")
+            if wanted:
+                time.sleep(0.1)
+
+    # -- reading -------------------------------------------------------------------------
+    def scan(self, source_id: str, table: str) -> Iterator[ChangeEvent]:
+        """Every committed event of one table (``read_committed``); the copies of a TRUNCATE
+        or key range in the topic's partitions come back once."""
+        from .kafka_tail import read_all
+
+        topic = self.topic_for(source_id, table)
+        seen: set[Position] = set()
+        for headers, value in read_all(self._conf or self._client_config(), [topic]):
+            h = header_map(headers)
+            if h.get(H_SOURCE) != source_id or h.get(H_TABLE) != table:
+                continue
+            if h.get(H_OP) in BROADCAST_OPS:  # one copy per partition: keep the first
+                pos = Position.parse(h[H_POSITION])
+                if pos in seen:
+                    continue
+                seen.add(pos)
+            yield event_from_message(h, value)
+
+
+__all__ = ["KafkaOutput", "parse_url", "client_config", "H_EPOCH", "H_POSITION"]

@@ -1,0 +1,218 @@
+"""What the Kafka output writes, without any Kafka client: topic names, message keys,
+partitions, headers and the two value formats (docs/kafka.md is the contract).
+
+``dblog``: the changelog record of the JSON lines output (docs/changelog-format.md).
+``debezium``: Debezium's change-event envelope (``before``, ``after``, ``source``, ``op``,
+``ts_ms``) as Debezium's JSON converter writes it with ``schemas.enable=false``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Optional
+
+import orjson
+
+from .. import __version__ as _version
+from ..core.events import ChangeEvent, Op, Origin, TableSchema
+from ..core.toast import is_unchanged_toast, unchanged_toast_value
+from ._common import dumps, micros_to_iso
+from .jsonl import _event as jsonl_event
+from .jsonl import _record as jsonl_record
+
+FORMATS = ("dblog", "debezium")
+CONNECTORS = ("postgresql", "mysql")
+# Debezium's stand-in for a value the log did not carry (an unchanged TOASTed column).
+DEBEZIUM_UNAVAILABLE = "__debezium_unavailable_value"
+
+H_SOURCE = "dblog.source_id"
+H_TABLE = "dblog.table"
+H_KEY = "dblog.key"
+H_OP = "dblog.op"
+H_POSITION = "dblog.position"
+H_EPOCH = "dblog.epoch"
+H_SCHEMA = "dblog.schema_id"
+
+# Table-level events: one copy in every partition of the table's topic (they concern keys in
+# all of them), at the same position.
+BROADCAST_OPS = (Op.TRUNCATE.value, Op.RANGE.value)
+
+_TOPIC_BAD = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def topic_name(text: str) -> str:
+    """A legal Kafka topic name: characters Kafka refuses become ``_`` (as Debezium does)."""
+    return _TOPIC_BAD.sub("_", text)[:249]
+
+
+def _json(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):  # integers beyond 64 bits
+        return dumps(value).encode()
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's Java client (and librdkafka's ``murmur2`` partitioner) gives
+    ``key``: so any producer keyed by the same text agrees with ours."""
+    m, r = 0x5BD1E995, 24
+    length = len(key)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    full = length - length % 4
+    for i in range(0, full, 4):
+        k = int.from_bytes(key[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = key[full:]
+    if len(tail) >= 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """One Kafka record: ``partition`` None means every partition of the topic (a TRUNCATE or
+    a dump chunk's key range concerns keys in all of them)."""
+
+    key: Optional[bytes]
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    partition_key: Optional[bytes]
+
+
+@dataclasses.dataclass
+class Formatter:
+    fmt: str = "dblog"
+    connector: Optional[str] = None  # postgresql | mysql: how ``source`` names db/schema/table
+    database: Optional[str] = None  # PostgreSQL: the database (table names lack it)
+
+    def message(
+        self, e: ChangeEvent, epoch: Optional[int], written_at: int, schema: Optional[TableSchema]
+    ) -> Optional[Message]:
+        """The record of one event; None when the format has no form for it (``k`` in
+        Debezium's envelope)."""
+        canonical_key = dumps(list(e.key)).encode()
+        broadcast = e.op.value in BROADCAST_OPS
+        headers = [
+            (H_SOURCE, e.source_id.encode()),
+            (H_TABLE, e.table.encode()),
+            (H_KEY, canonical_key),
+            (H_OP, e.op.value.encode()),
+            (H_POSITION, e.position.encode().encode()),
+        ]
+        if epoch is not None:
+            headers.append((H_EPOCH, str(epoch).encode()))
+        if e.schema_id is not None:
+            headers.append((H_SCHEMA, e.schema_id.encode()))
+        if self.fmt == "dblog":
+            value = _json(jsonl_record(e, epoch, micros_to_iso(written_at)))
+            key: Optional[bytes] = canonical_key
+        else:
+            if e.op is Op.RANGE:
+                return None
+            value = _json(self.envelope(e, written_at))
+            key = None if broadcast else _json(self.key_object(e, schema))
+        return Message(key, value, headers, None if broadcast else canonical_key)
+
+    def key_object(self, e: ChangeEvent, schema: Optional[TableSchema]) -> dict[str, Any]:
+        """Debezium's key: the key columns by name (``{"id": 42}``); ``{"key": [...]}`` only
+        for a schema this process never saw (partitioning does not depend on it)."""
+        if schema is not None and len(schema.key) == len(e.key):
+            return dict(zip(schema.key, e.key))
+        return {"key": list(e.key)}
+
+    def envelope(self, e: ChangeEvent, written_at: int) -> dict[str, Any]:
+        ts_us = e.commit_ts if e.commit_ts is not None else written_at
+        first, _, rest = e.table.partition(".")
+        source: dict[str, Any] = {
+            "version": _version,
+            "connector": self.connector or "dblog",
+            "name": e.source_id,
+            "ts_ms": ts_us // 1000,
+            "ts_us": ts_us,
+            # DBLog's dumps are what Debezium calls incremental snapshots (the same paper).
+            "snapshot": "incremental" if e.origin is Origin.DUMP else "false",
+        }
+        if self.connector == "postgresql":
+            source.update(db=self.database, schema=first, table=rest)
+        else:  # MySQL/MariaDB: "database.table"
+            source.update(db=first, table=rest)
+        if e.txid is not None:
+            if self.connector == "postgresql" and e.txid.isdigit():
+                source["txId"] = int(e.txid)
+            elif self.connector == "mysql" and ":" in e.txid:
+                source["gtid"] = e.txid
+        source.update(position=e.position.encode(), txid=e.txid, dump_id=e.dump_id, schema_id=e.schema_id)
+        return {
+            "before": _debezium_row(e.before),
+            "after": _debezium_row(e.after),
+            "source": source,
+            "op": e.op.value,
+            "ts_ms": written_at // 1000,
+            "ts_us": written_at,
+            "transaction": None,
+        }
+
+
+def _debezium_row(row: Optional[dict]) -> Optional[dict]:
+    if row is None or not any(is_unchanged_toast(v) for v in row.values()):
+        return row
+    return {k: DEBEZIUM_UNAVAILABLE if is_unchanged_toast(v) else v for k, v in row.items()}
+
+
+def header_map(headers: Optional[list]) -> dict[str, str]:
+    return {k: v.decode() for k, v in headers or () if v is not None}
+
+
+def event_from_message(headers: dict[str, str], value: bytes) -> ChangeEvent:
+    """The event a record holds, whatever its format (``scan`` and tests read them back)."""
+    rec = orjson.loads(value)
+    if "source" not in rec:  # dblog
+        return jsonl_event(rec)
+    src = rec["source"]
+    origin = Origin.DUMP if src.get("snapshot") == "incremental" else Origin.LOG
+    return jsonl_event(
+        {
+            "source_id": headers[H_SOURCE],
+            "table": headers[H_TABLE],
+            "op": rec["op"],
+            "key": orjson.loads(headers[H_KEY]),
+            "before": _from_debezium_row(rec["before"]),
+            "after": _from_debezium_row(rec["after"]),
+            "position": headers[H_POSITION],
+            "origin": origin.value,
+            "dump_id": src.get("dump_id"),
+            "schema_id": src.get("schema_id"),
+            "commit_ts": None if origin is Origin.DUMP else micros_to_iso(src.get("ts_us")),
+            "txid": src.get("txid"),
+        }
+    )
+
+
+def _from_debezium_row(row: Optional[dict]) -> Optional[dict]:
+    if row is None:
+        return None
+    return {k: unchanged_toast_value() if v == DEBEZIUM_UNAVAILABLE else v for k, v in row.items()}
+
+
+def schema_record(schema: TableSchema, registered_at: int) -> bytes:
+    """A ``schemas`` row of the changelog format, for the compacted schema topic."""
+    return _json(
+        {
+            "schema_id": schema.schema_id(),
+            "table": schema.table,
+            "schema_json": schema.to_json(),
+            "registered_at": micros_to_iso(registered_at),
+        }
+    )
