@@ -1,7 +1,16 @@
-"""Commit -> mirror latency with the Spark landing job on a fixed schedule (default 60 s).
+"""Commit -> mirror latency with the Spark landing job on a fixed schedule (default 60 s),
+driven by the changelog's commits, or continuous.
 
     DBLOG_SPARK_JARS=$(scripts/spark-jars) python -m bench.mirror_latency [--only pg|mysql]
-        [--period 60] [--minutes 4] [--rate 1000] [--runner session|process]
+        [--mode schedule|event|continuous] [--period 60] [--minutes 4] [--rate 1000]
+        [--runner session|process] [--min-interval 10] [--trigger-seconds 5]
+
+Modes: ``schedule`` lands on a grid of ``period`` seconds (below); ``event`` lands when the
+changelog has a new version (the dblog_land DAG's ``ChangelogCommitTrigger``: polled every
+second, at most once per ``min_interval``), each run a fresh JVM with ``--runner process`` as
+under Airflow (Airflow's own scheduling delay, a few seconds, is not in it); ``continuous``
+runs one streaming landing with a ``trigger_seconds`` processing-time trigger in a warm
+session, as ``ContinuousLandOperator``'s child does.
 
 Per database: a real capture (``InProcessCapture``, a thread of this process) writes the
 source's log into a Delta changelog in a temporary lake. A *paced writer* (a separate
@@ -52,6 +61,9 @@ DEFAULTS = {
     "rate": 1000,  # events/s the writer aims at
     "txn_rows": 50,  # rows per writer transaction (so rate / txn_rows commits per second)
     "runner": "session",  # "session": in-process Spark session; "process": a child process per run
+    "mode": "schedule",  # schedule | event | continuous
+    "min_interval": 10.0,  # event mode: seconds between landings at least
+    "trigger_seconds": 5.0,  # continuous mode: the streaming trigger
 }
 UPDATE_EVERY = 10  # every 10th transaction updates the keys of the transaction 5 before it
 
@@ -197,6 +209,58 @@ def scheduled_landings(
         slot += period  # the next slot; if it has passed already, the run starts at once
 
 
+def event_landings(cap, runner: str, spark, lake: str, mirror: str, min_interval: float, writer, say) -> list[dict]:
+    """Land whenever the changelog has a version after the last one landed for, at most once
+    per ``min_interval`` (what dblog_land's asset watcher does), until the sentinel landed."""
+    from airflow_provider_dblog.triggers.changelog import ChangelogCommitTrigger
+
+    watcher = ChangelogCommitTrigger(lake)
+    runs: list[dict] = []
+    fired, last = watcher._version(), float("-inf")  # the warm-up landed up to here
+    while True:
+        cap.check()
+        version = watcher._version()
+        if version is not None and (fired is None or version > fired) and time.time() - last >= min_interval:
+            fired, last = version, time.time()
+            r = land_once(runner, spark, lake)
+            r["slot"], r["late_s"] = r["start"], 0.0
+            runs.append(r)
+            say(
+                f"event landing {len(runs)} (changelog v{version}): {r['events']:,} events in {r['end'] - r['start']:.1f} s"
+            )
+            if not writer.is_alive() and sentinel_landed(spark, mirror):
+                return runs
+        time.sleep(1.0)
+
+
+def continuous_landing(cap, spark, lake: str, mirror: str, trigger_seconds: float, writer, say) -> list[dict]:
+    """One streaming landing (a micro-batch every ``trigger_seconds``) until the sentinel landed."""
+    import threading
+
+    from airflow_provider_dblog.spark.land_changelog import land
+
+    stop, result = threading.Event(), {}
+    t0 = time.time()
+    thread = threading.Thread(
+        target=lambda: result.update(
+            land(spark, lake, register=False, log=lambda m: None, trigger_seconds=trigger_seconds, stop=stop)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    try:
+        while writer.is_alive() or not sentinel_landed(spark, mirror):
+            cap.check()
+            if not thread.is_alive():
+                raise RuntimeError("bench: the continuous landing ended by itself")
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        thread.join(300)
+    say(f"continuous landing: {result.get('events', 0):,} events in {time.time() - t0:.0f} s")
+    return [{"start": t0, "end": time.time(), "events": result.get("events", 0), "slot": t0, "late_s": 0.0}]
+
+
 # -- analysis -------------------------------------------------------------------------------
 def expected_commits(txns: list) -> tuple[dict, int]:
     """key -> (wall time of its last commit, op of its last write); max key."""
@@ -316,9 +380,23 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
         writer.start()
         t0 = started.get(timeout=120)
         mirror = mirror_path(f"{lake}/mirrors", sid, db.event_table)
-        runs = scheduled_landings(
-            cap, o["runner"], spark, lake, mirror, o["period"], writer, t0 + o["period"], t0 + o["minutes"] * 60, say
-        )
+        if o["mode"] == "event":
+            runs = event_landings(cap, o["runner"], spark, lake, mirror, o["min_interval"], writer, say)
+        elif o["mode"] == "continuous":
+            runs = continuous_landing(cap, spark, lake, mirror, o["trigger_seconds"], writer, say)
+        else:
+            runs = scheduled_landings(
+                cap,
+                o["runner"],
+                spark,
+                lake,
+                mirror,
+                o["period"],
+                writer,
+                t0 + o["period"],
+                t0 + o["minutes"] * 60,
+                say,
+            )
         writer.join(60)  # it may still be writing its record of commit times
         with open(out_path) as f:
             w = json.load(f)
@@ -343,6 +421,9 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
         ok = True
         return {
             "label": db.label,
+            "mode": o["mode"],
+            "min_interval_s": o["min_interval"] if o["mode"] == "event" else None,
+            "trigger_s": o["trigger_seconds"] if o["mode"] == "continuous" else None,
             "period_s": o["period"],
             "minutes": o["minutes"],
             "runner": o["runner"],
@@ -399,9 +480,24 @@ def markdown(results: dict) -> str:
     good = {k: r for k, r in results.items() if "error" not in r}
     any_r = next(iter(good.values()), {})
     period = any_r.get("period_s", DEFAULTS["period"])
+    mode = any_r.get("mode", "schedule")
+    title = {
+        "schedule": f"landing every {period:.0f} s",
+        "event": f"event-driven landing, at most every {any_r.get('min_interval_s') or 0:.0f} s",
+        "continuous": f"continuous landing, a {any_r.get('trigger_s') or 0:.0f} s trigger",
+    }[mode]
+    how = {
+        "schedule": "",
+        "event": "Mode `event`: instead of the grid, a run starts when the changelog has a new Delta "
+        "version (the `ChangelogCommitTrigger` of dblog_land's asset watcher, polled every second), "
+        "at most once per minimum interval; Airflow's own scheduling delay is not included. ",
+        "continuous": "Mode `continuous`: instead of the grid, one streaming query (`land_changelog "
+        "--continuous`) lands a micro-batch per trigger interval for the whole run. ",
+    }[mode]
     lines = [
-        f"### Commit → mirror latency (landing every {period:.0f} s)",
+        f"### Commit → mirror latency ({title})",
         "",
+        how,
         "A paced writer (its own process) commits ~1k events/s (50-row transactions, 90 % inserts, 10 % "
         "updates) for several minutes; the capture (in-process) writes the changelog; the landing job "
         "(`land_changelog.land`) runs on a fixed grid of one period from the writer's start, never "
@@ -491,8 +587,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--rate", type=int, default=DEFAULTS["rate"], help="events/s the writer aims at")
     p.add_argument("--txn-rows", type=int, default=DEFAULTS["txn_rows"])
     p.add_argument("--runner", choices=["session", "process"], default=DEFAULTS["runner"])
+    p.add_argument("--mode", choices=["schedule", "event", "continuous"], default=DEFAULTS["mode"])
+    p.add_argument("--min-interval", type=float, default=DEFAULTS["min_interval"], help="event mode")
+    p.add_argument("--trigger-seconds", type=float, default=DEFAULTS["trigger_seconds"], help="continuous mode")
     args = p.parse_args(argv)
     opts = {
+        "mode": args.mode,
+        "min_interval": args.min_interval,
+        "trigger_seconds": args.trigger_seconds,
         "period": args.period,
         "minutes": args.minutes,
         "rate": args.rate,

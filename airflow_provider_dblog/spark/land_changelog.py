@@ -80,6 +80,8 @@ def absolute(location: str) -> str:
     """A local path made absolute (``file:`` and object-store URLs are left as they are):
     Spark resolves ``delta.`<path>``` names and streaming checkpoints against different
     directories, and refuses a relative one in a table name outright."""
+    if location.startswith("delta://"):  # the capture's output URL (delta:///data/lake) names the same root
+        location = location[len("delta://") :]
     if "://" in location or location.startswith("file:"):
         return location.rstrip("/")
     return os.path.abspath(os.path.expanduser(location))

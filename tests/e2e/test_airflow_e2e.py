@@ -9,12 +9,19 @@ scripts/airflow_stack.py, its settings docker/airflow.env (shared with docker/co
    The time from the REST call to the rows being durable in the changelog is printed.
 3. The triggerer is stopped while the capture runs, rows are written, the triggerer starts
    again: the capture resumes and every written row arrives (nothing lost across the gap).
+4. ``dblog_land`` (event mode): a backfill of every table through REST, then the changelog's
+   new commits fire the AssetWatcher in the triggerer, dblog_land's SparkSubmitOperator runs
+   a real spark-submit, and every typed mirror equals its source table row for row.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import os
 import random
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -25,7 +32,14 @@ pytest.importorskip("airflow")
 
 REPO = Path(__file__).resolve().parents[2]
 
-from scripts.airflow_stack import Airflow, changelog_keys, dag_env, metadata_database, pid_alive  # noqa: E402
+from scripts.airflow_stack import (  # noqa: E402
+    Airflow,
+    changelog_keys,
+    conn_env_name,
+    dag_env,
+    metadata_database,
+    pid_alive,
+)
 from scripts.polling import wait_for  # noqa: E402
 from tests.integration.databases import MySQLAdapter, env  # noqa: E402
 
@@ -87,6 +101,20 @@ def stack(tmp_path_factory, metadata_db):
         state_conn={"conn_type": "dblog_state", "host": str(tmp_path / "state.db")},
         changelog=lake,
         repair_tables=db.tables(),
+    )
+    jars = subprocess.run([str(REPO / "scripts" / "spark-jars")], capture_output=True, text=True, timeout=900)
+    assert jars.returncode == 0, jars.stderr
+    dag_settings.update(  # dblog_land: a local Spark through this venv's spark-submit, the jars resolved once
+        {
+            conn_env_name("spark_default"): json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+            "DBLOG_SPARK_JARS": jars.stdout.strip(),
+            "DBLOG_LAND_SOURCE": source_id,
+            "DBLOG_LAND_MODE": "event",
+            "DBLOG_LAND_POLL_INTERVAL": "1",
+            "DBLOG_LAND_MIN_INTERVAL": "5",
+            "DBLOG_LAND_SCHEDULE": "0 0 1 1 *",  # no cron run in the test's lifetime: only events
+        }
     )
     af = Airflow(tmp_path / "airflow", metadata_db, dag_settings)
     try:
@@ -275,3 +303,81 @@ def test_trigger_form_in_chromium(stack, browser):
     )
     assert af.run_state("dblog_repair_dump", run["dag_run_id"]) == "success", af.tails()
     assert {(101,), (102,), (103,)} <= changelog_keys(stack.lake, stack.source_id, table, "r")
+
+
+def test_new_commits_land_through_the_asset_watcher_and_mirrors_equal_sources(stack, tmp_path, capsys):
+    """Issue 12 parts 2 and 3 in a real Airflow: dblog_backfill (REST) dumps every table; the
+    changelog's commits fire ChangelogCommitTrigger in the triggerer (an AssetWatcher), which
+    runs dblog_land through SparkSubmitOperator; then every typed mirror equals its source."""
+    from tests.integration.capture_proc import write_config
+
+    af, db, lake, source_id = stack.af, stack.db, stack.lake, stack.source_id
+    af.wait_ready(("dblog_land", "dblog_backfill"))
+    af.unpause("dblog_backfill")
+    run_id = af.trigger("dblog_backfill", {})
+    assert af.wait_run("dblog_backfill", run_id, timeout=300) == "success", af.tails()
+    insert_accounts(db, range(930001, 930006))  # a last write: the landing must carry it too
+    wait_for(
+        lambda: {(i,) for i in range(930001, 930006)} <= changelog_keys(lake, source_id, stack.accounts, "c"),
+        120,
+        "the last writes in the changelog",
+        alive=af.assert_alive,
+        detail=af.tails,
+    )
+    written = time.time()
+    af.unpause("dblog_land")
+    fired: list = []  # the watcher's asset events behind the run that landed the last writes
+
+    def landed_after_the_last_write():
+        runs = af.request("GET", "/api/v2/dags/dblog_land/dagRuns?order_by=run_after")["dag_runs"]
+        done = [
+            r
+            for r in runs
+            if r["state"] == "success"
+            and r["run_type"] == "asset_triggered"
+            and dt.datetime.fromisoformat(r["start_date"]).timestamp() > written
+        ]
+        for r in done:  # fired by the watcher (not only by the backfill's changelog asset event)
+            events = af.request("GET", f"/api/v2/dags/dblog_land/dagRuns/{r['dag_run_id']}/upstreamAssetEvents")
+            watched = [e for e in events["asset_events"] if e["name"] == "dblog_changelog_commits"]
+            if watched:
+                fired.extend(watched)
+                return True
+        return False
+
+    t0 = time.monotonic()
+    wait_for(
+        landed_after_the_last_write,
+        900,
+        "an asset-triggered dblog_land run",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=2,
+    )
+    with capsys.disabled():
+        print(f"\n[e2e] last write -> landed by an event-driven dblog_land run: {time.monotonic() - t0:.0f} s")
+        print(f"[e2e] the watcher's asset event: {fired[0].get('extra')}")
+    runs = af.request("GET", "/api/v2/dags/dblog_land/dagRuns")["dag_runs"]
+    assert all(r["state"] in ("success", "running", "queued") for r in runs), runs
+
+    config = write_config(tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db", lake)
+    env = {**os.environ, "DBLOG_SPARK_JARS": af.environ["DBLOG_SPARK_JARS"]}
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_dblog.spark.verify_mirror",
+            "--config",
+            str(config),
+            "--lake",
+            lake[len("delta://") :],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    with capsys.disabled():
+        print(check.stdout)
+    assert check.returncode == 0, check.stdout + check.stderr[-3000:]
+    assert check.stdout.count(" 0 mismatches") == len(db.tables()), check.stdout
