@@ -645,7 +645,7 @@ class Engine:
             self.scheduler.aborted(plan.table, aborted[0].reason)
         else:
             self.scheduler.opened()
-            if result is not None:
+            if result is not None and self.scheduler.adaptive(plan):  # signals cost a query: adaptive dumps only
                 self.scheduler.observe(plan, self._pace_signals(select_seconds, len(selected)))
 
     def _pace_signals(self, select_seconds: float, rows: int) -> PaceSignals:

@@ -185,14 +185,20 @@ class DumpScheduler:
             pacer = self._pacers[dump.dump_id] = Pacer(c.chunk_size, c.delay_ms, MAX_CHUNK_SIZE)
         return pacer
 
-    def observe(self, plan: ChunkPlan, signals: PaceSignals) -> None:
-        """A chunk was selected: an adaptive dump adjusts its pace to the source's health."""
+    def adaptive(self, plan: ChunkPlan) -> bool:
         dump = self._find(plan.dump_id)
-        if dump is not None and dump.control.adaptive:
-            before = self._pace(dump).signal
-            self._pace(dump).observe(signals)
-            if self._pace(dump).signal != before:
-                log.info("dump %s: pace %s", plan.dump_id, self._pace(dump).report())
+        return dump is not None and dump.control.adaptive
+
+    def observe(self, plan: ChunkPlan, signals: PaceSignals) -> None:
+        """A chunk of an adaptive dump was selected: it adjusts its pace to the source's health."""
+        dump = self._find(plan.dump_id)
+        if dump is None or not dump.control.adaptive:
+            return
+        pacer = self._pace(dump)
+        before = pacer.signal
+        pacer.observe(signals)
+        if pacer.signal != before:
+            log.info("dump %s: pace %s", plan.dump_id, pacer.report())
 
     def failed(self, plan: ChunkPlan, exc: BaseException) -> None:
         """The chunk could not be selected for a reason of the request's own (unknown table,
