@@ -6,11 +6,16 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install services services-down lint test test-unit test-integration demo bench clean
 
-# A virtualenv with the package and its test extras; redone when pyproject.toml changes.
-$(STAMP): pyproject.toml
+# A virtualenv with the package and its test extras; redone when pyproject.toml or the
+# native rows decoder (native/, compiled by pip through setuptools-rust) changes. The package
+# runs without the decoder (mysql-replication decodes the rows then), but here it must build.
+NATIVE := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
+$(STAMP): pyproject.toml $(NATIVE)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]'
+	@$(PY) -c 'import airflow_provider_dblog._rows_native' || { \
+	  echo "native/ (the binlog rows decoder) did not build: install Rust (cargo), then make install" >&2; exit 1; }
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -41,6 +41,7 @@ from ..core.errors import ConfigurationError, PositionLostError
 from ..core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
 from .mysql_gtid import History, encode_gtid_coord, gtid_coord_prefix, parse_gtid
+from .mysql_rows_native import NativeRows
 from .mysql_values import binlog_converters
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,7 @@ class BinlogReader(threading.Thread):
         self._table_schemas: dict[str, TableSchema] = {}
         self._emitted: dict[str, str] = {}
         self._converters: dict[str, tuple] = {}  # schema id -> (column names, converters)
+        self._native = NativeRows()  # the compiled rows decoder, when built (mysql_rows_native.py)
 
     # -- thread ----------------------------------------------------------------------------
     def _connect(self, **kwargs: Any) -> pymysql.connections.Connection:
@@ -431,6 +433,7 @@ class BinlogReader(threading.Thread):
         # First sight of the table, or its columns changed (ALTER TABLE): ask the catalog.
         schema = self._schema_for(table, list(ev.columns))
         self._signatures[table] = sig
+        self._native.forget(table)
         self._table_schemas[table] = schema
         sid = schema.schema_id()
         if self._emitted.get(table) == sid:
@@ -453,80 +456,50 @@ class BinlogReader(threading.Thread):
             return {n: f(v, none_sources.get(k)) for n, f, (k, v) in zip(names, fns, values.items())}
         return {n: f(v, None) for n, f, v in zip(names, fns, values.values())}
 
+    def _images(self, ev: Any, table: str, schema: TableSchema) -> list:
+        """The event's rows as (before, after) pairs of canonical images: from the compiled
+        decoder, or from mysql-replication's values through ``_convert``."""
+        native = self._native.rows(ev, table, schema.columns)
+        if native is not None:
+            return native
+        convert = self._convert
+        if isinstance(ev, UpdateRowsEvent):
+            return [
+                (
+                    convert(schema, row["before_values"], row["before_none_sources"]),
+                    convert(schema, row["after_values"], row["after_none_sources"]),
+                )
+                for row in ev.rows
+            ]
+        if isinstance(ev, WriteRowsEvent):
+            return [(None, convert(schema, row["values"], row["none_sources"])) for row in ev.rows]
+        return [(convert(schema, row["values"], row["none_sources"]), None) for row in ev.rows]
+
     def _rows(self, ev: Any, start: int) -> list:
         table = f"{ev.schema}.{ev.table}"
         if table != self._watermark_table and table not in self._captured:
             return []  # not decoded, not numbered
-        positions = self._take_rows(start, len(ev.rows))
         if table == self._watermark_table:
-            return self._watermarks(ev, positions)
+            return self._watermarks(ev, self._take_rows(start, len(ev.rows)))
         schema = self._table_schemas[table]
+        images = self._images(ev, table, schema)
+        positions = self._take_rows(start, len(images))
         sid = schema.schema_id()
         commit_ts = ev.packet.timestamp * 1_000_000
         txid = self._txid()
-        out: list[ChangeEvent] = []
-        append, convert, key_of, src = out.append, self._convert, schema.key_getter(), self._source_id
-        # The event's kind, once per event; positional ChangeEvent arguments (every row).
-        if isinstance(ev, UpdateRowsEvent):
-            for i, row in enumerate(ev.rows):
-                before = convert(schema, row["before_values"], row["before_none_sources"])
-                after = convert(schema, row["after_values"], row["after_none_sources"])
-                # A key change: the new key, before keeps the old.
-                append(
-                    ChangeEvent(
-                        src,
-                        table,
-                        Op.UPDATE,
-                        key_of(after),
-                        before,
-                        after,
-                        positions[i],
-                        commit_ts,
-                        txid,
-                        Origin.LOG,
-                        None,
-                        sid,
-                    )
-                )
-        elif isinstance(ev, WriteRowsEvent):
-            for i, row in enumerate(ev.rows):
-                after = convert(schema, row["values"], row["none_sources"])
-                append(
-                    ChangeEvent(
-                        src,
-                        table,
-                        Op.CREATE,
-                        key_of(after),
-                        None,
-                        after,
-                        positions[i],
-                        commit_ts,
-                        txid,
-                        Origin.LOG,
-                        None,
-                        sid,
-                    )
-                )
-        else:
-            for i, row in enumerate(ev.rows):
-                before = convert(schema, row["values"], row["none_sources"])
-                append(
-                    ChangeEvent(
-                        src,
-                        table,
-                        Op.DELETE,
-                        key_of(before),
-                        before,
-                        None,
-                        positions[i],
-                        commit_ts,
-                        txid,
-                        Origin.LOG,
-                        None,
-                        sid,
-                    )
-                )
-        return out
+        key_of, src = schema.key_getter(), self._source_id
+        # The event's kind, once per event; a key change keeps the old key in before.
+        # Positional ChangeEvent arguments (every row).
+        op = (
+            Op.UPDATE if isinstance(ev, UpdateRowsEvent) else Op.CREATE if isinstance(ev, WriteRowsEvent) else Op.DELETE
+        )
+        keyed = 0 if op is Op.DELETE else 1
+        return [
+            ChangeEvent(
+                src, table, op, key_of(pair[keyed]), pair[0], pair[1], pos, commit_ts, txid, Origin.LOG, None, sid
+            )
+            for pair, pos in zip(images, positions)
+        ]
 
     def _watermarks(self, ev: Any, positions: list[Position]) -> list:
         if isinstance(ev, DeleteRowsEvent):

@@ -1,0 +1,819 @@
+//! Decodes the row images of MySQL/MariaDB binlog rows events (WRITE/UPDATE/DELETE, v1 and
+//! v2) straight into DBLog's canonical values (airflow_provider_dblog/sources/mysql_values.py).
+//!
+//! mysql-replication keeps the connection, the event framing and the table maps; Python hands
+//! over the event's packet bytes with the offsets of the row images, and a `Plan` built once per
+//! table map (airflow_provider_dblog/sources/mysql_rows_native.py says what each column spec
+//! means). Decoding runs in two phases: the images are parsed into `Cell`s without the GIL
+//! (released for large events only), then the Python dicts are built with it.
+//!
+//! Anything this decoder does not reproduce exactly raises `Unsupported`, and the caller decodes
+//! that event with mysql-replication instead; a body that ends inside a row raises
+//! `RowsDecodeError` naming the column and the offsets.
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use std::fmt::Write as _;
+
+create_exception!(
+    airflow_provider_dblog._rows_native,
+    RowsDecodeError,
+    PyValueError,
+    "A rows event body that cannot be decoded (truncated or malformed)."
+);
+create_exception!(
+    airflow_provider_dblog._rows_native,
+    Unsupported,
+    PyException,
+    "A column type or value the native decoder does not handle: decode the event in Python."
+);
+
+// Column spec codes (the first item of each spec tuple; mysql_rows_native.py has the same list).
+const INT: u8 = 1;
+const DECIMAL: u8 = 2;
+const DOUBLE: u8 = 3;
+const FLOAT: u8 = 4;
+const STRING: u8 = 5;
+const YEAR: u8 = 6;
+const BIT: u8 = 7;
+const DATE: u8 = 8;
+const DATETIME2: u8 = 9;
+const TIMESTAMP2: u8 = 10;
+const TIME2: u8 = 11;
+const ENUM: u8 = 12;
+const SET: u8 = 13;
+
+// Output of a STRING column.
+const AS_TEXT: i64 = 0;
+const AS_BINARY: i64 = 1;
+const AS_JSON: i64 = 2;
+
+/// Below this body size the GIL is kept: giving it up and taking it back costs more than a
+/// small event takes to decode, and another thread may hold it for a whole switch interval.
+const RELEASE_GIL_BYTES: usize = 32 * 1024;
+
+#[derive(Clone)]
+enum Col {
+    Int {
+        width: usize,
+        unsigned: bool,
+    },
+    Decimal {
+        precision: usize,
+        scale: usize,
+    },
+    Double,
+    Float,
+    Str {
+        prefix: usize,
+        out: i64,
+        codec: bool,
+        pad: usize,
+    },
+    Year,
+    Bit {
+        nbytes: usize,
+        first_bits: u32,
+    },
+    Date,
+    DateTime2 {
+        fsp: u32,
+    },
+    Timestamp2 {
+        fsp: u32,
+    },
+    Time2 {
+        fsp: u32,
+    },
+    Enum {
+        size: usize,
+        labels: usize,
+    }, // labels: count (0 = no labels in the table map)
+    Set {
+        size: usize,
+        members: Vec<(u32, String)>,
+        known: bool,
+    },
+}
+
+/// One decoded value, still without Python objects (phase 1 runs without the GIL).
+enum Cell {
+    Null,
+    I(i64),
+    U(u64),
+    F(f64),
+    Utf8(usize, usize),  // validated UTF-8 slice of the packet
+    Codec(usize, usize), // slice decoded with the column's Python codec
+    Json(usize, usize),  // validated UTF-8 slice, parsed by json.loads
+    JsonCodec(usize, usize),
+    Text(String),
+    B64(String),
+    Label(usize),
+}
+
+enum Fail {
+    Truncated {
+        col: usize,
+        need: usize,
+        at: usize,
+        left: usize,
+    },
+    Unsupported(String),
+}
+
+type R<T> = Result<T, Fail>;
+
+#[pyclass(frozen, module = "airflow_provider_dblog._rows_native")]
+struct Plan {
+    cols: Vec<Col>,
+    names: Vec<Py<PyString>>,
+    codecs: Vec<Option<std::ffi::CString>>,
+    labels: Vec<Vec<Py<PyString>>>,
+    json_loads: Py<PyAny>,
+    b64_key: Py<PyString>,
+}
+
+fn spec_err(i: usize, msg: &str) -> PyErr {
+    PyValueError::new_err(format!("column spec {i}: {msg}"))
+}
+
+#[pymethods]
+impl Plan {
+    /// Plan(names, specs): specs[i] = (code, a, b, c, extra), see mysql_rows_native.py.
+    #[new]
+    fn new(py: Python<'_>, names: Vec<String>, specs: Vec<(u8, i64, i64, i64, Bound<'_, PyAny>)>) -> PyResult<Self> {
+        if names.len() != specs.len() || names.is_empty() {
+            return Err(PyValueError::new_err(
+                "names and specs must be non-empty and of one length",
+            ));
+        }
+        let mut cols = Vec::with_capacity(specs.len());
+        let mut codecs = Vec::with_capacity(specs.len());
+        let mut labels = Vec::with_capacity(specs.len());
+        for (i, (code, a, b, c, extra)) in specs.into_iter().enumerate() {
+            let mut codec = None;
+            let mut col_labels: Vec<Py<PyString>> = Vec::new();
+            let col = match code {
+                INT => {
+                    if ![1, 2, 3, 4, 8].contains(&a) {
+                        return Err(spec_err(i, "integer width must be 1, 2, 3, 4 or 8"));
+                    }
+                    Col::Int {
+                        width: a as usize,
+                        unsigned: b != 0,
+                    }
+                }
+                DECIMAL => {
+                    if !(1..=65).contains(&a) || b < 0 || b > a || b > 38 {
+                        return Err(spec_err(i, "bad decimal precision/scale"));
+                    }
+                    Col::Decimal {
+                        precision: a as usize,
+                        scale: b as usize,
+                    }
+                }
+                DOUBLE => Col::Double,
+                FLOAT => Col::Float,
+                STRING => {
+                    if !(1..=4).contains(&a) || !(AS_TEXT..=AS_JSON).contains(&b) || c < 0 {
+                        return Err(spec_err(i, "bad string spec"));
+                    }
+                    if !extra.is_none() {
+                        let name: String = extra.extract()?;
+                        codec = Some(std::ffi::CString::new(name).map_err(|_| spec_err(i, "bad codec name"))?);
+                    }
+                    Col::Str {
+                        prefix: a as usize,
+                        out: b,
+                        codec: codec.is_some(),
+                        pad: c as usize,
+                    }
+                }
+                YEAR => Col::Year,
+                BIT => {
+                    if !(1..=8).contains(&a) || !(1..=8).contains(&b) {
+                        return Err(spec_err(i, "bad bit spec"));
+                    }
+                    Col::Bit {
+                        nbytes: a as usize,
+                        first_bits: b as u32,
+                    }
+                }
+                DATE => Col::Date,
+                DATETIME2 | TIMESTAMP2 | TIME2 => {
+                    if !(0..=6).contains(&a) {
+                        return Err(spec_err(i, "fractional seconds precision must be 0..6"));
+                    }
+                    let fsp = a as u32;
+                    match code {
+                        DATETIME2 => Col::DateTime2 { fsp },
+                        TIMESTAMP2 => Col::Timestamp2 { fsp },
+                        _ => Col::Time2 { fsp },
+                    }
+                }
+                ENUM => {
+                    if !(1..=2).contains(&a) {
+                        return Err(spec_err(i, "enum size must be 1 or 2"));
+                    }
+                    if !extra.is_none() {
+                        for label in extra.try_iter()? {
+                            col_labels.push(label?.downcast_into::<PyString>()?.unbind());
+                        }
+                    }
+                    Col::Enum {
+                        size: a as usize,
+                        labels: col_labels.len(),
+                    }
+                }
+                SET => {
+                    if !(1..=8).contains(&a) {
+                        return Err(spec_err(i, "set size must be 1..8"));
+                    }
+                    let known = !extra.is_none();
+                    let mut members = Vec::new();
+                    if known {
+                        for m in extra.try_iter()? {
+                            let (bit, label): (u32, String) = m?.extract()?;
+                            if bit >= 64 {
+                                return Err(spec_err(i, "set member bit out of range"));
+                            }
+                            members.push((bit, label));
+                        }
+                    }
+                    Col::Set {
+                        size: a as usize,
+                        members,
+                        known,
+                    }
+                }
+                _ => return Err(spec_err(i, "unknown column code")),
+            };
+            cols.push(col);
+            codecs.push(codec);
+            labels.push(col_labels);
+        }
+        let names = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
+        let json_loads = py.import("json")?.getattr("loads")?.unbind();
+        Ok(Plan {
+            cols,
+            names,
+            codecs,
+            labels,
+            json_loads,
+            b64_key: PyString::intern(py, "$b64").unbind(),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.cols.len()
+    }
+
+    /// The rows of one rows event as a list of (before, after) tuples of {name: value} dicts
+    /// (None for the image the kind has not: kind 0 write, 1 delete, 2 update).
+    /// ``data[start:end]`` holds the row images; ``present`` / ``present_after`` are the
+    /// columns-present bitmaps (the second one for updates only).
+    #[pyo3(signature = (data, start, end, kind, present, present_after=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
+    fn decode<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyBytes>,
+        start: usize,
+        end: usize,
+        kind: u8,
+        present: &[u8],
+        present_after: Option<&[u8]>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let buf = data.as_bytes();
+        if start > end || end > buf.len() {
+            return Err(RowsDecodeError::new_err(format!(
+                "rows event body {start}..{end} lies outside its packet of {} bytes",
+                buf.len()
+            )));
+        }
+        let n = self.cols.len();
+        let bitmap_len = n.div_ceil(8);
+        let images = match kind {
+            0 | 1 => 1,
+            2 => 2,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "kind must be 0 (write), 1 (delete) or 2 (update)",
+                ))
+            }
+        };
+        let after = if images == 2 {
+            present_after.ok_or_else(|| PyValueError::new_err("an update needs present_after"))?
+        } else {
+            present
+        };
+        if present.len() < bitmap_len || after.len() < bitmap_len {
+            return Err(RowsDecodeError::new_err(format!(
+                "columns-present bitmap of {} bytes for {n} columns",
+                present.len().min(after.len())
+            )));
+        }
+        let parse = || self.parse(buf, start, end, present, after, images);
+        let parsed = if end - start >= RELEASE_GIL_BYTES {
+            py.allow_threads(parse)
+        } else {
+            parse()
+        };
+        let cells = parsed.map_err(|f| match f {
+            Fail::Truncated { col, need, at, left } => RowsDecodeError::new_err(format!(
+                "rows event truncated: column {col} ({}) needs {need} bytes at offset {at}, {left} left",
+                self.names[col].bind(py)
+            )),
+            Fail::Unsupported(msg) => Unsupported::new_err(msg),
+        })?;
+        self.build(py, buf, &cells, kind, images)
+    }
+}
+
+/// A bounds-checked reader over the row images.
+struct Rd<'a> {
+    d: &'a [u8],
+    pos: usize,
+    end: usize,
+    col: usize,
+}
+
+impl<'a> Rd<'a> {
+    #[inline]
+    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+        if self.end - self.pos < n {
+            return Err(Fail::Truncated {
+                col: self.col,
+                need: n,
+                at: self.pos,
+                left: self.end - self.pos,
+            });
+        }
+        let s = &self.d[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    #[inline]
+    fn le(&mut self, n: usize) -> R<u64> {
+        Ok(self.take(n)?.iter().rev().fold(0u64, |acc, &b| (acc << 8) | b as u64))
+    }
+    #[inline]
+    fn be(&mut self, n: usize) -> R<u64> {
+        Ok(self.take(n)?.iter().fold(0u64, |acc, &b| (acc << 8) | b as u64))
+    }
+    /// A big-endian signed integer of n bytes (how mysql-replication reads fractions).
+    #[inline]
+    fn be_signed(&mut self, n: usize) -> R<i64> {
+        let v = self.be(n)?;
+        let shift = 64 - 8 * n as u32;
+        Ok(((v << shift) as i64) >> shift)
+    }
+}
+
+fn unsupported<T>(msg: String) -> R<T> {
+    Err(Fail::Unsupported(msg))
+}
+
+const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// (year, month, day) of a day count since 1970-01-01 (proleptic Gregorian).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// 'YYYY-MM-DDTHH:MM:SS[.ffffff]', as datetime.isoformat() writes it.
+fn iso_datetime(out: &mut String, (y, mo, d): (i64, i64, i64), (h, mi, s): (i64, i64, i64), micro: i64) {
+    let _ = write!(out, "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}");
+    if micro != 0 {
+        let _ = write!(out, ".{micro:06}");
+    }
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn base64(raw: &[u8], pad_to: usize) -> String {
+    let mut bytes = raw.to_vec();
+    if bytes.len() < pad_to {
+        bytes.resize(pad_to, 0); // BINARY(n) is zero-padded; the binlog drops the padding
+    }
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        out.push(B64[(n >> 18) as usize & 63] as char);
+        out.push(B64[(n >> 12) as usize & 63] as char);
+        out.push(if chunk.len() > 1 {
+            B64[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if chunk.len() > 2 {
+            B64[n as usize & 63] as char
+        } else {
+            '='
+        });
+    }
+    out
+}
+
+impl Plan {
+    fn parse(&self, d: &[u8], start: usize, end: usize, present: &[u8], after: &[u8], images: usize) -> R<Vec<Cell>> {
+        let n = self.cols.len();
+        let mut rd = Rd {
+            d,
+            pos: start,
+            end,
+            col: 0,
+        };
+        let mut cells = Vec::with_capacity(n * images * 16);
+        while rd.pos < rd.end {
+            self.image(&mut rd, present, &mut cells)?;
+            if images == 2 {
+                self.image(&mut rd, after, &mut cells)?;
+            }
+        }
+        Ok(cells)
+    }
+
+    fn image(&self, rd: &mut Rd<'_>, present: &[u8], out: &mut Vec<Cell>) -> R<()> {
+        let n = self.cols.len();
+        let bitmap = &present[..n.div_ceil(8)];
+        // mysql-replication counts every bit of the bitmap; the padding bits are zero.
+        let count: u32 = bitmap.iter().map(|b| b.count_ones()).sum();
+        rd.col = 0;
+        let nulls = rd.take((count as usize).div_ceil(8))?;
+        let mut ni = 0usize;
+        for (i, col) in self.cols.iter().enumerate() {
+            if bitmap[i / 8] & (1 << (i % 8)) == 0 {
+                out.push(Cell::Null); // not in the image (binlog_row_image=MINIMAL)
+                continue;
+            }
+            let is_null = nulls[ni / 8] & (1 << (ni % 8)) != 0;
+            ni += 1;
+            if is_null {
+                out.push(Cell::Null);
+                continue;
+            }
+            rd.col = i;
+            out.push(self.value(rd, i, col)?);
+        }
+        Ok(())
+    }
+
+    fn value(&self, rd: &mut Rd<'_>, i: usize, col: &Col) -> R<Cell> {
+        Ok(match col {
+            Col::Int { width, unsigned } => {
+                let v = rd.le(*width)?;
+                if *unsigned {
+                    Cell::U(v)
+                } else {
+                    let shift = 64 - 8 * *width as u32;
+                    Cell::I(((v << shift) as i64) >> shift)
+                }
+            }
+            Col::Decimal { precision, scale } => Cell::Text(decimal(rd, *precision, *scale)?),
+            Col::Double => Cell::F(f64::from_bits(rd.le(8)?)),
+            Col::Float => {
+                // FLOAT is normalised to 7 significant digits (mysql_values.py); Rust's exact
+                // formatting rounds half to even like Python's '%.7g'.
+                let v = f32::from_bits(rd.le(4)? as u32) as f64;
+                Cell::F(format!("{v:.6e}").parse::<f64>().unwrap_or(v))
+            }
+            Col::Str {
+                prefix,
+                out,
+                codec,
+                pad,
+            } => {
+                let len = rd.le(*prefix)? as usize;
+                let at = rd.pos;
+                let raw = rd.take(len)?;
+                match *out {
+                    AS_BINARY => Cell::B64(base64(raw, *pad)),
+                    _ if *codec => {
+                        if *out == AS_JSON {
+                            Cell::JsonCodec(at, len)
+                        } else {
+                            Cell::Codec(at, len)
+                        }
+                    }
+                    _ => {
+                        if std::str::from_utf8(raw).is_err() {
+                            return unsupported(format!("column {i}: a value is not valid UTF-8"));
+                        }
+                        if *out == AS_JSON {
+                            Cell::Json(at, len)
+                        } else {
+                            Cell::Utf8(at, len)
+                        }
+                    }
+                }
+            }
+            Col::Year => {
+                let y = rd.le(1)? as i64;
+                Cell::I(if y == 0 { 0 } else { 1900 + y }) // YEAR 0000 is stored as 0
+            }
+            Col::Bit { nbytes, first_bits } => {
+                let raw = rd.take(*nbytes)?;
+                let mask = if *first_bits >= 8 {
+                    0xFF
+                } else {
+                    (1u16 << first_bits) as u8 - 1
+                };
+                let v = raw[1..]
+                    .iter()
+                    .fold((raw[0] & mask) as u64, |acc, &b| (acc << 8) | b as u64);
+                Cell::U(v)
+            }
+            Col::Date => {
+                let t = rd.le(3)? as i64;
+                let (y, m, d) = ((t >> 9) & 0x7FFF, (t >> 5) & 0xF, t & 0x1F);
+                if t == 0 || y == 0 || m == 0 || d == 0 {
+                    Cell::Null // zero dates (documented in mysql_values.py)
+                } else if m > 12 || d > days_in_month(y, m) || y > 9999 {
+                    return unsupported(format!("column {i}: a DATE that is no calendar date"));
+                } else {
+                    Cell::Text(format!("{y:04}-{m:02}-{d:02}"))
+                }
+            }
+            Col::DateTime2 { fsp } => {
+                let v = rd.be(5)? as i64;
+                let ym = (v >> 22) & 0x1FFFF;
+                let (y, mo, d) = (ym / 13, ym % 13, (v >> 17) & 0x1F);
+                let (h, mi, s) = ((v >> 12) & 0x1F, (v >> 6) & 0x3F, v & 0x3F);
+                let micro = fraction(rd, *fsp)?;
+                let valid = (1..=9999).contains(&y)
+                    && (1..=12).contains(&mo)
+                    && d >= 1
+                    && d <= days_in_month(y, mo)
+                    && h <= 23
+                    && mi <= 59
+                    && s <= 59;
+                if !valid {
+                    Cell::Null // zero or invalid datetimes: no Python datetime
+                } else if micro > 999_999 {
+                    return unsupported(format!("column {i}: fractional seconds out of range"));
+                } else {
+                    let mut t = String::with_capacity(26);
+                    iso_datetime(&mut t, (y, mo, d), (h, mi, s), micro.max(0));
+                    Cell::Text(t)
+                }
+            }
+            Col::Timestamp2 { fsp } => {
+                let secs = rd.be_signed(4)?;
+                let micro = fraction(rd, *fsp)?.max(0);
+                if micro > 999_999 {
+                    return unsupported(format!("column {i}: fractional seconds out of range"));
+                }
+                if secs == 0 && micro == 0 {
+                    Cell::Null // a zero TIMESTAMP is written as epoch 0
+                } else {
+                    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+                    let mut t = String::with_capacity(32);
+                    iso_datetime(
+                        &mut t,
+                        civil_from_days(days),
+                        (rest / 3600, rest % 3600 / 60, rest % 60),
+                        micro,
+                    );
+                    t.push_str("+00:00");
+                    Cell::Text(t)
+                }
+            }
+            Col::Time2 { fsp } => {
+                // The arithmetic of mysql-replication's TIME2 reader, so that every stored
+                // value (negative ones with fractions included) comes out the same.
+                let mut v = rd.be_signed(3)?;
+                let negative = (v >> 23) & 1 == 0;
+                if negative {
+                    v = -v;
+                }
+                let (h, m, s) = ((v >> 12) & 0x3FF, (v >> 6) & 0x3F, v & 0x3F);
+                let micro = fraction(rd, *fsp)?;
+                let mut total = (h * 3600 + m * 60 + s) * 1_000_000 + micro;
+                if negative {
+                    total = -total;
+                }
+                let sign = if total < 0 { "-" } else { "" };
+                let abs = total.unsigned_abs();
+                let (secs, frac) = (abs / 1_000_000, abs % 1_000_000);
+                let mut t = format!("{sign}{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60);
+                if frac != 0 {
+                    let _ = write!(t, ".{frac:06}");
+                }
+                Cell::Text(t)
+            }
+            Col::Enum { size, labels } => {
+                let idx = rd.le(*size)? as usize;
+                if *labels == 0 {
+                    Cell::Null // no labels in the table map: mysql-replication gives None
+                } else if idx >= *labels {
+                    return unsupported(format!("column {i}: an ENUM index beyond its labels"));
+                } else {
+                    Cell::Label(idx)
+                }
+            }
+            Col::Set { size, members, known } => {
+                let mask = rd.le(*size)?;
+                let mut t = String::new();
+                if *known {
+                    for (bit, label) in members {
+                        if mask & (1u64 << bit) != 0 {
+                            if !t.is_empty() {
+                                t.push(',');
+                            }
+                            t.push_str(label);
+                        }
+                    }
+                }
+                Cell::Text(t)
+            }
+        })
+    }
+
+    fn build<'py>(
+        &self,
+        py: Python<'py>,
+        buf: &[u8],
+        cells: &[Cell],
+        kind: u8,
+        images: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let n = self.cols.len();
+        let per_row = n * images;
+        let rows = cells.len().checked_div(per_row).unwrap_or(0);
+        let out = PyList::empty(py);
+        let none = py.None();
+        for r in 0..rows {
+            let mut dicts = Vec::with_capacity(2);
+            for img in 0..images {
+                let base = r * per_row + img * n;
+                let dict = PyDict::new(py);
+                for (c, cell) in cells[base..base + n].iter().enumerate() {
+                    let value = self.object(py, buf, c, cell)?;
+                    dict.set_item(self.names[c].bind(py), value)?;
+                }
+                dicts.push(dict.into_any());
+            }
+            let pair = match kind {
+                0 => PyTuple::new(py, [none.bind(py).clone(), dicts.pop().unwrap()])?,
+                1 => PyTuple::new(py, [dicts.pop().unwrap(), none.bind(py).clone()])?,
+                _ => PyTuple::new(py, dicts)?,
+            };
+            out.append(pair)?;
+        }
+        Ok(out)
+    }
+
+    fn object<'py>(&self, py: Python<'py>, buf: &[u8], c: usize, cell: &Cell) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match cell {
+            Cell::Null => py.None().into_bound(py),
+            Cell::I(v) => v.into_pyobject(py)?.into_any(),
+            Cell::U(v) => v.into_pyobject(py)?.into_any(),
+            Cell::F(v) => v.into_pyobject(py)?.into_any(),
+            // SAFETY: validated as UTF-8 in phase 1.
+            Cell::Utf8(at, len) => {
+                PyString::new(py, unsafe { std::str::from_utf8_unchecked(&buf[*at..*at + len]) }).into_any()
+            }
+            Cell::Codec(at, len) => self.codec_text(py, buf, c, *at, *len)?.into_any(),
+            Cell::Json(at, len) => {
+                let text = PyString::new(py, unsafe { std::str::from_utf8_unchecked(&buf[*at..*at + len]) });
+                self.json(py, c, text.into_any())?
+            }
+            Cell::JsonCodec(at, len) => {
+                let text = self.codec_text(py, buf, c, *at, *len)?;
+                self.json(py, c, text.into_any())?
+            }
+            Cell::Text(t) => PyString::new(py, t).into_any(),
+            Cell::B64(t) => {
+                let d = PyDict::new(py);
+                d.set_item(self.b64_key.bind(py), PyString::new(py, t))?;
+                d.into_any()
+            }
+            Cell::Label(idx) => self.labels[c][*idx].bind(py).clone().into_any(),
+        })
+    }
+
+    /// bytes.decode(codec) without making the bytes object (a column in latin1, ...).
+    fn codec_text<'py>(
+        &self,
+        py: Python<'py>,
+        buf: &[u8],
+        c: usize,
+        at: usize,
+        len: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let codec = self.codecs[c].as_ref().expect("a codec column");
+        // SAFETY: the pointer and length lie inside `buf`, which outlives the call.
+        let obj = unsafe {
+            ffi::PyUnicode_Decode(
+                buf[at..].as_ptr().cast(),
+                len as ffi::Py_ssize_t,
+                codec.as_ptr(),
+                c"strict".as_ptr(),
+            )
+        };
+        if obj.is_null() {
+            drop(PyErr::fetch(py)); // its message would quote the value
+            return Err(Unsupported::new_err(format!(
+                "column {c}: a value its character set cannot decode"
+            )));
+        }
+        // SAFETY: a new reference returned by PyUnicode_Decode.
+        Ok(unsafe { Bound::from_owned_ptr(py, obj) })
+    }
+
+    fn json<'py>(&self, py: Python<'py>, c: usize, text: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.json_loads
+            .bind(py)
+            .call1((text,))
+            .map_err(|_| Unsupported::new_err(format!("column {c}: a value that is not JSON")))
+    }
+}
+
+/// The fractional seconds that follow DATETIME2/TIMESTAMP2/TIME2, in microseconds, read as
+/// mysql-replication reads them (a signed big-endian number of 1-3 bytes).
+fn fraction(rd: &mut Rd<'_>, fsp: u32) -> R<i64> {
+    let n = match fsp {
+        1 | 2 => 1,
+        3 | 4 => 2,
+        5 | 6 => 3,
+        _ => return Ok(0),
+    };
+    let mut v = rd.be_signed(n)?;
+    if fsp % 2 == 1 {
+        v /= 10; // truncates toward zero, like int(v / 10)
+    }
+    Ok(v * 10i64.pow(6 - fsp))
+}
+
+/// MySQL's packed DECIMAL as plain text with the column's scale ('-12.30', '0.5', '7').
+fn decimal(rd: &mut Rd<'_>, precision: usize, scale: usize) -> R<String> {
+    let integral = precision - scale;
+    let (int_full, int_rest) = (integral / 9, integral % 9);
+    let (frac_full, frac_rest) = (scale / 9, scale % 9);
+    let size = DIG2BYTES[int_rest] + 4 * int_full + 4 * frac_full + DIG2BYTES[frac_rest];
+    let mut b = rd.take(size)?.to_vec();
+    let negative = b[0] & 0x80 == 0;
+    b[0] ^= 0x80;
+    if negative {
+        b.iter_mut().for_each(|x| *x = !*x);
+    }
+    let mut pos = 0usize;
+    let mut group = |n: usize| {
+        let v = b[pos..pos + n].iter().fold(0u64, |acc, &x| (acc << 8) | x as u64);
+        pos += n;
+        v
+    };
+    let mut digits = String::with_capacity(precision + 2);
+    if int_rest > 0 {
+        let _ = write!(digits, "{}", group(DIG2BYTES[int_rest]));
+    }
+    for _ in 0..int_full {
+        let _ = write!(digits, "{:09}", group(4));
+    }
+    let mut out = String::with_capacity(precision + 3);
+    if negative {
+        out.push('-');
+    }
+    let trimmed = digits.trim_start_matches('0');
+    out.push_str(if trimmed.is_empty() { "0" } else { trimmed });
+    if scale > 0 {
+        out.push('.');
+        for _ in 0..frac_full {
+            let _ = write!(out, "{:09}", group(4));
+        }
+        if frac_rest > 0 {
+            let _ = write!(out, "{:0width$}", group(DIG2BYTES[frac_rest]), width = frac_rest);
+        }
+    }
+    Ok(out)
+}
+
+#[pymodule]
+fn _rows_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Plan>()?;
+    m.add("RowsDecodeError", m.py().get_type::<RowsDecodeError>())?;
+    m.add("Unsupported", m.py().get_type::<Unsupported>())?;
+    Ok(())
+}

@@ -1,0 +1,272 @@
+"""The compiled rows decoder on hand-made row images: values, errors and fallbacks.
+
+The differential test against mysql-replication on real binlog events is
+tests/integration/test_mysql_rows_native.py; here each byte is written by hand (the formats
+are those of MySQL's binlog documentation), so that the error handling can be driven too.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+native = pytest.importorskip("airflow_provider_dblog._rows_native")
+
+from pymysqlreplication.constants import FIELD_TYPE  # noqa: E402
+
+from airflow_provider_dblog.core.events import Column  # noqa: E402
+from airflow_provider_dblog.sources import mysql_rows_native as mrn  # noqa: E402
+from airflow_provider_dblog.sources.mysql_rows_native import (  # noqa: E402
+    AS_BINARY,
+    AS_JSON,
+    AS_TEXT,
+    DATE,
+    DATETIME2,
+    DECIMAL,
+    ENUM,
+    INT,
+    SET,
+    STRING,
+    TIME2,
+    TIMESTAMP2,
+    NativeRows,
+    Unsupported,
+    column_spec,
+)
+
+WRITE, DELETE, UPDATE = 0, 1, 2
+
+
+def image(nulls: list[bool], *values: bytes) -> bytes:
+    """A row image: the NULL bitmap of the present columns, then the non-NULL values."""
+    bitmap = bytearray((len(nulls) + 7) // 8)
+    for i, is_null in enumerate(nulls):
+        if is_null:
+            bitmap[i // 8] |= 1 << (i % 8)
+    return bytes(bitmap) + b"".join(values)
+
+
+def var(text: bytes) -> bytes:
+    return bytes([len(text)]) + text
+
+
+ALL = b"\xff"  # every column present (up to 8 columns)
+PLAN = native.Plan(
+    ["id", "name", "amount"],
+    [(INT, 4, 0, 0, None), (STRING, 1, AS_TEXT, 0, None), (DECIMAL, 14, 4, 0, None)],
+)
+# DECIMAL(14,4) 1234567890.1234 and its negative, as MySQL's documentation spells them.
+POS = bytes.fromhex("810DFB38D204D2")
+NEG = bytes.fromhex("7EF204C72DFB2D")
+
+
+def decode(plan, body: bytes, kind: int = WRITE, present: bytes = ALL, after: bytes | None = None):
+    data = b"HEADER" + body + b"CRC!"
+    return plan.decode(data, 6, 6 + len(body), kind, present, after)
+
+
+def test_write_delete_and_update_images():
+    row1 = image([False, False, False], struct.pack("<i", 7), var("é".encode()), POS)
+    row2 = image([False, True, False], struct.pack("<i", -1), NEG)
+    assert decode(PLAN, row1 + row2) == [
+        (None, {"id": 7, "name": "é", "amount": "1234567890.1234"}),
+        (None, {"id": -1, "name": None, "amount": "-1234567890.1234"}),
+    ]
+    assert decode(PLAN, row2, DELETE) == [({"id": -1, "name": None, "amount": "-1234567890.1234"}, None)]
+    # An update with a minimal row image: the key before, the changed column after.
+    before = image([False], struct.pack("<i", 7))
+    after = image([False], var(b"x"))
+    assert decode(PLAN, before + after, UPDATE, b"\x01", b"\x02") == [
+        ({"id": 7, "name": None, "amount": None}, {"id": None, "name": "x", "amount": None})
+    ]
+    assert decode(PLAN, b"") == []
+
+
+def test_integer_widths_and_signedness():
+    widths = [1, 2, 3, 4, 8]
+    plan = native.Plan([f"c{i}" for i in range(10)], [(INT, w, u, 0, None) for w in widths for u in (0, 1)])
+    body = image([False] * 10, *(b"\xff" * w for w in widths for _ in (0, 1)))
+    ((_, row),) = decode(plan, body, present=b"\xff\x03")
+    assert list(row.values()) == [v for w in widths for v in (-1, 2 ** (8 * w) - 1)]
+
+
+def test_temporal_values():
+    plan = native.Plan(
+        ["d", "dt", "ts", "tm", "tmneg"],
+        [(DATE, 0, 0, 0, None), (DATETIME2, 6, 0, 0, None), (TIMESTAMP2, 3, 0, 0, None)]
+        + [(TIME2, 0, 0, 0, None), (TIME2, 0, 0, 0, None)],
+    )
+    date = (2024 << 9 | 2 << 5 | 29).to_bytes(3, "little")
+    ym = 2024 * 13 + 1
+    dt = ((1 << 39) | ym << 22 | 2 << 17 | 3 << 12 | 4 << 6 | 5).to_bytes(5, "big") + (123456).to_bytes(3, "big")
+    ts = (1_700_000_000).to_bytes(4, "big") + (5000).to_bytes(2, "big")  # fsp 3: .500
+    tm = (0x800000 | 838 << 12 | 59 << 6 | 59).to_bytes(3, "big")
+    tmneg = (0x800000 - (1 << 12 | 2 << 6 | 3)).to_bytes(3, "big")  # -01:02:03
+    ((_, row),) = decode(plan, image([False] * 5, date, dt, ts, tm, tmneg))
+    assert row == {
+        "d": "2024-02-29",
+        "dt": "2024-01-02T03:04:05.123456",
+        "ts": "2023-11-14T22:13:20.500000+00:00",
+        "tm": "838:59:59",
+        "tmneg": "-01:02:03",
+    }
+    # Zero date, zero datetime and the zero TIMESTAMP (epoch 0) are None.
+    zero = image([False] * 5, b"\0\0\0", (1 << 39).to_bytes(5, "big") + b"\0\0\0", b"\0" * 6, tm, tm)
+    ((_, row),) = decode(plan, zero)
+    assert row["d"] is None and row["dt"] is None and row["ts"] is None
+
+
+def test_binary_json_enum_and_set():
+    plan = native.Plan(
+        ["bn", "j", "e", "s", "l1"],
+        [
+            (STRING, 1, AS_BINARY, 4, None),
+            (STRING, 4, AS_JSON, 0, None),
+            (ENUM, 1, 0, 0, ["", "x", "Y z"]),
+            (SET, 1, 0, 0, [(2, "c"), (0, "a")]),  # catalog order, bit of each member
+            (STRING, 2, AS_TEXT, 0, "cp1252"),
+        ],
+    )
+    doc = b'{"k": [1, 2.5, null], "n": 123456789012345678901234567890}'
+    body = image([False] * 5, var(b"ab"), struct.pack("<I", len(doc)) + doc, b"\x02", b"\x05", b"\x05\x00caf\xe9\x80")
+    ((_, row),) = decode(plan, body)
+    assert row == {
+        "bn": {"$b64": "YWIAAA=="},
+        "j": {"k": [1, 2.5, None], "n": 123456789012345678901234567890},
+        "e": "Y z",
+        "s": "c,a",
+        "l1": "café€",
+    }
+
+
+def test_truncated_body_is_a_clear_error():
+    row = image([False, False, False], struct.pack("<i", 7), var(b"abc"), POS)
+    with pytest.raises(
+        native.RowsDecodeError, match=r"truncated: column 2 \(amount\) needs 7 bytes at offset \d+, 3 left"
+    ):
+        decode(PLAN, row[:-4])
+    with pytest.raises(native.RowsDecodeError, match="truncated: column 1 \\(name\\)"):
+        decode(PLAN, row[:7])
+    with pytest.raises(native.RowsDecodeError, match="outside its packet"):
+        PLAN.decode(b"short", 0, 50, WRITE, ALL)
+    with pytest.raises(native.RowsDecodeError, match="columns-present bitmap"):
+        PLAN.decode(b"", 0, 0, WRITE, b"")
+
+
+def test_values_it_does_not_reproduce_ask_for_the_python_path():
+    with pytest.raises(native.Unsupported, match="column 1: a value is not valid UTF-8"):
+        decode(PLAN, image([False, False, True], struct.pack("<i", 1), var(b"\xff")))
+    enum = native.Plan(["e"], [(ENUM, 1, 0, 0, ["", "x"])])
+    with pytest.raises(native.Unsupported, match="ENUM index"):
+        decode(enum, image([False], b"\x05"))
+    date = native.Plan(["d"], [(DATE, 0, 0, 0, None)])
+    with pytest.raises(native.Unsupported, match="no calendar date"):
+        decode(date, image([False], (2023 << 9 | 2 << 5 | 30).to_bytes(3, "little")))
+    latin = native.Plan(["l"], [(STRING, 1, AS_TEXT, 0, "cp1252")])
+    with pytest.raises(native.Unsupported, match="character set cannot decode"):
+        decode(latin, image([False], var(b"\x81")))  # undefined in cp1252, as in Python
+
+
+def test_bad_specs_are_refused():
+    with pytest.raises(ValueError, match="integer width"):
+        native.Plan(["a"], [(INT, 5, 0, 0, None)])
+    with pytest.raises(ValueError, match="unknown column code"):
+        native.Plan(["a"], [(99, 0, 0, 0, None)])
+    with pytest.raises(ValueError, match="non-empty"):
+        native.Plan([], [])
+
+
+# -- the Python side: plans, fallbacks -------------------------------------------------------
+def tm(type_: int, **attrs) -> SimpleNamespace:
+    base = dict(type=type_, unsigned=False, character_set_name="utf8mb4", enum_values=None, set_values=None)
+    return SimpleNamespace(**{**base, **attrs})
+
+
+def test_column_specs_follow_the_catalog_kind():
+    assert column_spec(Column("a", "bigint(20) unsigned"), tm(FIELD_TYPE.LONGLONG, unsigned=True)) == (
+        INT,
+        8,
+        1,
+        0,
+        None,
+    )
+    assert column_spec(Column("b", "binary(4)"), tm(FIELD_TYPE.STRING, max_length=4, character_set_name="binary"))[
+        :4
+    ] == (STRING, 1, AS_BINARY, 4)
+    assert column_spec(Column("t", "text"), tm(FIELD_TYPE.BLOB, length_size=2, character_set_name="latin1")) == (
+        STRING,
+        2,
+        AS_TEXT,
+        0,
+        "cp1252",
+    )
+    assert column_spec(Column("s", "set('a','b')"), tm(FIELD_TYPE.SET, size=1, set_values=["b", "a"]))[4] == [
+        (1, "a"),
+        (0, "b"),
+    ]
+    for name, type_, t in [
+        ("u", "uuid", FIELD_TYPE.STRING),
+        ("g", "point", FIELD_TYPE.GEOMETRY),
+        ("j", "json", FIELD_TYPE.JSON),  # MySQL's binary JSON
+        ("o", "datetime", FIELD_TYPE.DATETIME),  # the pre-5.6 format
+        ("i", "inet4", FIELD_TYPE.STRING),
+    ]:
+        with pytest.raises(Unsupported, match=f"column {name}"):
+            column_spec(Column(name, type_), tm(t, max_length=16))
+
+
+def fake_event(body: bytes, columns: list, event_type: int = 30) -> SimpleNamespace:
+    header = b"H" * 9
+    raw = SimpleNamespace(_data=header + body + b"CRC!", _position=len(header))
+    wrapper = SimpleNamespace(packet=raw, read_bytes=20)
+    wrapper._BinLogPacketWrapper__data_buffer = b""
+    return SimpleNamespace(
+        event_type=event_type,
+        columns=columns,
+        packet=wrapper,
+        event_size=20 + len(body),
+        columns_present_bitmap=b"\x03",
+    )
+
+
+def test_native_rows_decodes_from_the_packet_and_falls_back_once_per_reason(caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger=mrn.__name__)
+    rows = NativeRows()
+    cols = [Column("id", "int"), Column("v", "varchar(10)")]
+    tms = [tm(FIELD_TYPE.LONG), tm(FIELD_TYPE.VARCHAR, max_length=40)]
+    body = image([False, False], struct.pack("<i", 5), var(b"hi"))
+    assert rows.rows(fake_event(body, tms), "db.t", cols) == [(None, {"id": 5, "v": "hi"})]
+
+    other = [Column("id", "int"), Column("u", "uuid")]
+    other_tms = [tm(FIELD_TYPE.LONG), tm(FIELD_TYPE.STRING, max_length=16, character_set_name="binary")]
+    for _ in range(3):
+        assert rows.rows(fake_event(body, other_tms), "db.o", other) is None
+    assert rows.rows(fake_event(body, tms, event_type=39), "db.t", cols) is None  # partial JSON update
+    assert rows.rows(fake_event(body[:-1], tms), "db.t", cols) is None  # truncated: warned, Python decodes
+    monkeypatch.setenv("DBLOG_NATIVE_ROWS", "0")
+    assert rows.rows(fake_event(body, tms), "db.t", cols) is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "rows of db.o are decoded in Python: column u: uuid (binlog type 254)",
+        "rows events of type 39 are decoded in Python",
+        "the native decoder rejected a rows event of db.t (rows event truncated: column 1 (v) needs 2 bytes "
+        "at offset 15, 1 left); decoding it in Python",
+        "binlog rows are decoded in Python: DBLOG_NATIVE_ROWS=0",
+    ]
+
+
+def test_a_changed_table_map_makes_a_new_plan():
+    rows = NativeRows()
+    cols = [Column("id", "int"), Column("v", "varchar(10)")]
+    tms = [tm(FIELD_TYPE.LONG), tm(FIELD_TYPE.VARCHAR, max_length=40)]
+    body = image([False, False], struct.pack("<i", 5), var(b"hi"))
+    rows.rows(fake_event(body, tms), "db.t", cols)
+    wide = [tm(FIELD_TYPE.LONGLONG), tm(FIELD_TYPE.VARCHAR, max_length=40)]
+    wide_body = image([False, False], struct.pack("<q", 2**40), var(b"hi"))
+    rows.forget("db.t")  # BinlogReader._table_map on a new signature
+    assert rows.rows(fake_event(wide_body, wide), "db.t", [Column("id", "bigint"), cols[1]]) == [
+        (None, {"id": 2**40, "v": "hi"})
+    ]
