@@ -1,6 +1,6 @@
 """Capture throughput with wide rows (30 columns), against the raw log decoding of the same run.
 
-    eval "$(scripts/services env)"; python -m bench.wide [--only pg|mysql] [--events 300000]
+    eval "$(scripts/services env)"; python -m bench.wide [--only pg|mysql] [--events 300000] [--debezium]
 
 The narrow capture of bench/run.py, repeated on a 30-column table with a realistic mix of
 types (bigint key, ints, bigints, numeric(12,2), 10-40 character strings, timestamps, dates,
@@ -10,6 +10,10 @@ transactions, 10 % updates of 10k rows per transaction, then a sentinel row); th
 baseline reads the same log range (pg_recvlogical on its own pgoutput slot; mariadb-binlog
 --read-from-remote-server, plain and --verbose); then the capture runs in-process and is
 timed until the sentinel's checkpoint is stored (everything durable in the Delta changelog).
+
+With --debezium (opts["debezium"]), Debezium's embedded engine (bench/debezium.py) then reads
+the same log range twice, with its count-only and its JSON-serialising consumer, and the
+results get ``ours / Debezium`` ratios (throughput and CPU per event) from the same run.
 
 MB/s are the bytes of the log range (WAL between the LSN before the load and after it;
 binlog bytes between the two SHOW MASTER STATUS positions) divided by each reader's time.
@@ -28,6 +32,7 @@ import sys
 import time
 from typing import Optional
 
+from . import debezium
 from .common import NAMES, standalone
 from .common import fmt_n as _n
 from .dbs import INSERT_TXN, MariaDBBench, PostgresBench, in_transactions, split_events
@@ -335,6 +340,7 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
     timeout = max(300.0, n / 500)
     cap: Optional[InProcessCapture] = None
     ok = False
+    with_dbz = bool(o.get("debezium"))  # not in DEFAULTS: the default run is unchanged
     try:
         say(f"{kind} wide: creating {db.event_table} ({len(COLUMNS)} columns), priming {source_id}")
         db.create()
@@ -342,6 +348,8 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
         cap.start().prime(-1)
         cap.stop()
         db.prepare_log_baseline()
+        if with_dbz:
+            debezium.prepare(db)
         say(f"{kind} wide: writing {n} log events with the capture stopped")
         gen = db.generate(n)
         db.insert_primer(SENTINEL_KEY)  # the end marker, a transaction of its own
@@ -362,9 +370,14 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
                 name="mariadb-binlog --verbose (rows decoded)", **_rate(n, db.run_log_baseline(verbose=True), log_bytes)
             )
         say(f"{kind} wide: capture in-process")
+        cpu0 = time.process_time()
         r = cap.capture_until_sentinel(n, timeout)
+        cpu = time.process_time() - cpu0
         cap.stop()
         dblog = _rate(n, r["seconds"], log_bytes)
+        if with_dbz:  # the whole benchmark process: capture threads and the sentinel poll
+            dblog["cpu_s"] = round(cpu, 3)
+            dblog["cpu_us_per_event"] = round(cpu / n * 1e6, 2)
         for k in ("startup_s", "events_per_s_after_startup"):
             if k in r:
                 dblog[k] = round(r[k], 3 if k == "startup_s" else 1)
@@ -377,9 +390,27 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
             f"{kind} wide: {dblog['events_per_s']:,.0f} events/s ({dblog['mb_per_s']} MB/s of {db.log_name}) vs "
             f"{out['baseline']['events_per_s']:,.0f} raw: ratio {out['ratio']}"
         )
+        if with_dbz:
+            out["debezium"] = {}
+            for consumer in debezium.CONSUMERS:
+                say(f"{kind} wide: {debezium.CONSUMERS[consumer]}")
+                res = debezium.run(db, consumer, db.event_table, n, timeout, say)
+                d = dict(name=res["name"], engine=res["engine"], **debezium.rate(res, n))
+                d["ratio"] = debezium.ratio(dblog["events_per_s"], d["events_per_s"])
+                d["cpu_ratio"] = debezium.cpu_ratio(dblog["cpu_us_per_event"], d["cpu_us_per_event"])
+                out["debezium"][consumer] = d
+                say(
+                    f"{kind} wide: Debezium {consumer}: {d['events_per_s']:,.0f} events/s, "
+                    f"{d['cpu_us_per_event']} CPU µs/event; ours / Debezium {d['ratio']}"
+                )
         ok = True
         return out
     finally:
+        if with_dbz:
+            try:
+                debezium.cleanup(db)
+            except Exception as exc:
+                say(f"{kind} wide: dropping the Debezium slots: {exc}")
         if cap is not None:
             try:
                 cap.stop(120 if ok else 10)
@@ -447,7 +478,34 @@ def markdown(results: dict) -> str:
     ]
     if starts:
         lines += ["", "Start-up (connect, open the Delta tables) is inside these times: " + "; ".join(starts) + "."]
+    if any("debezium" in r for r in results.values()):
+        lines += ["", *markdown_debezium(results)]
     return "\n".join(lines) + "\n"
+
+
+def markdown_debezium(results: dict) -> list[str]:
+    """The --debezium rows: ours against Debezium's embedded engine, same run, same range."""
+    lines = [
+        "#### Against Debezium (same run)",
+        "",
+        "| Source | Reader | Events/s | CPU s | CPU µs per event | Start-up s | ours / Debezium (events/s) "
+        "| CPU per event, Debezium / ours |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results.values():
+        if "debezium" not in r:
+            continue
+        d = r["dblog"]
+        lines.append(
+            f"| {r['label']} | DBLog capture (durable Delta changelog) | {_n(d['events_per_s'])} | "
+            f"{d['cpu_s']:.1f} | {d['cpu_us_per_event']:.1f} | {d.get('startup_s', '–')} | | |"
+        )
+        for b in r["debezium"].values():
+            lines.append(
+                f"| ″ | {b['name']} | {_n(b['events_per_s'])} | {b['cpu_s']:.1f} | {b['cpu_us_per_event']:.1f} | "
+                f"{b['startup_s']} | {_r(b['ratio'])} | {_r(b['cpu_ratio'])} |"
+            )
+    return lines
 
 
 def plot(results: dict, path: str) -> Optional[str]:
@@ -490,11 +548,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--only", choices=sorted(WIDE), help="one database only")
     p.add_argument("--events", type=int, default=DEFAULTS["events"], help="log events (default %(default)s)")
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
+    p.add_argument(
+        "--debezium",
+        action="store_true",
+        help="also run Debezium's embedded engine (count-only and JSON consumers) over the same log range "
+        "and report ours / Debezium (builds bench/debezium/ with Maven once, cached in .bench-debezium/)",
+    )
     args = p.parse_args(argv)
 
-    return standalone(
-        "wide", sys.modules[__name__], [args.only] if args.only else list(WIDE), {"events": args.events}, args.plot
-    )
+    opts: dict = {"events": args.events}
+    if args.debezium:
+        opts["debezium"] = True
+    return standalone("wide", sys.modules[__name__], [args.only] if args.only else list(WIDE), opts, args.plot)
 
 
 if __name__ == "__main__":
