@@ -67,6 +67,17 @@ METADATA = T.StructType(
 META_NAMES = set(METADATA.fieldNames())
 
 PROP_TABLE, PROP_SOURCE, PROP_KEY = "dblog.source_table", "dblog.source_id", "dblog.key"
+# Every mirror keeps Delta's change data feed, so downstream jobs can stream its changes
+# (readChangeFeed). Writer-only table feature: every Delta reader still reads the mirror.
+PROP_CDF = "delta.enableChangeDataFeed"
+# Set (and the typeWidening *reader* feature added) only when a column first widens: readers
+# without type widening (the deltalake package <= 1.6) keep reading mirrors that never widened.
+PROP_TYPE_WIDENING = "delta.enableTypeWidening"
+# Opt-in (``--deletion-vectors``): a MERGE then marks replaced rows instead of rewriting their
+# files, so its cost follows the change; a reader feature the deltalake package lacks.
+PROP_DELETION_VECTORS = "delta.enableDeletionVectors"
+# Batches of at most this many events prune the MERGE's target files with the key range.
+PRUNE_MAX_EVENTS = 100_000
 # Set on a mirror whose source table changed in a way the mirror cannot follow: the reason.
 # Its events are no longer landed (the other tables go on) until the mirror is rebuilt.
 PROP_STOPPED = "dblog.stopped"
@@ -137,15 +148,24 @@ class SchemaStore:
 class Lander:
     """Merges micro-batches of the changelog into the mirrors (``land_batch``)."""
 
-    def __init__(self, spark: SparkSession, lake: str, mirrors: Optional[str] = None, register: bool = True, log=print):
+    def __init__(
+        self,
+        spark: SparkSession,
+        lake: str,
+        mirrors: Optional[str] = None,
+        register: bool = True,
+        log=print,
+        deletion_vectors: bool = False,
+    ):
         self.spark, self.lake = spark, absolute(lake)
+        self.deletion_vectors = deletion_vectors
         self.mirrors = absolute(mirrors) if mirrors else f"{self.lake}/mirrors"
         self.schemas = SchemaStore(spark, f"{self.lake}/schemas")
         self.register, self.log = register, log
         self.events = 0
         self.landed: set[tuple[str, str]] = set()
         self.stopped: dict[str, str] = {}  # "source table" -> why its mirror no longer lands
-        self._mirror_keys: dict[str, Optional[list]] = {}
+        self._mirror_props: dict[str, dict[str, str]] = {}
         self._mirror_stopped: dict[str, Optional[str]] = {}
         # The streaming checkpoint (set by ``land``): its query id names this landing in the
         # mirrors' transaction ids. None: commits are not idempotent, only monotonic.
@@ -192,6 +212,7 @@ class Lander:
                             [g.schema_id for g in gs],
                             truncated_at=max((g.truncated_at for g in gs if g.truncated_at), default=None),
                             commit=commits[source_id],
+                            events_count=n,
                         )
                     except mt.IncompatibleSchemaChange as exc:
                         reason = str(exc)
@@ -214,6 +235,7 @@ class Lander:
         schema_ids: list,
         truncated_at: Optional[str] = None,
         commit: Optional[BatchCommit] = None,
+        events_count: Optional[int] = None,
     ) -> None:
         """Merge one table's events of a micro-batch. ``truncated_at``: the batch's latest
         TRUNCATE of the table (op t): events before it are moot, and after the merge every
@@ -239,8 +261,9 @@ class Lander:
         # Unchanged TOAST placeholders in this batch: fill them from earlier events, else keep
         # the mirror's value (the slower path, only for such batches).
         toast = self._toast_columns(events, key, source_types)
-        updates = self._updates(events, versions, key, target, source_types, toast)
-        merge = DeltaTable.forPath(self.spark, path).alias("t").merge(updates.alias("s"), "t._key = s._key")
+        updates = self._updates(events, wanted, key, target, source_types, toast)
+        on = "t._key = s._key" + self._key_range(events, key, target, events_count)
+        merge = DeltaTable.forPath(self.spark, path).alias("t").merge(updates.alias("s"), on)
         if toast:
             merge = self._toast_merge(merge, target, toast)
         else:
@@ -254,6 +277,25 @@ class Lander:
         if truncated_at is not None:
             with tagged(self.spark, commit, "truncate"):
                 self._truncate(path, key, target, truncated_at, truncates)
+
+    def _key_range(self, events: DataFrame, key: tuple, target: T.StructType, n: Optional[int]) -> str:
+        """A target-only conjunct for the MERGE condition: the batch's range of the first key
+        column, when that column is an integer. Delta prunes the target files whose min/max
+        statistics lie outside it before it joins, so a MERGE of new keys or of a key region
+        reads and rewrites only those files, not the whole mirror (the ``_key`` text is no
+        use for that: ``"[10]" < "[9]"``). Exact: every key of the batch is inside the range,
+        and key columns are never NULL in the mirror (tombstones keep them). Skipped for big
+        batches (one more pass over the batch, and their range spans the mirror anyway)."""
+        if n is None or n > PRUNE_MAX_EVENTS:
+            return ""
+        col = next((f for f in target.fields if f.name == key[0]), None)
+        if col is None or not isinstance(col.dataType, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+            return ""
+        first = F.expr("variant_get(parse_json(key), '$[0]', 'decimal(38,0)')")
+        lo, hi = events.agg(F.min(first), F.max(first)).first() or (None, None)
+        if lo is None or hi is None:
+            return ""
+        return f" AND t.{_q(key[0])} BETWEEN {int(lo)} AND {int(hi)}"
 
     def _landing_id(self) -> Optional[str]:
         """The streaming query's id from its checkpoint (``<checkpoint>/metadata``, written
@@ -338,7 +380,7 @@ class Lander:
     def _updates(
         self,
         events: DataFrame,
-        versions: list[TableSchema],
+        columns: dict[str, str],
         key: tuple,
         target: T.StructType,
         source_types: dict,
@@ -374,7 +416,9 @@ class Lander:
             F.lit("}"),
         )
         image = F.when(F.col("op") == "d", key_obj).otherwise(F.col("after"))
-        parsed = F.from_json(image, mt.parse_struct(versions), {"mode": "FAILFAST"})
+        # Each column read as its widest type in the batch: a value beyond an older, narrower
+        # type's range is read exactly.
+        parsed = F.from_json(image, mt.parse_struct(columns), {"mode": "FAILFAST"})
         rows = latest.select("*", parsed.alias("_row"))
         cols = []
         for f in target.fields:
@@ -445,32 +489,63 @@ class Lander:
         )
 
     def _ensure_mirror(self, path: str, source_id: str, table: str, key: tuple, wanted: dict) -> T.StructType:
-        """Create the mirror, or add new nullable columns; returns its schema."""
+        """Create the mirror, or add new nullable columns and widen columns in place;
+        returns its schema."""
         from delta.tables import DeltaTable
 
         if not DeltaTable.isDeltaTable(self.spark, path):
             fields = [T.StructField(n, mt.mirror_type(t), True) for n, t in wanted.items()] + METADATA.fields
-            (
+            builder = (
                 DeltaTable.createIfNotExists(self.spark)
                 .location(path)
                 .addColumns(T.StructType(fields))
                 .property(PROP_TABLE, table)
                 .property(PROP_SOURCE, source_id)
                 .property(PROP_KEY, json.dumps(list(key)))
-                .execute()
+                .property(PROP_CDF, "true")
             )
+            if self.deletion_vectors:
+                builder = builder.property(PROP_DELETION_VECTORS, "true")
+            builder.execute()
+            self._mirror_props.pop(path, None)
+        self._ensure_properties(path)
         dt = DeltaTable.forPath(self.spark, path)
         schema = dt.toDF().schema
         old_key = self._mirror_key(path)
         existing = T.StructType([f for f in schema.fields if f.name not in META_NAMES])
-        add = mt.check_evolution(path, table, existing, wanted, key, old_key)
+        add, widen = mt.check_evolution(path, table, existing, wanted, key, old_key)
         if add:
             cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in add)
             # New columns go after the metadata columns: Delta has no ADD COLUMN ... BEFORE.
             self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
             self.log(f"mirror {path}: added columns {[f.name for f in add]}")
+        if widen:
+            self._set_properties(path, {PROP_TYPE_WIDENING: "true"})
+            for f in widen:
+                # Type widening changes only the schema: no data file is rewritten; files
+                # written before keep the old type and are read as the new one.
+                self.spark.sql(
+                    f"ALTER TABLE delta.`{path}` CHANGE COLUMN {_q(f.name)} TYPE {f.dataType.simpleString()}"
+                )
+            self.log(f"mirror {path}: widened {[(f.name, f.dataType.simpleString()) for f in widen]}")
+        if add or widen:
             schema = DeltaTable.forPath(self.spark, path).toDF().schema
         return schema
+
+    def _ensure_properties(self, path: str) -> None:
+        """Turn on the change data feed (and deletion vectors, if asked) on a mirror created
+        before they were: the first time a job touches it, from then on it is recorded."""
+        want = {PROP_CDF: "true", **({PROP_DELETION_VECTORS: "true"} if self.deletion_vectors else {})}
+        self._set_properties(path, want)
+
+    def _set_properties(self, path: str, want: dict[str, str]) -> None:
+        props = self._props(path)
+        missing = {k: v for k, v in want.items() if props.get(k, "").lower() != v}
+        if missing:
+            sets = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+            self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({sets})")
+            props.update(missing)
+            self.log(f"mirror {path}: set {missing}")
 
     def _stopped_reason(self, path: str) -> Optional[str]:
         """Why the mirror at ``path`` no longer lands (its PROP_STOPPED property), or None."""
@@ -494,15 +569,19 @@ class Lander:
             quoted = reason.replace("\\", "\\\\").replace("'", "\\'")
             self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{PROP_STOPPED}' = '{quoted}')")
 
-    def _mirror_key(self, path: str) -> Optional[list]:
-        """The key a mirror was created with (its PROP_KEY property; fixed for its life, so
-        read once per job). SHOW TBLPROPERTIES reads the log's metadata only: DESCRIBE
-        DETAIL (``DeltaTable.detail``) ran a table-state job of seconds per table and batch."""
-        if path not in self._mirror_keys:
+    def _props(self, path: str) -> dict[str, str]:
+        """The mirror's table properties, read once per job and kept up to date by this job's
+        own changes. SHOW TBLPROPERTIES reads the log's metadata only: DESCRIBE DETAIL
+        (``DeltaTable.detail``) ran a table-state job of seconds per table and batch."""
+        if path not in self._mirror_props:
             rows = self.spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
-            props = {r[0]: r[1] for r in rows}
-            self._mirror_keys[path] = json.loads(props[PROP_KEY]) if PROP_KEY in props else None
-        return self._mirror_keys[path]
+            self._mirror_props[path] = {r[0]: r[1] for r in rows}
+        return self._mirror_props[path]
+
+    def _mirror_key(self, path: str) -> Optional[list]:
+        """The key a mirror was created with (its PROP_KEY property; fixed for its life)."""
+        props = self._props(path)
+        return json.loads(props[PROP_KEY]) if PROP_KEY in props else None
 
     # -- catalog ----------------------------------------------------------------------------
     def register_all(self) -> list[str]:
@@ -552,6 +631,7 @@ def land(
     trigger_seconds: Optional[float] = None,
     max_seconds: Optional[float] = None,
     stop: Optional[threading.Event] = None,
+    deletion_vectors: bool = False,
 ) -> dict:
     """Land every changelog version not landed yet (availableNow), then return run stats.
 
@@ -560,9 +640,10 @@ def land(
     set; a micro-batch cut short by the stop is landed again by the next run and changes
     nothing there (idempotent merges, see ``Lander``).
 
-    ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table)."""
+    ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table).
+    ``deletion_vectors``: turn on Delta deletion vectors on the mirrors (docs/landing.md)."""
     lake = absolute(lake)
-    lander = lander_class(spark, lake, mirrors, register, log)
+    lander = lander_class(spark, lake, mirrors, register, log, deletion_vectors=deletion_vectors)
     checkpoint = absolute(checkpoint) if checkpoint else f"{lander.mirrors}/_checkpoints/{source or '_all'}"
     lander.checkpoint = checkpoint
     t0 = time.time()
@@ -624,6 +705,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trigger-seconds", type=float, default=5.0, help="continuous mode's trigger interval")
     p.add_argument("--max-seconds", type=float, help="continuous mode: stop after this long (default: never)")
+    p.add_argument(
+        "--deletion-vectors",
+        action="store_true",
+        help="turn on Delta deletion vectors on the mirrors: a MERGE's cost follows the change, "
+        "not the mirror (readers need deletion vector support; the deltalake package <= 1.6 has none)",
+    )
     return p
 
 
@@ -647,6 +734,7 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
             trigger_seconds=args.trigger_seconds if args.continuous else None,
             max_seconds=args.max_seconds,
             stop=stop,
+            deletion_vectors=args.deletion_vectors,
         )
     except mt.IncompatibleSchemaChange as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

@@ -6,7 +6,9 @@
 * **Compaction** (``OPTIMIZE``) of the changelog, the schema store and every mirror: the
   capture commits once per flush and the landing job once per table per micro-batch, so all
   of them collect small files. OPTIMIZE commits no data change: the landing job's streaming
-  read of the changelog skips it.
+  read of the changelog skips it. A mirror whose first key column is an integer is compacted
+  ``ZORDER BY`` that column: its files then hold narrow key ranges, so the landing's MERGE
+  (which bounds the target by the batch's key range) skips every file outside a change.
 * **Tombstone vacuum**: a deleted key keeps a tombstone row (``_deleted``) so that an older
   event landed later cannot resurrect it. Tombstones landed more than the *horizon* ago are
   removed. The horizon must exceed the time within which an older event of that key can
@@ -56,7 +58,9 @@ def maintain(
             log(f"{path}: removed {removed} tombstones older than {tombstone_horizon_hours} h")
     targets = ([f"{lake}/changelog", f"{lake}/schemas"] if compact_changelog else []) + tables
     for path in targets:
-        m = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
+        order = zorder_column(spark, path) if path in tables else None
+        optimize = DeltaTable.forPath(spark, path).optimize()
+        m = (optimize.executeZOrderBy(order) if order else optimize.executeCompaction()).first()
         metrics = m.metrics if m is not None else None
         report["compacted"].append(path)
         log(
@@ -71,6 +75,19 @@ def maintain(
             DeltaTable.forPath(spark, path).vacuum(vacuum_retain_hours)
             report["vacuumed"].append(path)
     return report
+
+
+def zorder_column(spark, path: str) -> Optional[str]:
+    """The mirror's first key column if it is an integer (the landing job prunes by it)."""
+    from airflow_provider_dblog.spark.land_changelog import PROP_KEY
+
+    props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
+    if PROP_KEY not in props:
+        return None
+    first = json.loads(props[PROP_KEY])[0]
+    field = next((f for f in spark.read.format("delta").load(path).schema.fields if f.name == first), None)
+    integral = ("tinyint", "smallint", "int", "bigint")
+    return first if field is not None and field.dataType.simpleString() in integral else None
 
 
 def main(argv: Optional[list[str]] = None) -> int:

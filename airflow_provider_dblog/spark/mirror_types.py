@@ -52,7 +52,8 @@ _TZ = {"timestamp with time zone", "timestamp", "timestamptz"}
 
 
 class IncompatibleSchemaChange(Exception):
-    """A source schema change the mirror cannot follow by adding a nullable column."""
+    """A source schema change the mirror cannot follow by adding a nullable column or by
+    widening a column's type (``widens_to``)."""
 
     def __init__(self, mirror: str, table: str, column: str, detail: str):
         self.table, self.column = table, column
@@ -137,31 +138,58 @@ def to_mirror(value: SparkColumn, type_name: str) -> SparkColumn:
     return value
 
 
-def parse_struct(schemas: list[TableSchema]) -> T.StructType:
-    """One ``from_json`` schema for all schema versions of a table seen in a batch."""
-    fields: dict[str, T.StructField] = {}
-    for s in schemas:
-        for c in s.columns:
-            fields.setdefault(c.name, T.StructField(c.name, parse_type(c.type)))
-    return T.StructType(list(fields.values()))
+def parse_struct(columns: dict[str, str]) -> T.StructType:
+    """One ``from_json`` schema for all schema versions of a table seen in a batch:
+    ``columns`` from ``data_columns`` (each column read as its widest type)."""
+    return T.StructType([T.StructField(n, parse_type(t)) for n, t in columns.items()])
+
+
+def widens_to(old: T.DataType, new: T.DataType) -> bool:
+    """Whether Delta's type widening (table feature ``typeWidening``, Delta 4.x) changes a
+    column of type ``old`` to ``new`` in place, every stored value kept exactly: a wider
+    integer, float -> double, an integer -> double or a decimal with room for all its digits, a
+    decimal with no fewer integer digits and no smaller scale, date -> timestamp_ntz."""
+    if old == new:
+        return True
+    ints: list[T.DataType] = [T.ByteType(), T.ShortType(), T.IntegerType(), T.LongType()]
+    digits = dict(zip(ints, (3, 5, 10, 20)))  # decimal digits of the largest value
+    if old in ints:
+        if new in ints:
+            return ints.index(new) > ints.index(old)
+        if isinstance(new, T.DoubleType):
+            return old != T.LongType()
+        if isinstance(new, T.DecimalType):
+            return new.precision - new.scale >= digits[old]
+        return False
+    if isinstance(old, T.FloatType):
+        return isinstance(new, T.DoubleType)
+    if isinstance(old, T.DecimalType) and isinstance(new, T.DecimalType):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    return isinstance(old, T.DateType) and isinstance(new, T.TimestampNTZType)
+
+
+def wider(mirror: str, table: str, column: str, a: str, b: str) -> str:
+    """Of two source types of one column, the one whose mirror type holds both; raises
+    IncompatibleSchemaChange when neither does."""
+    ta, tb = mirror_type(a), mirror_type(b)
+    if widens_to(ta, tb):
+        return b
+    if widens_to(tb, ta):
+        return a
+    raise IncompatibleSchemaChange(
+        mirror, table, column, f"type {a} ({ta.simpleString()}) became {b} ({tb.simpleString()})"
+    )
 
 
 def data_columns(table: str, mirror: str, schemas: list[TableSchema]) -> dict[str, str]:
-    """column -> source type over all schema versions, oldest first; a column whose mirror
-    type differs between versions is an incompatible change."""
+    """column -> source type over all schema versions, oldest first. Where versions differ
+    the type whose mirror type holds the other's values wins (a widening, or a narrowing
+    back); any other type change is incompatible."""
     out: dict[str, str] = {}
     for s in schemas:
         for c in s.columns:
             prev = out.get(c.name)
-            if prev is not None and mirror_type(prev) != mirror_type(c.type):
-                raise IncompatibleSchemaChange(
-                    mirror,
-                    table,
-                    c.name,
-                    f"type {prev} ({mirror_type(prev).simpleString()}) became {c.type} "
-                    f"({mirror_type(c.type).simpleString()})",
-                )
-            out[c.name] = c.type
+            out[c.name] = c.type if prev is None else wider(mirror, table, c.name, prev, c.type)
     return out
 
 
@@ -172,22 +200,28 @@ def check_evolution(
     wanted: dict[str, str],
     key: tuple[str, ...],
     existing_key: Optional[list[str]],
-) -> list[T.StructField]:
-    """The nullable columns to add to an existing mirror; raises on anything else.
+) -> tuple[list[T.StructField], list[T.StructField]]:
+    """(nullable columns to add, columns to widen in place) for an existing mirror; raises
+    IncompatibleSchemaChange on anything else.
 
-    Columns the source dropped stay in the mirror (NULL in rows landed afterwards)."""
+    Columns the source dropped stay in the mirror (NULL in rows landed afterwards); a mirror
+    column already wider than the source type (the source narrowed it back) stays as it is."""
     if existing_key is not None and list(key) != list(existing_key):
         raise IncompatibleSchemaChange(
             mirror, table, ",".join(key), f"the primary key changed from {existing_key} to {list(key)}"
         )
     have = {f.name.lower(): f for f in existing.fields}
-    add = []
+    add, widen = [], []
     for name, type_name in wanted.items():
         mt = mirror_type(type_name)
         f = have.get(name.lower())
         if f is None:
             add.append(T.StructField(name, mt, True))
-        elif f.dataType != mt:
+        elif f.dataType == mt or widens_to(mt, f.dataType):
+            continue
+        elif widens_to(f.dataType, mt):
+            widen.append(T.StructField(f.name, mt, True))
+        else:
             raise IncompatibleSchemaChange(
                 mirror,
                 table,
@@ -195,4 +229,4 @@ def check_evolution(
                 f"the mirror column is {f.dataType.simpleString()} but the source type is now "
                 f"{type_name} ({mt.simpleString()})",
             )
-    return add
+    return add, widen

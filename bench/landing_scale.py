@@ -1,0 +1,207 @@
+"""Landing cost against mirror size: 1k changes landed into a small and into a large mirror.
+
+    DBLOG_SPARK_JARS=$(scripts/spark-jars) python -m bench.landing_scale [--sizes 100000 2000000]
+
+The same small change (``--changes``, default 1,000 events: 20 % inserts of new keys, 70 %
+updates, 10 % deletes of existing keys drawn uniformly over the whole key range, the hard case
+for file pruning) is landed by the real job (``land_changelog.land``) into a one-table mirror
+of each size, ``--rounds`` times; the median round counts. A mirror is built first by landing
+its creates (dump rows in key order, as a table dump writes them), untimed.
+
+Baseline, same run and session: the same streaming read of the same changelog versions with a
+plain Delta append as the sink (``bench.landing.append_job``). Printed: landing seconds per
+size, the large/small ratio (goal <= 2x) and append/landing per size (goal >= 0.5x), and the
+MERGE's ``operationMetrics`` from the mirror's Delta history: target rows copied (rewritten
+unchanged) and target files before / after data skipping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Optional
+
+from .common import fmt_n as _n
+from .common import say as _say
+from .landing import ChangelogBuilder, append_job
+
+DEFAULTS = {
+    "sizes": [100_000, 2_000_000],  # the issue's 10M scaled down to fit 2 shared cores
+    "changes": 1_000,
+    "rounds": 3,
+    "per_commit": 100_000,
+    "deletion_vectors": False,  # land with --deletion-vectors
+    "optimize": False,  # OPTIMIZE ZORDER BY the key after the build (spark/maintenance.py)
+}
+MASTER = "local[2]"
+
+
+def change_plan(changes: int, keys: int, next_key: int, rng: random.Random) -> list[tuple[int, str, int]]:
+    """20 % inserts above the key range, 70 % updates, 10 % deletes of distinct random keys."""
+    n_ins, n_del = changes // 5, changes // 10
+    old = rng.sample(range(keys), changes - n_ins)
+    plan = [(0, "c", next_key + i) for i in range(n_ins)]
+    plan += [(0, "d" if i < n_del else "u", k) for i, k in enumerate(old)]
+    rng.shuffle(plan)
+    return plan
+
+
+def merge_metrics(spark, path: str) -> dict:
+    """operationMetrics of the mirror's newest MERGE (Delta history)."""
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(spark, path).history(5).where("operation = 'MERGE'").first()
+    m = dict(row["operationMetrics"]) if row else {}
+    keep = (
+        "numTargetRowsCopied",
+        "numTargetRowsUpdated",
+        "numTargetRowsInserted",
+        "numTargetFilesBeforeSkipping",
+        "numTargetFilesAfterSkipping",
+        "numTargetFilesAdded",
+        "numTargetDeletionVectorsAdded",
+        "executionTimeMs",
+    )
+    return {k: int(m[k]) for k in keep if k in m}
+
+
+def one_size(spark, work: str, size: int, o: dict, say: Callable[[str], None]) -> dict:
+    from airflow_provider_dblog.spark.land_changelog import land
+
+    lake = os.path.join(work, f"m{size}", "lake")
+    b = ChangelogBuilder(lake, 1, o["per_commit"])
+    t0 = time.perf_counter()
+    b.append([(0, "r", k) for k in range(size)])
+    dv: dict[str, Any] = {"deletion_vectors": True} if o["deletion_vectors"] else {}  # the old job lacks it
+    stats = land(spark, lake, register=False, log=lambda m: None, **dv)
+    path = f"{lake}/mirrors/bench/bench.t0"
+    if o["optimize"]:
+        from delta.tables import DeltaTable
+
+        DeltaTable.forPath(spark, path).optimize().executeZOrderBy("id")
+    files = spark.read.format("delta").load(path).inputFiles()
+    say(
+        f"{size:,}-row mirror built in {time.perf_counter() - t0:.0f} s ({stats['events']:,} events, {len(files)} files)"
+    )
+    append_job(spark, lake, os.path.join(work, f"m{size}", "append"))  # the build's rows: untimed
+    rng = random.Random(size)
+    rounds = []
+    next_key = size
+    for r in range(o["rounds"]):
+        b.append(change_plan(o["changes"], size, next_key, rng))
+        next_key += o["changes"] // 5
+        app = append_job(spark, lake, os.path.join(work, f"m{size}", "append"))
+        t0 = time.perf_counter()
+        st = land(spark, lake, register=False, log=lambda m: None, **dv)
+        seconds = time.perf_counter() - t0
+        if st["events"] != o["changes"] or app["rows"] != o["changes"]:
+            raise RuntimeError(f"expected {o['changes']} events, landed {st['events']}, appended {app['rows']}")
+        m = merge_metrics(spark, path)
+        say(f"{size:,} rows, round {r}: landing {seconds:.2f} s, append {app['seconds']:.2f} s, MERGE {json.dumps(m)}")
+        rounds.append({"land_s": seconds, "append_s": app["seconds"], "merge": m})
+    mid = sorted(rounds, key=lambda x: x["land_s"])[len(rounds) // 2]
+    return {
+        "size": size,
+        "land_s": round(statistics.median(x["land_s"] for x in rounds), 2),
+        "append_s": round(statistics.median(x["append_s"] for x in rounds), 2),
+        "merge": mid["merge"],
+        "rounds": rounds,
+    }
+
+
+def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict:
+    """``kind`` is ignored (source-agnostic)."""
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_dblog.spark.session import get_session
+
+    o = {**DEFAULTS, **(opts or {})}
+    work = tempfile.mkdtemp(prefix="landing-scale-", dir=workdir)
+    owned = SparkSession.getActiveSession() is None
+    spark = None
+    try:
+        spark = get_session("dblog-bench-landing-scale", master=MASTER)
+        one_size(spark, work, 20_000, {**o, "rounds": 1}, lambda m: None)  # warm-up: JVM, JIT
+        sizes = [one_size(spark, work, s, o, say) for s in o["sizes"]]
+        for s in sizes:
+            s["ratio_to_append"] = round(s["append_s"] / s["land_s"], 3)
+        return {
+            "name": "Landing cost vs mirror size",
+            "source_agnostic": True,
+            "master": MASTER,
+            "spark": spark.version,
+            "changes": o["changes"],
+            "rounds": o["rounds"],
+            "deletion_vectors": o["deletion_vectors"],
+            "optimize": o["optimize"],
+            "sizes": sizes,
+            "large_over_small": round(sizes[-1]["land_s"] / sizes[0]["land_s"], 2),
+        }
+    finally:
+        if spark is not None and owned:
+            spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def markdown(results: dict) -> str:
+    ok = [r for r in results.values() if "error" not in r]
+    lines = ["### Landing cost vs mirror size", ""]
+    if not ok:
+        return "\n".join(lines + [f"**Failed:** `{results}`", ""])
+    r = ok[0]
+    lines += [
+        f"{_n(r['changes'])} changes (20 % inserts, 70 % updates, 10 % deletes, keys uniform over the "
+        f"mirror) landed by the job into one mirror of each size, median of {r['rounds']} rounds, "
+        f"`{r['master']}`, Spark {r['spark']}; deletion vectors {'on' if r.get('deletion_vectors') else 'off'}, "
+        f"mirror {'Z-ordered by key' if r.get('optimize') else 'as landed'}. Baseline: a plain Delta append of the same changelog rows "
+        f"(same streaming read). Large / small landing time: **{r['large_over_small']:.2f}×** (goal ≤ 2×).",
+        "",
+        "| Mirror rows | Landing (s) | Plain append (s) | Append / landing | Rows copied | Files before / after skipping |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in r["sizes"]:
+        m = s["merge"]
+        lines.append(
+            f"| {_n(s['size'])} | {s['land_s']:.2f} | {s['append_s']:.2f} | {s['ratio_to_append']:.2f}× | "
+            f"{_n(m.get('numTargetRowsCopied'))} | {_n(m.get('numTargetFilesBeforeSkipping'))} / "
+            f"{_n(m.get('numTargetFilesAfterSkipping'))} |"
+        )
+    return "\n".join(lines + [""])
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.landing_scale", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=DEFAULTS["sizes"])
+    p.add_argument("--changes", type=int, default=DEFAULTS["changes"])
+    p.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
+    p.add_argument("--deletion-vectors", action="store_true", help="land with --deletion-vectors")
+    p.add_argument("--optimize", action="store_true", help="OPTIMIZE ZORDER BY id after building each mirror")
+    args = p.parse_args(argv)
+    opts = {
+        "sizes": args.sizes,
+        "changes": args.changes,
+        "rounds": args.rounds,
+        "deletion_vectors": args.deletion_vectors,
+        "optimize": args.optimize,
+    }
+    workdir = tempfile.mkdtemp(prefix="dblog-bench-landing-scale-")
+    try:
+        result = run("any", opts, workdir, _say)
+    except Exception as exc:  # noqa: BLE001 - reported like the other benchmarks
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result, indent=2, default=str))
+    print(markdown({"any": result}))
+    return 1 if "error" in result else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

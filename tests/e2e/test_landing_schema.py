@@ -1,0 +1,135 @@
+"""Mirrors follow compatible type changes (Delta type widening), keep a change data feed,
+and a MERGE reads and rewrites in proportion to the change (real Spark + Delta)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from tests.e2e.test_landing import Changelog, land, mirror, rows, spark, version  # noqa: F401 - spark: fixture
+
+pytestmark = pytest.mark.integration
+
+
+def merge_metrics(spark, path: str) -> dict:  # noqa: F811 - the fixture's name
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(spark, path).history(5).where("operation = 'MERGE'").first()
+    return {k: int(v) for k, v in row["operationMetrics"].items()}
+
+
+def test_widening_lands_values_beyond_the_old_range_and_the_cdf_shows_the_batch(spark, tmp_path):  # noqa: F811
+    src = "wid_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    v1 = log.schema("s.acct", [("id", "integer"), ("n", "integer"), ("amount", "numeric(10,2)"), ("s", "smallint")])
+    log.append(*[log.ev(v1, "c", {"id": i, "n": i, "amount": f"{i}.25", "s": i}) for i in range(1, 4)])
+    land(spark, tmp_path)
+    path = mirror(tmp_path, src, "s.acct")
+    props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
+    assert props["delta.enableChangeDataFeed"] == "true"
+    # No widening yet: the typeWidening reader feature is not on, any Delta reader reads it.
+    assert "delta.enableTypeWidening" not in props
+
+    v2 = log.schema("s.acct", [("id", "integer"), ("n", "bigint"), ("amount", "numeric(14,2)"), ("s", "integer")])
+    big = {"id": 4, "n": 5_000_000_000, "amount": "123456789012.34", "s": 70_000}
+    log.append(
+        log.ev(v1, "u", {"id": 3, "n": 33, "amount": "3.50", "s": 3}),  # old schema in the same batch
+        log.ev(v2, "u", {"id": 1, "n": -9_000_000_000_000, "amount": "-99999999999.99", "s": -40_000}),
+        log.ev(v2, "c", big),
+        log.ev(v2, "d", key=[2]),
+    )
+    stats = land(spark, tmp_path)
+    assert stats["stopped"] == {} and stats["events"] == 4
+    types = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(path).schema.fields}
+    assert (types["n"], types["amount"], types["s"]) == ("bigint", "decimal(14,2)", "int")
+    assert rows(spark, tmp_path, src, v2) == log.expected("s.acct")  # exact, beyond the old ranges
+    got = spark.read.format("delta").load(path).where("id = 4").first()
+    assert got.n == 5_000_000_000 and str(got.amount) == "123456789012.34" and got.s == 70_000
+
+    # The change data feed of the batch's MERGE: an insert, updates (pre/post images) and the
+    # delete as an update to a tombstone (mirrors keep tombstones, docs/landing.md).
+    merged = version(spark, path)
+    cdf = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", merged)
+        .load(path)
+        .select("id", "n", "_deleted", "_change_type")
+        .collect()
+    )
+    changes = sorted((r.id, r._change_type, r.n, r._deleted) for r in cdf)
+    assert changes == [
+        (1, "update_postimage", -9_000_000_000_000, False),
+        (1, "update_preimage", 1, False),
+        (2, "update_postimage", None, True),
+        (2, "update_preimage", 2, False),
+        (3, "update_postimage", 33, False),
+        (3, "update_preimage", 3, False),
+        (4, "insert", 5_000_000_000, False),
+    ]
+
+
+def test_an_incompatible_type_change_still_stops_only_that_mirror(spark, tmp_path):  # noqa: F811
+    src = "inc_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    v1 = log.schema("s.a", [("id", "integer"), ("n", "integer")])
+    other = log.schema("s.b", [("id", "integer"), ("v", "text")])
+    log.append(log.ev(v1, "c", {"id": 1, "n": 1}), log.ev(other, "c", {"id": 1, "v": "x"}))
+    land(spark, tmp_path)
+    before = rows(spark, tmp_path, src, v1)
+    v2 = log.schema("s.a", [("id", "integer"), ("n", "text")])
+    log.append(log.ev(v2, "u", {"id": 1, "n": "one"}), log.ev(other, "c", {"id": 2, "v": "y"}))
+    stats = land(spark, tmp_path)
+    msg = stats["stopped"][f"{src} s.a"]
+    assert "column 'n'" in msg and "int" in msg and "string" in msg, msg
+    assert rows(spark, tmp_path, src, v1) == before
+    assert set(rows(spark, tmp_path, src, other)) == {(1,), (2,)}
+
+
+def test_a_merge_of_new_keys_never_reads_the_mirror_files_outside_their_key_range(spark, tmp_path):  # noqa: F811
+    """The MERGE condition bounds the target by the batch's key range, so Delta skips the other
+    files by their statistics. Shown by deleting those files from disk: a MERGE that opened
+    one would fail (and does, without the bound)."""
+    src = "prn_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    v1 = log.schema("s.t", [("id", "bigint"), ("v", "text")])
+    for lo in range(0, 5000, 1000):  # a dump in chunks: one mirror file (or two) per key range
+        log.append(*[log.ev(v1, "r", {"id": i, "v": "x"}, origin="dump") for i in range(lo, lo + 1000)])
+        land(spark, tmp_path)
+    path = mirror(tmp_path, src, "s.t")
+    gone = [
+        f
+        for f in spark.read.format("delta").load(path).inputFiles()
+        if spark.read.parquet(f).agg({"id": "max"}).first()[0] < 4000
+    ]
+    assert len(gone) >= 4
+    for f in gone:
+        os.remove(f.removeprefix("file:"))
+    log.append(
+        *[log.ev(v1, "c", {"id": i, "v": "new"}) for i in range(5000, 5010)], log.ev(v1, "u", {"id": 4999, "v": "y"})
+    )
+    stats = land(spark, tmp_path)
+    assert stats["events"] == 11
+    got = {r.id: r.v for r in spark.read.format("delta").load(path).where("id >= 4990").collect()}
+    assert got == {**{i: "x" for i in range(4990, 4999)}, 4999: "y", **{i: "new" for i in range(5000, 5010)}}
+
+
+def test_with_deletion_vectors_a_merge_copies_far_fewer_rows_than_the_mirror_holds(spark, tmp_path):  # noqa: F811
+    src = "dv_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    v1 = log.schema("s.t", [("id", "bigint"), ("v", "text")])
+    log.append(*[log.ev(v1, "r", {"id": i, "v": "x"}, origin="dump") for i in range(20_000)])
+    land(spark, tmp_path, deletion_vectors=True)
+    # Updates and deletes spread over the whole key range: every file of the mirror is touched.
+    log.append(
+        *[log.ev(v1, "u", {"id": i, "v": "y"}) for i in range(7, 20_000, 1999)],
+        *[log.ev(v1, "d", key=[i]) for i in range(11, 20_000, 4001)],
+    )
+    land(spark, tmp_path, deletion_vectors=True)
+    path = mirror(tmp_path, src, "s.t")
+    m = merge_metrics(spark, path)
+    assert m["numTargetRowsUpdated"] == 16, m
+    assert m["numTargetRowsCopied"] < 2_000, m  # < 10 % of the 20,000 rows
+    assert rows(spark, tmp_path, src, v1) == log.expected("s.t")
