@@ -95,6 +95,25 @@ def _time_text(value: datetime.timedelta) -> str:
     return text + (f".{frac:06d}" if frac else "")
 
 
+def _binlog_time(value: datetime.timedelta) -> datetime.timedelta:
+    """Undo mysql-replication's misreading of a negative TIME with a fraction.
+
+    The binlog stores TIME(n) as one packed number, integer part and fraction together, so a
+    negative value with a fraction has an integer part one second further from zero and the
+    fraction's complement; mysql-replication (1.0.17) reads the two parts separately and
+    returns -(s + 1 - f) for -(s + f): -12:34:56.2 for -12:34:56.8. That is exact to undo:
+    the whole seconds are s + 1 - 1 and the fraction is 1 - its fraction. Values without a
+    fraction or not negative are read right. tests/unit/test_mysql_values.py pins the
+    library's reading, the rows decoder reads the packed number itself."""
+    micros = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    if micros >= 0:
+        return value
+    whole, frac = divmod(-micros, 1_000_000)
+    if not frac:
+        return value
+    return -datetime.timedelta(seconds=whole, microseconds=1_000_000 - frac)
+
+
 def _json_value(value: Any) -> Any:
     """mysql-replication decodes MySQL's binary JSON with bytes keys/strings: make them str."""
     if isinstance(value, (bytes, bytearray)):
@@ -168,6 +187,8 @@ def from_binlog(column: Column, value: Any, none_source: Optional[str] = None) -
         return ",".join(m for m in set_members(column.type) if m in members)
     if kind == "timestamp" and value == _ZERO_TS:
         return None
+    if kind == "time" and isinstance(value, datetime.timedelta):
+        return _time_text(_binlog_time(value))
     if kind == "uuid":
         return str(uuid.UUID(bytes=_as_bytes(value).ljust(16, b"\0")))
     if kind == "inet6":

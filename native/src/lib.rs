@@ -601,25 +601,40 @@ impl Plan {
                 }
             }
             Col::Time2 { fsp } => {
-                // The arithmetic of mysql-replication's TIME2 reader, so that every stored
-                // value (negative ones with fractions included) comes out the same.
-                let mut v = rd.be_signed(3)?;
-                let negative = (v >> 23) & 1 == 0;
-                if negative {
-                    v = -v;
+                // MySQL's packed TIME2 (my_time_packed_from_binary): the 3-byte integer part
+                // and the 0-3 byte fraction read together are one big-endian number, offset
+                // by 0x800000 << fraction bits. Minus that offset it is the signed value
+                // (hms << bits | fraction): a negative time with a fraction keeps its
+                // fraction's magnitude only this way (mysql-replication reads the two parts
+                // separately and gets -12:34:56.2 for -12:34:56.8).
+                let n = match fsp {
+                    1 | 2 => 1,
+                    3 | 4 => 2,
+                    5 | 6 => 3,
+                    _ => 0,
+                };
+                let bits = 8 * n as u32;
+                let raw = rd.be(3 + n)? as i64;
+                let v = raw - (0x80_0000i64 << bits);
+                let abs = v.unsigned_abs();
+                let (hms, frac) = (abs >> bits, abs & ((1u64 << bits) - 1));
+                // The fraction's unit: 1/100 s in one byte, 1/10,000 s in two, 1 µs in three.
+                let (per_second, micro_unit) = match n {
+                    1 => (100, 10_000),
+                    2 => (10_000, 100),
+                    3 => (1_000_000, 1),
+                    _ => (1, 0),
+                };
+                if frac >= per_second {
+                    return unsupported(format!("column {i}: a TIME fraction out of range"));
                 }
-                let (h, m, s) = ((v >> 12) & 0x3FF, (v >> 6) & 0x3F, v & 0x3F);
-                let micro = fraction(rd, *fsp)?;
-                let mut total = (h * 3600 + m * 60 + s) * 1_000_000 + micro;
-                if negative {
-                    total = -total;
-                }
-                let sign = if total < 0 { "-" } else { "" };
-                let abs = total.unsigned_abs();
-                let (secs, frac) = (abs / 1_000_000, abs % 1_000_000);
+                let (h, m, s) = ((hms >> 12) & 0x3FF, (hms >> 6) & 0x3F, hms & 0x3F);
+                let secs = h * 3600 + m * 60 + s;
+                let micro = frac * micro_unit;
+                let sign = if v < 0 { "-" } else { "" };
                 let mut t = format!("{sign}{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60);
-                if frac != 0 {
-                    let _ = write!(t, ".{frac:06}");
+                if micro != 0 {
+                    let _ = write!(t, ".{micro:06}");
                 }
                 Cell::Text(t)
             }

@@ -335,6 +335,14 @@ def typed(value):
     return (type(value).__name__, value)
 
 
+def canonical_time(text):
+    """The server's TIME text ('-00:00:00.01') in the canonical form ('-00:00:00.010000')."""
+    if text is None or "." not in text:
+        return text
+    whole, frac = text.split(".")
+    return whole if not frac.strip("0") else f"{whole}.{frac.ljust(6, '0')}"
+
+
 def master_position(root) -> tuple:
     row = sql(root, "SHOW MASTER STATUS")[0]
     return row[0], row[1]
@@ -348,6 +356,13 @@ def test_native_decoder_equals_python_on_every_type(env, root, db):
     sql(root, "SET time_zone = '+00:00'")
     for row in ROWS:
         insert(root, t, row)
+    # The server's own text of every TIME value as inserted (negative ones with fractions too).
+    tms = [f"tm{k}" for k in range(7)]
+
+    def stored_times() -> dict:
+        return {r[0]: r[1:] for r in sql(root, f"SELECT id, {', '.join(f'CAST({c} AS CHAR)' for c in tms)} FROM {t}")}
+
+    stored = stored_times()
     sql(root, f"UPDATE {t} SET i = i DIV 2, vc = 'changed', j = JSON_ARRAY(1, 'two') WHERE id IN (1, 2)")
     sql(root, f"UPDATE {t} SET id = id + 1000 WHERE id = 3")  # key change
     sql(root, "SET SESSION binlog_row_image = 'MINIMAL'")
@@ -373,6 +388,7 @@ def test_native_decoder_equals_python_on_every_type(env, root, db):
         f" JSON_OBJECT('n', seq), IF(seq % 2, 'a,b', ''), UNHEX(HEX(seq)) FROM `{db}`.seq_1_to_2000",
     )
     sql(root, f"UPDATE {t} SET i = -i WHERE id > 10000")
+    stored.update(stored_times())
     sql(root, f"DELETE FROM {t} WHERE id > 10000")
     sql(root, f"DELETE FROM {t} WHERE id < 10000")
     sql(root, f"INSERT INTO `{db}`.other VALUES (1, UUID(), '2001:db8::1', '1.2.3.4', POINT(1, 2))")
@@ -392,6 +408,15 @@ def test_native_decoder_equals_python_on_every_type(env, root, db):
             assert typed(g) == typed(w)
         decoded += len(got)
     assert decoded > 6000
+    # Both paths give the stored TIME values (mysql-replication alone misreads negative ones
+    # with a fraction, e.g. -12:34:56.789012 as -12:34:56.210988).
+    times = 0
+    for table, got in native:
+        for before, after in got or []:
+            if table.endswith(".t") and before is None:
+                assert [after[c] for c in tms] == [canonical_time(v) for v in stored[after["id"]]], after["id"]
+                times += sum(1 for c in tms if after[c] and after[c].startswith("-") and "." in after[c])
+    assert times > 900  # negative times with fractions were among them
     # A value for every column kind was seen (not only NULLs).
     firsts = next(got for table, got in native if table.endswith(".t"))
     assert all(firsts[0][1][c] is not None for c in ("f", "d6530", "j", "bt64", "tm6", "ts6", "l1", "ch255"))

@@ -270,3 +270,13 @@ def test_a_changed_table_map_makes_a_new_plan():
     assert rows.rows(fake_event(wide_body, wide), "db.t", [Column("id", "bigint"), cols[1]]) == [
         (None, {"id": 2**40, "v": "hi"})
     ]
+
+
+def test_time2_reads_the_packed_number_so_negative_fractions_are_exact():
+    from tests.unit.test_mysql_values import NEGATIVE_TIMES, time2_bytes
+
+    for text, fsp in NEGATIVE_TIMES:
+        plan = native.Plan(["tm"], [(TIME2, fsp, 0, 0, None)])
+        ((_, row),) = decode(plan, image([False], time2_bytes(text, fsp)), present=b"\x01")
+        want = text if "." not in text else text.split(".")[0] + "." + text.split(".")[1].ljust(6, "0")
+        assert row == {"tm": want}, (text, fsp)
