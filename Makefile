@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install services services-down lint test test-unit test-integration demo bench clean
+.PHONY: install services services-down lint test soak test-unit test-integration demo bench clean
 
 # A virtualenv with the package and its test extras; redone when pyproject.toml or the
 # native rows decoder (native/, compiled by pip through setuptools-rust) changes. The package
@@ -39,6 +39,11 @@ lint: install
 # here and stopped afterwards (scripts/run-tests).
 test: install lint
 	PY=$(PY) scripts/run-tests
+
+# The soak runs the bounded suite leaves out (tests marked soak): the convergence oracle with
+# a fixed and more random seeds (DBLOG_SOAK_SEEDS, default 3) and a 120 s workload each.
+soak: install
+	DBLOG_SOAK=1 DBLOG_ORACLE_SECONDS=$${DBLOG_ORACLE_SECONDS:-120} PY=$(PY) scripts/run-tests -m soak
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit

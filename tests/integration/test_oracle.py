@@ -14,8 +14,9 @@ must report zero mismatches for every table: replaying the changelog gives the s
 Then the Spark job lands the changelog (once while the workload runs, once at the end) and
 every typed Delta mirror must equal its source table, row for row.
 
-Seeds: one fixed seed, plus one random seed drawn per run and printed (DBLOG_ORACLE_SEED
-replays a failing one).
+Seeds: `make test` runs one random seed per database, drawn per run and printed
+(DBLOG_ORACLE_SEED replays a failing one); `make soak` runs a fixed seed and more random
+ones (DBLOG_SOAK_SEEDS, default 3) with a longer workload (DBLOG_ORACLE_SECONDS).
 """
 
 from __future__ import annotations
@@ -273,8 +274,18 @@ def reset_position_gap(db, load: Workload, capture: Capture, out, state, source_
     return gap
 
 
+# make test: one random seed per database (a new one every run, printed for replay).
+# make soak: the fixed seed and DBLOG_SOAK_SEEDS more random ones, with DBLOG_ORACLE_SECONDS.
+SOAK_SEEDS = [random.SystemRandom().randrange(10**9) for _ in range(int(os.environ.get("DBLOG_SOAK_SEEDS", "3")))]
+SEEDS = [
+    pytest.param(RANDOM_SEED, id="random-seed"),
+    pytest.param(FIXED_SEED, id="fixed-seed", marks=pytest.mark.soak),
+    *(pytest.param(s, id=f"soak-seed-{i}", marks=pytest.mark.soak) for i, s in enumerate(SOAK_SEEDS)),
+]
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("seed", [FIXED_SEED, RANDOM_SEED], ids=["fixed-seed", "random-seed"])
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
 def test_convergence_oracle(kind, seed, tmp_path):
     print(f"\noracle {kind}: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed})")
