@@ -41,6 +41,7 @@ DEFAULTS = {
     "load_txn_rows": 20,  # rows per write-load transaction (75 % upd, 20 % ins, 5 % del)
     "overhead_rows": 1_000_000,  # rows of the watermark-overhead table
     "parts": ["scale", "overhead"],
+    "readers": [1],  # parallel chunk readers per dump (--readers 1,2,4: each chunk size with each)
 }
 TARGETS = {"rows_per_s": 150_000, "ratio": 0.5}  # issue 6: dump >= 150k rows/s and >= 0.5 of COPY
 
@@ -74,11 +75,12 @@ def _dump_set(
     n = rows_now()
     out = {"baseline": {"seconds": round(base_s, 3), "rows": n, "rows_per_s": n / base_s}, "runs": []}
     timeout = max(600.0, rows_now() / 2_000)
-    for size in o["chunk_sizes"]:
+    for size, readers in [(s, n) for n in o.get("readers", [1]) for s in o["chunk_sizes"]]:
         reps = []
         for _ in range(o["dump_repeat"]):
             s0, e0, r0 = (load.snapshot() if load else None), cap.watch.log_events, retries.count
-            d = cap.dump(db.dump_table, size, timeout, on_tick=load.check if load else (lambda: None))
+            tick = load.check if load else (lambda: None)
+            d = cap.dump(db.dump_table, size, timeout, on_tick=tick, readers=readers)
             if load:
                 d["load"] = changes_between(s0, load.snapshot())
                 d["log_events"] = cap.watch.log_events - e0
@@ -89,7 +91,7 @@ def _dump_set(
         d["met"] = _met(d)
         out["runs"].append(d)
         say(
-            f"{kind}: {cond}: chunk {size}: {d['rows_per_s']:,.0f} rows/s vs {out['baseline']['rows_per_s']:,.0f} "
+            f"{kind}: {cond}: chunk {size}, {readers} reader(s): {d['rows_per_s']:,.0f} rows/s vs {out['baseline']['rows_per_s']:,.0f} "
             f"raw (ratio {d['ratio']})" + (f", {d['log_events']:,} log events captured meanwhile" if load else "")
         )
     return out
@@ -129,7 +131,11 @@ def scale(kind: str, o: dict, workdir: str, say) -> dict:
 
             loaded = _dump_set(db, cap, o, rows_now, say, kind, load, retries)
             for run in loaded["runs"]:
-                idle = next(r for r in out["idle"]["runs"] if r["chunk_size"] == run["chunk_size"])
+                idle = next(
+                    r
+                    for r in out["idle"]["runs"]
+                    if (r["chunk_size"], r.get("readers", 1)) == (run["chunk_size"], run.get("readers", 1))
+                )
                 run["ratio_to_idle"] = _ratio(run["rows_per_s"], idle["rows_per_s"])
             loaded["load"] = totals = load.stop()
             load = None
@@ -269,15 +275,16 @@ def _scale_md(results: dict) -> list[str]:
         "SELECT generate_series`, MariaDB with `INSERT ... SELECT` from the SEQUENCE engine's `seq_1_to_N`. "
         f"Target (issue 6): ≥ {_n(TARGETS['rows_per_s'])} rows/s and ≥ {TARGETS['ratio']:.2f}× the baseline.",
         "",
-        "| Source | Write load | Chunk size | Baseline rows/s | DBLog rows/s | Ratio | Rows/s between chunks "
-        "| Chunks | Log events captured during the dump | Load rows/s during the dump | Target |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| Source | Write load | Chunk size | Readers | Baseline rows/s | DBLog rows/s | Ratio "
+        "| Rows/s between chunks | Chunks | Log events captured during the dump | Load rows/s during the dump "
+        "| Target |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     notes = []
     for kind, r in results.items():
         name = NAMES.get(kind, kind)
         if "error" in r:
-            lines.append(f"| {name} | failed: {r['error']} |||||||||| ")
+            lines.append(f"| {name} | failed: {r['error']} ||||||||||| ")
             continue
         sc = r.get("scale")
         if not sc:
@@ -289,7 +296,7 @@ def _scale_md(results: dict) -> list[str]:
             for run in part["runs"]:
                 loaded = cond == "loaded"
                 lines.append(
-                    f"| {name} | {'yes' if loaded else 'none'} | {_n(run['chunk_size'])} | "
+                    f"| {name} | {'yes' if loaded else 'none'} | {_n(run['chunk_size'])} | {run.get('readers', 1)} | "
                     f"{_n(part['baseline']['rows_per_s'])} | {_n(run['rows_per_s'])} | {_x(run['ratio'])} | "
                     f"{_n(run.get('chunk_phase_rows_per_s'))} | {_n(run['chunks'])} | "
                     f"{_n(run['log_events']) if loaded else ''} | {_n(run['load']['rows_per_s']) if loaded else ''} | "
@@ -377,7 +384,10 @@ def plot(results: dict, path: str) -> Optional[str]:
             if part == "scale" and "scale" in r:
                 sc = r["scale"]
                 conds = [c for c in ("idle", "loaded") if c in sc]
-                sizes = [x["chunk_size"] for x in sc[conds[0]]["runs"]]
+                runs0 = sc[conds[0]]["runs"]
+                sizes = [x["chunk_size"] for x in runs0]
+                many = len({x.get("readers", 1) for x in runs0}) > 1
+                ticks = [f"{x['chunk_size']:,}" + (f"\n{x.get('readers', 1)} readers" if many else "") for x in runs0]
                 w = 0.8 / len(conds)
                 for i, c in enumerate(conds):
                     xs = [j + (i - (len(conds) - 1) / 2) * w for j in range(len(sizes))]
@@ -399,6 +409,7 @@ def plot(results: dict, path: str) -> Optional[str]:
             elif part == "overhead" and "overhead" in r:
                 runs = r["overhead"]["runs"]
                 sizes = [x["chunk_size"] for x in runs]
+                ticks = [f"{s:,}" for s in sizes]
                 for i, (k, label) in enumerate(
                     (
                         ("driver", "bare loop, driver cursor"),
@@ -419,7 +430,7 @@ def plot(results: dict, path: str) -> Optional[str]:
             ax.set_yscale("log")
             lo = min(b.get_height() for b in ax.patches if b.get_height() > 0)
             ax.set_ylim(bottom=lo / 3)  # log-scale bars need a floor below the smallest
-            ax.set_xticks(range(len(sizes)), [f"{s:,}" for s in sizes])
+            ax.set_xticks(range(len(sizes)), ticks)
             ax.set_xlabel("chunk size (rows)")
             ax.set_ylabel("rows/s (log scale)")
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
@@ -443,6 +454,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--load-rate", type=int, default=DEFAULTS["load_rate"], help="rows/s; 0: no loaded runs")
     p.add_argument("--load-txn-rows", type=int, default=DEFAULTS["load_txn_rows"])
     p.add_argument("--parts", default=",".join(DEFAULTS["parts"]), help="scale,overhead")
+    p.add_argument("--readers", default="1", help="parallel chunk readers per dump, e.g. 1,2,4")
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
     a = p.parse_args(argv)
     opts = {
@@ -454,6 +466,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "load_txn_rows": a.load_txn_rows,
         "chunk_sizes": [int(x) for x in a.chunk_sizes.split(",") if x.strip()],
         "parts": [x.strip() for x in a.parts.split(",") if x.strip()],
+        "readers": [int(x) for x in a.readers.split(",") if x.strip()],
     }
 
     return standalone("dumps", sys.modules[__name__], [a.only] if a.only else list(DATABASES), opts, a.plot)

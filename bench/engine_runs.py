@@ -105,11 +105,13 @@ class Capture:
         )
         return time.perf_counter()
 
-    def dump(self, table: str, chunk_size: int, timeout: float, on_tick: Callable[[], None] = lambda: None) -> dict:
+    def dump(
+        self, table: str, chunk_size: int, timeout: float, on_tick: Callable[[], None] = lambda: None, readers: int = 1
+    ) -> dict:
         """Request a dump, time it to DONE; also the rate between the first and last chunk."""
         spec = DumpSpec.new(self.source_id, [table], None)
         t0 = time.perf_counter()
-        self.state.add_dump(spec, DumpControl(chunk_size=chunk_size))
+        self.state.add_dump(spec, DumpControl(chunk_size=chunk_size, readers=readers))
         first: Optional[tuple[float, int]] = None
         last: tuple[float, int] = (t0, 0)
         end = time.monotonic() + timeout
@@ -134,6 +136,7 @@ class Capture:
         seconds = now - t0
         out = {
             "chunk_size": chunk_size,
+            "readers": readers,
             "rows": rows,
             "chunks": chunks,
             "seconds": round(seconds, 3),

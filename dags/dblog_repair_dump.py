@@ -80,6 +80,15 @@ with DAG(
             title="Chunk size",
             description="Rows per chunk (between a low and a high watermark).",
         ),
+        "readers": Param(
+            1,
+            type="integer",
+            minimum=1,
+            maximum=16,
+            title="Parallel readers",
+            description="Connections selecting each chunk's key ranges at once (whole-table dumps; "
+            "more load on the source, faster on a database with idle cores).",
+        ),
     },
     render_template_as_native_obj=True,
 ) as dag:
@@ -91,6 +100,7 @@ with DAG(
         keys="{{ params['keys'] or None }}",
         where="{{ params['where'] or None }}",
         chunk_size="{{ params.chunk_size }}",
+        readers="{{ params.readers }}",
         poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "2")),
         outlets=[CHANGELOG_ASSET],  # dblog_land lands the repaired rows
     )

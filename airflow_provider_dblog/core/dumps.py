@@ -23,6 +23,8 @@ from .predicates import check_predicate
 
 DEFAULT_CHUNK_SIZE = 10_000
 MAX_CHUNK_SIZE = 1_000_000
+# Parallel chunk readers of one dump (--readers): connections, each selecting a key range.
+MAX_READERS = 16
 
 
 class DumpStatus(str, enum.Enum):
@@ -124,12 +126,20 @@ class DumpControl:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     delay_ms: int = 0
     adaptive: bool = False  # chunk size and delay paced by the source's health (core/pacing.py)
+    # Table-dump chunks selected by this many connections at once, over disjoint key ranges
+    # of ``chunk_size`` rows each, inside one watermark window (engine._select_parallel).
+    readers: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.chunk_size <= MAX_CHUNK_SIZE:
             raise RequestError(
                 f"chunk size {self.chunk_size} is out of range.",
                 f"use a chunk size between 1 and {MAX_CHUNK_SIZE}.",
+            )
+        if not 1 <= self.readers <= MAX_READERS:
+            raise RequestError(
+                f"{self.readers} readers is out of range.",
+                f"use between 1 and {MAX_READERS} readers (one connection to the source each).",
             )
         if self.delay_ms < 0:
             raise RequestError(f"delay {self.delay_ms} ms is negative.", "use a delay >= 0.")
@@ -252,6 +262,7 @@ class Dump:
             "chunk_size": self.control.chunk_size,
             "delay_ms": self.control.delay_ms,
             "adaptive": self.control.adaptive,
+            "readers": self.control.readers,
             "rows": sum(p.rows for p in self.progress.values()),
             "chunks": sum(p.chunks for p in self.progress.values()),
             "progress": tables,

@@ -25,6 +25,7 @@ connection (``Source.take_over``), and losing it stops the engine at once with S
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -52,7 +53,8 @@ from .fencing import FencedOutput
 from .key_types import orders_like_python
 from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .pacing import PaceSignals
-from .protocols import LeaderLease, Output, Source, StateStore
+from .parallel import combine, split_points
+from .protocols import ChunkResult, LeaderLease, Output, Source, StateStore
 from .requests import status_key
 from .scheduler import ChunkPlan, DumpScheduler
 from .schema_watch import SchemaWatch, describe
@@ -133,6 +135,7 @@ class Engine:
         self.heartbeats = 0
         self.reconnects = 0
         self.position_recoveries = 0  # lost positions recovered by a full dump (opt-in)
+        self.parallel_reads = 0  # chunks read by more than one connection (--readers)
         self.writer: Optional[Writer] = None  # set once the source and output are open
         self._skip_until: Optional[Position] = None
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
@@ -628,7 +631,10 @@ class Engine:
         # Log processing is paused from here to the HW write (invariant 6).
         self.source.write_watermark(lw)
         selecting = time.monotonic()
-        if plan.keys is None and plan.selects_rows:
+        short: Optional[bool] = None
+        if plan.keys is None and plan.selects_rows and plan.readers > 1:
+            result, short = self._select_parallel(schema, plan)
+        elif plan.keys is None and plan.selects_rows:
             result = self.source.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key, plan.where)
         elif plan.keys:
             result = self.source.select_keys(schema, plan.keys)
@@ -638,7 +644,7 @@ class Engine:
         self.source.write_watermark(hw)
         selected = result.rows if result is not None else []
         invisible = result.invisible_txids if result is not None else frozenset()
-        chunk = _OpenChunk(plan, plan.progress_after(selected, schema), schema)
+        chunk = _OpenChunk(plan, plan.progress_after(selected, schema, short), schema)
         opened = self.window.open(lw, hw, plan.table, zip(schema.keys_of(selected), selected), invisible, chunk)
         aborted = [em for em in opened if isinstance(em, ChunkAborted)]
         if aborted:
@@ -647,6 +653,36 @@ class Engine:
             self.scheduler.opened()
             if result is not None and self.scheduler.adaptive(plan):  # signals cost a query: adaptive dumps only
                 self.scheduler.observe(plan, self._pace_signals(select_seconds, len(selected)))
+
+    def _select_parallel(self, schema: TableSchema, plan: ChunkPlan) -> tuple[ChunkResult, bool]:
+        """The chunk of a dump with several readers (core/parallel.py): its key ranges cut
+        every ``size`` keys (one key-only SELECT), read at once on connections of their own;
+        (the rows, whether the table is done). Between LW and HW like any chunk SELECT."""
+        by_name = {c.name: c for c in schema.columns}
+        key_only = TableSchema(schema.table, tuple(by_name[k] for k in schema.key), schema.key)
+        sample = self.source.select_chunk(key_only, plan.start.last_key, plan.size * (plan.readers - 1), plan.upper_key)
+        splits = split_points(key_only.keys_of(sample.rows), plan.size, plan.readers)
+        lows, uppers = [plan.start.last_key, *splits], [*splits, plan.upper_key]
+        readers = self._chunk_readers(len(splits))
+        if len(readers) < len(splits):  # a source without parallel readers: one range at a time
+            results = [self.source.select_chunk(schema, lo, plan.size, up, plan.where) for lo, up in zip(lows, uppers)]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(len(lows), thread_name_prefix="dblog-chunk") as pool:
+                futures = [
+                    pool.submit(read, schema, lo, plan.size, up, plan.where)
+                    for read, lo, up in zip([self.source.select_chunk, *readers], lows, uppers)
+                ]
+                results = [f.result() for f in futures]  # the first error of a reader is raised
+        self.parallel_reads += len(lows) > 1
+        return combine(results, uppers, plan.size, schema.key_getter())
+
+    def _chunk_readers(self, n: int) -> list[Callable[..., ChunkResult]]:
+        """``n`` connections besides the source's own for a parallel chunk (kept open by the
+        source between chunks); none from a source that has no ``chunk_readers``."""
+        if n == 0:
+            return []
+        make = getattr(self.source, "chunk_readers", None)
+        return list(make(n)) if make is not None else []
 
     def _pace_signals(self, select_seconds: float, rows: int) -> PaceSignals:
         """What an adaptive dump paces itself by (core/pacing.py): the SELECT's time, the
@@ -716,6 +752,7 @@ class Engine:
             "schemas_checked_at": self.schema_watch.checked_at,
             "reconnects": self.reconnects,
             "position_recoveries": self.position_recoveries,
+            "parallel_reads": self.parallel_reads,
             "dumps": self.scheduler.health(),
             "estimates": self.scheduler.estimates,
             "leader": {"identity": self.lease.identity, "epoch": self.config.epoch} if self.lease else None,

@@ -44,6 +44,7 @@ class ChunkPlan:
     keys: Optional[tuple[Key, ...]] = None
     keys_total: int = 0  # key-list dumps: how many keys the request lists
     where: Optional[str] = None  # a filtered dump's row filter (core/predicates.py)
+    readers: int = 1  # table dumps: key ranges of ``size`` rows selected in parallel
 
     @property
     def needs_bound(self) -> bool:
@@ -68,17 +69,18 @@ class ChunkPlan:
         """False for the one chunk of a table that was empty when its dump started."""
         return self.keys is not None or self.start.upper_key is not None
 
-    def progress_after(self, rows: Sequence[Row], schema: TableSchema) -> TableProgress:
+    def progress_after(self, rows: Sequence[Row], schema: TableSchema, short: Optional[bool] = None) -> TableProgress:
         """The table's progress once this chunk's rows (as selected) are emitted; the rows
         themselves are counted when the chunk's high watermark arrives. A table is done when
-        a chunk comes back short or reaches the upper bound."""
+        a chunk comes back short (``short``; by default fewer rows than ``size``) or reaches
+        the upper bound."""
         p = self.start
         if self.keys is not None:
             done = p.keys_done + len(self.keys)
             return TableProgress(p.last_key, p.rows, p.chunks + 1, done >= self.keys_total, done)
         last_key = schema.key_of(rows[-1]) if rows else p.last_key
         reached = p.upper_key is not None and last_key == p.upper_key
-        done = len(rows) < self.size or reached
+        done = (len(rows) < self.size if short is None else short) or reached
         return TableProgress(last_key, p.rows, p.chunks + 1, done, 0, p.upper_key, p.bound_at)
 
 
@@ -173,7 +175,7 @@ class DumpScheduler:
             size = self._pace(dump).chunk_size if dump.control.adaptive else dump.control.chunk_size
             keys = dump.spec.keys
             if keys is None:
-                return ChunkPlan(dump.dump_id, table, start, size, where=dump.spec.where)
+                return ChunkPlan(dump.dump_id, table, start, size, where=dump.spec.where, readers=dump.control.readers)
             batch = keys[start.keys_done : start.keys_done + size]
             return ChunkPlan(dump.dump_id, table, start, size, batch, len(keys))
         return None

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import logging
 import queue
@@ -142,6 +143,7 @@ class MySQLSource:
         # Replicas whose lag paces adaptive dumps (core/pacing.py): same user, password and TLS.
         self._replicas = parse_hosts(",".join(replicas), port) if replicas else []
         self._replica_sessions: dict[tuple[str, int], Session] = {}
+        self._reader_sessions: list[Session] = []  # parallel chunk readers' connections (chunk_readers)
         if len(self._endpoints) > 1 and not use_gtid:
             raise ConfigurationError(
                 f"source {source_id} lists several hosts, but its positions are binlog file and offset, "
@@ -513,16 +515,25 @@ class MySQLSource:
         cols = {c.name: c for c in schema.columns}
         return tuple(to_param(cols[k], v) for k, v in zip(schema.key, key))
 
-    def _rows(self, schema: TableSchema, sql: str, params: Sequence[Any], where: Optional[str] = None) -> ChunkResult:
+    def _rows(
+        self,
+        schema: TableSchema,
+        sql: str,
+        params: Sequence[Any],
+        where: Optional[str] = None,
+        session: Optional[Session] = None,
+    ) -> ChunkResult:
         # Its own autocommit READ COMMITTED statement: sees every commit before it (DESIGN
         # "Non-stale read"); no transaction is ever left open on this connection. A filtered
-        # chunk: a READ ONLY transaction of its own, just as fresh.
+        # chunk: a READ ONLY transaction of its own, just as fresh. ``session``: a parallel
+        # reader's connection (chunk_readers).
+        session = session or self._require_session()
         if where is not None:
             with filter_errors(schema.table, where, self.lost):
-                raw = self._require_session().read_only_query(sql, list(params))  # a list: %% is formatted
+                raw = session.read_only_query(sql, list(params))  # a list: %% is formatted
         else:
             with mysql_dump_errors(schema.table, self._settings.user):
-                raw = self._require_session().query(sql, params or None)
+                raw = session.query(sql, params or None)
         names = [c.name for c in schema.columns]
         rows = [dict(zip(names, r)) for r in raw]
         # Per column, not per value: only the columns PyMySQL does not return canonical.
@@ -552,10 +563,25 @@ class MySQLSource:
         upper_key: Optional[Key] = None,
         where: Optional[str] = None,
     ) -> ChunkResult:
+        return self._select_chunk_on(None, schema, after_key, limit, upper_key, where)
+
+    def chunk_readers(self, n: int) -> list[Callable[..., ChunkResult]]:
+        """``n`` more ways to run ``select_chunk``, each on a connection of its own (opened
+        on first use, kept for the next chunks, closed with the source): a dump with several
+        readers selects disjoint key ranges in parallel inside one watermark window."""
+        while len(self._reader_sessions) < n:
+            self._reader_sessions.append(Session(self._settings))
+        return [functools.partial(self._read_on, session) for session in self._reader_sessions[:n]]
+
+    @on_connection_loss
+    def _read_on(self, session, schema, after_key, limit, upper_key=None, where=None) -> ChunkResult:
+        return self._select_chunk_on(session, schema, after_key, limit, upper_key, where)
+
+    def _select_chunk_on(self, session, schema, after_key, limit, upper_key, where) -> ChunkResult:
         after = self._key_params(schema, after_key) if after_key is not None else None
         upper = self._key_params(schema, upper_key) if upper_key is not None else None
         sql, params = chunk_query(MYSQL, schema, self._select_list(schema), after, limit, upper, where)
-        return self._rows(schema, sql, params, where)
+        return self._rows(schema, sql, params, where, session)
 
     @on_connection_loss
     def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:
@@ -586,9 +612,10 @@ class MySQLSource:
 
     def close(self) -> None:
         self._stop_reader()
-        for session in self._replica_sessions.values():
+        for session in [*self._replica_sessions.values(), *self._reader_sessions]:
             session.close()
         self._replica_sessions.clear()
+        self._reader_sessions.clear()
         if self._session is not None:
             self._session.close()
             self._session = None

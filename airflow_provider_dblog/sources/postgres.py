@@ -36,6 +36,7 @@ terminated backend or walsender); the public methods raise those as ``SourceUnav
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import re
@@ -162,6 +163,7 @@ class PostgresSource:
         self._requested_tables = list(tables) if tables is not None else None
         self._key_columns = dict(key_columns or {})
         self._conn: Any = None
+        self._reader_conns: list[Any] = []  # parallel chunk readers' connections (chunk_readers)
         self._repl_conn: Any = None
         self._cursor: Any = None
         self._tables: list[str] = []
@@ -610,12 +612,27 @@ class PostgresSource:
         upper_key: Optional[Key] = None,
         where: Optional[str] = None,
     ) -> ChunkResult:
+        return self._select_chunk_on(None, schema, after_key, limit, upper_key, where)
+
+    def chunk_readers(self, n: int) -> list[Callable[..., ChunkResult]]:
+        """``n`` more ways to run ``select_chunk``, each on a connection of its own (opened
+        on first use, kept for the next chunks, closed with the source): a dump with several
+        readers selects disjoint key ranges in parallel inside one watermark window."""
+        while len(self._reader_conns) < n:
+            self._reader_conns.append(self._connect())
+        return [functools.partial(self._read_on, conn) for conn in self._reader_conns[:n]]
+
+    @on_connection_loss
+    def _read_on(self, conn, schema, after_key, limit, upper_key=None, where=None) -> ChunkResult:
+        return self._select_chunk_on(conn, schema, after_key, limit, upper_key, where)
+
+    def _select_chunk_on(self, conn, schema, after_key, limit, upper_key, where) -> ChunkResult:
         sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), after_key, limit, upper_key, where)
         if where is not None:
             with filter_errors(schema.table, where, self.lost):
-                return self._select(schema, sql, params, read_only=True)
+                return self._select(schema, sql, params, read_only=True, conn=conn)
         with postgres_dump_errors(schema.table, self._dsn["user"]):
-            return self._select(schema, sql, params)
+            return self._select(schema, sql, params, conn=conn)
 
     @on_connection_loss
     def replication_lag(self) -> Optional[float]:
@@ -664,7 +681,7 @@ class PostgresSource:
     def _select_list(schema) -> list[str]:
         return [POSTGRES.quote(c.name) for c in schema.columns]
 
-    def _select(self, schema, sql: str, params: list, read_only: bool = False) -> ChunkResult:
+    def _select(self, schema, sql: str, params: list, read_only: bool = False, conn=None) -> ChunkResult:
         """One REPEATABLE READ snapshot for the chunk, plus the transactions it cannot see.
 
         PostgreSQL's WAL commit order and visibility order may differ: a transaction whose
@@ -673,8 +690,8 @@ class PostgresSource:
         (ChunkResult). Invisible are the snapshot's in-progress list (xip) and every xid
         from its xmax on; the latter cannot be listed from the snapshot, so the statement
         also takes an xid of its own, N: every transaction running at the snapshot has an
-        xid below N, and [xmax, N) covers them."""
-        with self._cur() as cur:
+        xid below N, and [xmax, N) covers them. ``conn``: a parallel reader's connection."""
+        with (conn or self._conn).cursor() as cur:
             # Keep every value but bool/ints as the server's text: from_pg_text then treats
             # it exactly like the text the log carries.
             psycopg2.extensions.register_type(_RAW_TEXT, cur)
@@ -795,6 +812,12 @@ class PostgresSource:
 
     def close(self) -> None:
         self._close_stream()
+        for conn in self._reader_conns:
+            try:
+                conn.close()
+            except psycopg2.Error:
+                pass
+        self._reader_conns.clear()
         if self._conn is not None:
             try:
                 self._conn.close()

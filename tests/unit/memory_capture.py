@@ -196,6 +196,11 @@ class MemorySource:
         )[:limit]
         return self._result(schema, [snap[k] for k in keys])
 
+    def chunk_readers(self, n: int) -> list[Callable[..., ChunkResult]]:
+        """Parallel readers (--readers): the same SELECT, called from the engine's threads."""
+        self.readers_asked = max(getattr(self, "readers_asked", 0), n)
+        return [self.select_chunk] * n
+
     def max_key(self, schema: TableSchema) -> Optional[Key]:
         self._server()
         return max(self.db.snapshot(schema.table), default=None)

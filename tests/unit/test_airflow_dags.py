@@ -55,5 +55,5 @@ def test_repair_dag_serialises_with_its_form(repair_dag):
     from airflow.serialization.serialized_objects import DagSerialization
 
     again = DagSerialization.from_dict(DagSerialization.to_dict(repair_dag))
-    assert set(again.params.keys()) == {"source", "table", "keys", "where", "chunk_size"}
+    assert set(again.params.keys()) == {"source", "table", "keys", "where", "chunk_size", "readers"}
     assert again.get_task("dump").task_type == "DumpOperator"
