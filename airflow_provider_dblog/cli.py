@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 from . import config
 from .core import requests
 from .core.errors import DBLogError
-from .core.verify import compare, replay
+from .core.verify import check_table
 from .state.lease import make_lease
 
 log = logging.getLogger("dblog")
@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="pace chunk size and delay by the source's health (starting from --chunk-size and --delay-ms)",
     )
+    p.add_argument(
+        "--readers",
+        type=int,
+        default=1,
+        help="connections selecting each chunk's key ranges in parallel, --chunk-size rows each (table dumps)",
+    )
 
     p = sub.add_parser("status", help="log position, lag and dump progress")
     _source_options(p)
@@ -110,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     _source_options(p)
     p.add_argument("--table", action="append", help="table to verify (repeatable; default all)")
     p.add_argument("--show", type=int, default=20, help="mismatches to print per table")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="request a dump of exactly the mismatched keys of each table (the running capture performs it)",
+    )
     return parser
 
 
@@ -214,6 +225,7 @@ def cmd_dump(args, src, state_cfg, out_cfg, parts: Parts) -> int:
             keys_as_json=True,
             where=args.where,
             adaptive=args.adaptive,
+            readers=args.readers,
         )
     finally:
         state.close()
@@ -248,6 +260,7 @@ def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
         print(
             f"  dump {d['dump_id']} {d['status']}: tables={d['tables']} rows={d['rows']} chunks={d['chunks']}"
             + (f" where=({d['where']})" if d.get("where") else "")
+            + (f" readers={d['readers']}" if (d.get("readers") or 1) > 1 else "")
             + (
                 f" pace=adaptive chunk={d['pace']['chunk_size']} delay={d['pace']['delay_ms']}ms"
                 f" ({d['pace']['signal']})"
@@ -278,31 +291,28 @@ def cmd_verify(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     source, output = parts.source(src), parts.output(out_cfg)
     source.open()
     output.open()
-    bad = 0
+    mismatched: dict[str, list] = {}
     try:
         for table in args.table or source.tables():
-            schema = source.table_schema(table)
-            rows: dict = {}
-            after = None
-            while True:
-                chunk = source.select_chunk(schema, after, 50_000).rows
-                for r in chunk:
-                    rows[schema.key_of(r)] = r
-                if len(chunk) < 50_000:
-                    break
-                after = schema.key_of(chunk[-1])
-            mirror = replay(output.scan(source.source_id, table))
-            mismatches = compare(rows, mirror)
-            bad += len(mismatches)
+            check = check_table(source, output, table)
+            mismatched[table] = [m.key for m in check.mismatches]
             print(
-                f"{table}: {len(rows)} rows in the source, {len(mirror)} in the changelog replay, "
-                f"{len(mismatches)} mismatches"
+                f"{table}: {check.source_rows} rows in the source, {check.replay_rows} in the changelog replay, "
+                f"{len(check.mismatches)} mismatches"
             )
-            for m in mismatches[: args.show]:
+            for m in check.mismatches[: args.show]:
                 print(f"  {m.describe()}")
     finally:
         source.close()
         output.close()
+    bad = sum(map(len, mismatched.values()))
+    if bad and args.repair:
+        state = parts.state(state_cfg)
+        try:
+            for table, spec in requests.request_repairs(parts.source(src), state, mismatched).items():
+                print(f"{table}: repair dump {spec.dump_id} of {len(mismatched[table])} keys requested")
+        finally:
+            state.close()
     return 1 if bad else 0
 
 

@@ -58,6 +58,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_dblog.operators.capture",
                     "airflow_provider_dblog.operators.dump",
                     "airflow_provider_dblog.operators.land",
+                    "airflow_provider_dblog.operators.verify",
                 ],
             }
         ],

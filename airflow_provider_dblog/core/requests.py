@@ -66,6 +66,7 @@ def request_dump(
     keys_as_json: bool = False,
     where: Optional[str] = None,
     adaptive: bool = False,
+    readers: int = 1,
 ) -> DumpSpec:
     """Validate a dump request against the source's schemas and record it in ``state``.
 
@@ -73,11 +74,14 @@ def request_dump(
     exactly one table, each a scalar, a list in key order or an object naming the key
     columns; with ``keys_as_json`` each is that value's JSON text (``dblog dump --key``).
     ``where``: a row filter of exactly one table (core/predicates.py), which the source's
-    database plans (EXPLAIN) before anything is recorded.
+    database plans (EXPLAIN) before anything is recorded. ``readers``: connections that
+    select a table dump's chunk ranges in parallel (core/parallel.py).
     Opens and closes ``source`` (it needs the catalog only). Nothing is recorded if any
     part is invalid; the RequestError names the cause and the fix."""
     # range checks; adaptive: chunk size and delay are where the pace starts (core/pacing.py)
-    control = DumpControl(chunk_size=int(chunk_size), delay_ms=int(delay_ms), adaptive=bool(adaptive))
+    control = DumpControl(
+        chunk_size=int(chunk_size), delay_ms=int(delay_ms), adaptive=bool(adaptive), readers=int(readers)
+    )
     names = parse_tables(tables)
     check_key_request(names, keys)  # before connecting: the request's shape
     if isinstance(where, str) and not where.strip():
@@ -170,4 +174,18 @@ def read_status(state: StateStore, source_id: Optional[str], leader: Optional[di
         "warnings": report.get("warnings") or [],
         "capture": capture,
         "dumps": dumps,
+    }
+
+
+def request_repairs(
+    source: Source, state: StateStore, mismatched: dict[str, list[Key]], chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> dict[str, DumpSpec]:
+    """A key-list dump per table of exactly the keys ``dblog verify`` found different,
+    missing or extra (table -> its dump): the running capture re-reads those rows, and a
+    listed key the source no longer has is deleted (a key-list chunk states its keys, op k).
+    Reads a few rows instead of the whole table."""
+    return {
+        table: request_dump(source, state, [table], [list(k) for k in keys], chunk_size=chunk_size)
+        for table, keys in mismatched.items()
+        if keys
     }

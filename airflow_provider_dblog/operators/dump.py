@@ -53,6 +53,8 @@ class DumpOperator(BaseOperator):
         it before the dump is recorded, and chunks run read-only). Empty: every row.
     :param adaptive: pace chunk size and delay by the source's health (select latency, replica
         and capture lag), starting from ``chunk_size`` and ``delay_ms``.
+    :param readers: connections that select each chunk of a table dump in parallel, over
+        disjoint key ranges of ``chunk_size`` rows each (one watermark window per chunk).
     :param chunk_size: rows per chunk (the window between low and high watermark).
     :param delay_ms: pause between chunks (throttle).
     :param wait: wait until the dump finished (deferrable); False: return after recording it.
@@ -69,6 +71,7 @@ class DumpOperator(BaseOperator):
         "where",
         "chunk_size",
         "delay_ms",
+        "readers",
     )
     ui_color = "#f8e7d7"
 
@@ -83,6 +86,7 @@ class DumpOperator(BaseOperator):
         keys: Union[None, str, Sequence[Any]] = None,
         where: Optional[str] = None,
         adaptive: bool = False,
+        readers: Union[int, str] = 1,
         chunk_size: Union[int, str] = 10_000,
         delay_ms: Union[int, str] = 0,
         wait: bool = True,
@@ -98,6 +102,7 @@ class DumpOperator(BaseOperator):
         self.keys = keys
         self.where = where
         self.adaptive = adaptive
+        self.readers = readers
         self.chunk_size = chunk_size
         self.delay_ms = delay_ms
         self.wait = wait
@@ -122,6 +127,7 @@ class DumpOperator(BaseOperator):
                 delay_ms=int(self.delay_ms),
                 where=self.where or None,
                 adaptive=bool(self.adaptive),
+                readers=int(self.readers),
             )
         finally:
             state.close()

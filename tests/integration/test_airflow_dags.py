@@ -35,6 +35,7 @@ EXAMPLE_DAGS = {
     "dblog_repair_dump": "DumpOperator",
     "dblog_backfill": "DumpOperator",
     "dblog_land": "SparkSubmitOperator",
+    "dblog_verify_repair": "VerifyOperator",
 }
 
 

@@ -169,3 +169,29 @@ def test_dump_operator_round_against_a_running_capture(mariadb):
     assert {e.dump_id for e in dumped} == {result["dump_id"]}
     store = LocalStateStore(state)
     assert [d.dump_id for d in store.list_dumps(source_id)] == [result["dump_id"]]  # invalid ones not recorded
+
+
+def test_verify_operator_reports_drift_and_requests_a_dump_of_exactly_those_keys(mariadb):
+    """VerifyOperator against a changelog that holds nothing yet: every source row is drift
+    ('missing'). Without repair the task fails naming the tables and the fix; with repair it
+    requests one key-list dump per table of exactly those keys, and its XCom summarises it."""
+    from airflow_provider_dblog.operators.verify import DBLogDriftError, VerifyOperator
+
+    db, conn_id, source_id, state, lake = mariadb
+    accounts = f"{db.ns}.accounts"
+
+    def op(**kw):
+        return VerifyOperator(task_id="verify", source_conn_id=conn_id, state=state, changelog=lake, **kw)
+
+    with pytest.raises(DBLogDriftError, match="repair=True") as err:
+        op(tables=[accounts], repair=False).execute({})
+    assert accounts in str(err.value)
+    summary = op(repair=True).execute({})
+    assert set(summary) == set(db.tables())
+    store = LocalStateStore(state)
+    dumps = {d.spec.tables[0]: d for d in store.list_dumps(source_id)}
+    assert set(dumps) == set(db.tables())
+    for table, dump in dumps.items():
+        assert summary[table]["repair_dump_id"] == dump.dump_id
+        assert summary[table]["mismatches"] == summary[table]["source_rows"] == len(dump.spec.keys) > 0
+        assert summary[table]["replay_rows"] == 0

@@ -562,3 +562,45 @@ def test_an_adaptive_dump_backs_off_while_a_replica_lags_and_grows_again(db, sta
     assert max(sizes[low:]) > 400, sizes  # and grown again once it caught up
     assert any(p["mode"] == "adaptive" and p["signal"].startswith("replica lag") for p in paces), paces
     assert replay(out.events) == db.snapshot(TABLE)
+
+
+def test_a_dump_with_parallel_readers_covers_every_key_once_in_unbroken_ranges(state):
+    """Issue 15 part 2: chunks of a dump with 3 readers are read as 3 key ranges at once.
+    Rows the log never showed (written while nothing captured) reach the changelog only
+    through the dump; inserts into a range between its split and its SELECT make that
+    reader stop short, and the chunk must then end there (or rows would be skipped)."""
+    db = MemoryDatabase()
+    for i in range(1, 400, 2):
+        db.upsert(TABLE, {"id": i, "v": f"initial {i}"})
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    with db._lock:  # a gap: rows only a dump delivers
+        for i in range(2, 400, 2):
+            db.rows[TABLE][(i,)] = {"id": i, "v": f"gap {i}"}
+    grew, splits = [], []
+
+    def in_window(schema, selected):
+        if len(schema.columns) == 1 and len(selected) >= 20:  # the key-only SELECT that splits
+            splits.append(selected)
+            if len(splits) % 2:  # every other chunk: its first range grows past its LIMIT
+                db.upsert(TABLE, {"id": selected[3]["id"], "v": "updated between split and read"})
+                new = selected[4]["id"] + 0.5  # a key between two existing ones
+                db.upsert(TABLE, {"id": new, "v": "inserted between split and read"})
+                grew.append(new)
+
+    source.in_window = in_window
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=10, readers=3))
+    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    run.stop()
+
+    assert replay(out.events) == db.snapshot(TABLE)  # every gap row arrived, none was skipped
+    assert run.engine.parallel_reads > 0 and source.readers_asked == 2
+    ranges = [e.after for e in out.events if e.op is Op.RANGE]
+    assert ranges[0]["from"] is None and ranges[-1]["to"] is None
+    assert all(a["to"] == b["from"] for a, b in zip(ranges, ranges[1:]))  # unbroken
+    assert grew and len(ranges) < 399 // 10 * 3 // 4  # uncut chunks read 3 ranges in one window
+    dumped = [e.key for e in out.events if e.op is Op.READ]
+    assert len(dumped) == len(set(dumped))  # no key twice
+    assert state.get_dump(spec.dump_id).to_dict()["readers"] == 3
