@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_provider_dblog.core.events import Key, Row, TableSchema
-from airflow_provider_dblog.core.verify import Mismatch, compare
+from airflow_provider_dblog.core.verify import Mismatch, compare, read_all
 from airflow_provider_dblog.spark import mirror_types as mt
 from airflow_provider_dblog.spark.land_changelog import absolute, mirror_path
 
@@ -81,18 +81,6 @@ def mirror_rows(spark: SparkSession, path: str, schema: TableSchema) -> dict[Key
     return out
 
 
-def source_rows(source, schema: TableSchema, chunk: int = 50_000) -> dict[Key, Row]:
-    rows: dict[Key, Row] = {}
-    after = None
-    while True:
-        got = source.select_chunk(schema, after, chunk).rows
-        for r in got:
-            rows[schema.key_of(r)] = r
-        if len(got) < chunk:
-            return rows
-        after = schema.key_of(got[-1])
-
-
 def _by_value(rows: dict[Key, Row], schema: TableSchema) -> dict[Key, Row]:
     """Rows with decimal values (canonical strings) as ``Decimal``: compared as numbers, so a
     scale written differently (1.00E-10, 0.0000000001) is no mismatch, a different value is."""
@@ -116,7 +104,7 @@ def _by_value(rows: dict[Key, Row], schema: TableSchema) -> dict[Key, Row]:
 def verify_table(spark: SparkSession, source, mirrors: str, table: str) -> tuple[int, int, list[Mismatch]]:
     """(source rows, mirror rows, mismatches) for one table of an open ``Source``."""
     schema = source.table_schema(table)
-    src = _by_value(source_rows(source, schema), schema)
+    src = _by_value(read_all(source, schema), schema)
     mir = _by_value(mirror_rows(spark, mirror_path(mirrors, source.source_id, table), schema), schema)
     return len(src), len(mir), compare(src, mir)
 
