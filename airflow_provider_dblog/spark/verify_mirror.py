@@ -83,13 +83,18 @@ def mirror_rows(spark: SparkSession, path: str, schema: TableSchema) -> dict[Key
 
 def _by_value(rows: dict[Key, Row], schema: TableSchema) -> dict[Key, Row]:
     """Rows with decimal values (canonical strings) as ``Decimal``: compared as numbers, so a
-    scale written differently (1.00E-10, 0.0000000001) is no mismatch, a different value is."""
+    scale written differently (1.00E-10, 0.0000000001) is no mismatch, a different value is.
+    A value that is no string in a string mirror column (MySQL BIT's canonical integer) as the
+    JSON text the landing job's ``from_json`` keeps there."""
     decimals = [
         c.name
         for c in schema.columns
         if isinstance(mt.mirror_type(c.type), T.DecimalType) and not mt.is_integer(c.type)
     ]
-    if not decimals:
+    texts = [
+        c.name for c in schema.columns if isinstance(mt.mirror_type(c.type), T.StringType) and not mt.is_json(c.type)
+    ]
+    if not decimals and not texts:
         return rows
     out = {}
     for row in rows.values():
@@ -97,6 +102,9 @@ def _by_value(rows: dict[Key, Row], schema: TableSchema) -> dict[Key, Row]:
         for name in decimals:
             if isinstance(row.get(name), str):
                 row[name] = decimal.Decimal(row[name])
+        for name in texts:
+            if row.get(name) is not None and not isinstance(row[name], str):
+                row[name] = json.dumps(row[name], separators=(",", ":"), ensure_ascii=False)
         out[schema.key_of(row)] = row  # a decimal key column is a Decimal on both sides
     return out
 

@@ -1,7 +1,8 @@
 """The convergence oracle (DESIGN invariant 3), on PostgreSQL and on MariaDB.
 
 A random concurrent workload (inserts, updates, deletes, primary-key updates, on three tables,
-one with a composite key; on PostgreSQL also TOASTed values that most updates leave unchanged,
+one with a composite key, and a 30-column table of every type the source supports, with edge
+values in every column; on PostgreSQL also TOASTed values that most updates leave unchanged,
 in a table with and one without REPLICA IDENTITY FULL, and a partitioned table whose
 partitions are created under load; TRUNCATEs; ALTER TABLEs that add
 columns with constant and volatile defaults, rename, retype and drop them) runs while dumps of
@@ -73,6 +74,8 @@ class Workload:
         notes, so that its 300 seeded rows always come through the dump."""
         rng = random.Random(seed)
         choices = [["accounts"], ["orders"]] + ([["accounts", "orders"]] * 2 if self.db.kind == "postgres" else [])
+        if self.db.wide:
+            choices += [["wide"]] + ([["orders", "wide"]] if self.db.kind == "postgres" else [])
         c = self.db.connect()
         try:
             for at in (rng.uniform(1.5, 5), rng.uniform(8, max(9, WORKLOAD_SECONDS - 3))):
@@ -293,6 +296,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
     db = ADAPTERS[kind]()
     if kind == "postgres":  # ledger: LIST-partitioned (one partition sub-partitioned), created under load
         db.partitioned = True
+    db.wide = True  # every column type, end to end: capture, dumps, verify and the typed mirror
     source_id = f"oracle_{kind}_{uuid.uuid4().hex[:6]}"
     db.create()
     capture = None
@@ -343,6 +347,10 @@ def test_convergence_oracle(kind, seed, tmp_path):
                     dumps.append(
                         dblog(config, "dump", "--table", f"{db.ns}.orders", "--chunk-size", "11").stdout.strip()
                     )
+                    args = ["dump", "--table", f"{db.ns}.wide", "--chunk-size", "3"]
+                    for k in rng.sample(range(1, 301), 10):
+                        args += ["--key", json.dumps(k)]
+                    dumps.append(dblog(config, *args).stdout.strip())
                     key_dump_at = 0
                 if not crashed and time.time() > crash_at:
                     if not capture_status(state, source_id).get("dumps"):  # none running now: start one
@@ -430,6 +438,8 @@ def test_convergence_oracle(kind, seed, tmp_path):
         assert crashed, "the server was never crashed while a dump ran"
         accounts = list(out.scan(source_id, f"{db.ns}.accounts"))
         assert not any(e.op.value == "d" and e.key[0] in gap["deleted"] for e in accounts), gap
+        wide = list(out.scan(source_id, f"{db.ns}.wide"))
+        assert not any(e.op.value == "d" and e.key[0] in gap["wide deleted"] for e in wide), gap
         assert any(e.op.value == "k" for e in accounts)
 
         result = dblog(config, "verify", check=False)
