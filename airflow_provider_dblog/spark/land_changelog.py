@@ -44,6 +44,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import TableSchema
 from airflow_provider_dblog.outputs._common import dumps
 from airflow_provider_dblog.spark import mirror_types as mt
@@ -632,6 +633,7 @@ def land(
     max_seconds: Optional[float] = None,
     stop: Optional[threading.Event] = None,
     deletion_vectors: bool = False,
+    kafka: Any = None,
 ) -> dict:
     """Land every changelog version not landed yet (availableNow), then return run stats.
 
@@ -641,20 +643,27 @@ def land(
     nothing there (idempotent merges, see ``Lander``).
 
     ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table).
-    ``deletion_vectors``: turn on Delta deletion vectors on the mirrors (docs/landing.md)."""
+    ``deletion_vectors``: turn on Delta deletion vectors on the mirrors (docs/landing.md).
+    ``kafka``: a ``kafka_changelog.KafkaChangelog``: read the capture's Kafka topics (and
+    schema topic) instead of ``<lake>/changelog``; the mirrors still go under ``<lake>``."""
     lake = absolute(lake)
     lander = lander_class(spark, lake, mirrors, register, log, deletion_vectors=deletion_vectors)
-    checkpoint = absolute(checkpoint) if checkpoint else f"{lander.mirrors}/_checkpoints/{source or '_all'}"
+    default = f"{lander.mirrors}/_checkpoints/{source or '_all'}" + ("@kafka" if kafka is not None else "")
+    checkpoint = absolute(checkpoint) if checkpoint else default
     lander.checkpoint = checkpoint
     t0 = time.time()
-    stream = (
-        spark.readStream.format("delta")
-        .option("maxFilesPerTrigger", max_files_per_batch)
-        # An OPTIMIZE of the changelog commits no data change and is skipped anyway;
-        # this also skips a user's DELETE of old changelog rows instead of failing.
-        .option("skipChangeCommits", "true")
-        .load(f"{lake}/changelog")
-    )
+    if kafka is not None:  # the same columns, from the Kafka output's topics (spark/kafka_changelog.py)
+        lander.schemas = kafka.schema_store(spark)
+        stream = kafka.stream(spark)
+    else:
+        stream = (
+            spark.readStream.format("delta")
+            .option("maxFilesPerTrigger", max_files_per_batch)
+            # An OPTIMIZE of the changelog commits no data change and is skipped anyway;
+            # this also skips a user's DELETE of old changelog rows instead of failing.
+            .option("skipChangeCommits", "true")
+            .load(f"{lake}/changelog")
+        )
     if source:
         stream = stream.where(F.col("source_id") == source)
     writer = stream.writeStream.foreachBatch(lander.land_batch).option("checkpointLocation", checkpoint)
@@ -686,7 +695,22 @@ def land(
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="land_changelog", description=__doc__.split("\n\n")[0])
-    p.add_argument("--lake", required=True, help="the capture's output root (holds changelog/ and schemas/)")
+    p.add_argument(
+        "--lake",
+        required=True,
+        help="the capture's output root (holds changelog/ and schemas/); with --kafka, the root of the mirrors",
+    )
+    p.add_argument(
+        "--kafka",
+        metavar="URL",
+        help="land from the capture's Kafka output instead: its output URL, kafka://host:port?topic_prefix=...",
+    )
+    p.add_argument(
+        "--kafka-config-env",
+        default="DBLOG_SPARK_KAFKA_CONFIG",
+        help="environment variable holding a JSON object of Kafka Java client settings (security, SASL, TLS)",
+    )
+    p.add_argument("--max-records-per-batch", type=int, help="with --kafka: Kafka records per micro-batch")
     p.add_argument("--source", help="land only this source_id (default: every source in the changelog)")
     p.add_argument("--mirrors", help="root of the mirror tables (default <lake>/mirrors)")
     p.add_argument("--checkpoint", help="streaming checkpoint (default <mirrors>/_checkpoints/<source|_all>)")
@@ -716,6 +740,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) -> int:
     args = build_parser().parse_args(argv)
+    kafka = None
+    if args.kafka:  # a wrong URL or client setting is reported before Spark starts
+        from airflow_provider_dblog.spark.kafka_changelog import KafkaChangelog
+
+        try:
+            kafka = KafkaChangelog.from_url(args.kafka, args.source, args.kafka_config_env, args.max_records_per_batch)
+        except ConfigurationError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
     spark = get_session("dblog-land-changelog", master=args.master)
     stop = threading.Event()
     if args.continuous:  # SIGTERM (the trigger's cleanup, a supervisor): stop between batches
@@ -735,6 +768,7 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
             max_seconds=args.max_seconds,
             stop=stop,
             deletion_vectors=args.deletion_vectors,
+            kafka=kafka,
         )
     except mt.IncompatibleSchemaChange as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
