@@ -151,7 +151,7 @@ def test_a_paused_leader_writes_nothing_anywhere_after_it_wakes(pair, zk, run):
             assert d.status not in (DumpStatus.FAILED, DumpStatus.CANCELLED), d.error
             return d.status is DumpStatus.DONE
 
-        wait_for(dump_done, 120, "b to finish the dump", b.assert_alive, detail=b.tail)
+        wait_for(dump_done, 300, "b to finish the dump", b.assert_alive, detail=b.tail)  # slow faults: stuck fails
     pair.converge(b)
     pair.assert_acl_on()
     assert b.stop() == 0, b.tail()  # the new leader never died
