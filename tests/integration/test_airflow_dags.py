@@ -308,6 +308,7 @@ def spark_jars() -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.soak  # make test: the real-Airflow e2e runs dblog_land through spark-submit already
 def test_land_dag_lands_through_spark_submit_with_the_install_time_jars(airflow_home, captured):
     """dblog_land's SparkSubmitOperator with a real spark-submit (this venv's, local master):
     the jars resolved at install, nothing downloaded, every source row in its mirror."""
