@@ -638,14 +638,14 @@ def test_a_dump_with_parallel_readers_converges_under_writes(db, tmp_path):
     try:
         d = r.dump(None, chunk_size=40, readers=3)
         wait(lambda: r.status(d).status is DumpStatus.DONE, 120, "the parallel dump", r)
-        report = json.loads(r.state.get_value(status_key(db.source_id)) or "{}")
     finally:
         stop.set()
         t.join(30)
         time.sleep(1)
         r.stop()
     assert not errors, errors
-    assert report["parallel_reads"] > 0
+    # the engine's own count (a periodic report can predate a dump of 600 rows)
+    assert r.engine.parallel_reads > 0
     progress = r.status(d).progress[f"{db.ns}.accounts"]
     assert progress.done and progress.chunks < progress.rows / 40  # several ranges per window
     for table in db.tables():
