@@ -6,7 +6,7 @@ values in every column; on PostgreSQL also TOASTed values that most updates leav
 in a table with and one without REPLICA IDENTITY FULL, and a partitioned table whose
 partitions are created under load; TRUNCATEs; ALTER TABLEs that add
 columns with constant and volatile defaults, rename, retype and drop them) runs while dumps of
-all tables (one of them adaptive) and of key lists are requested, and the capture is killed with SIGKILL at random
+all tables (one with parallel readers, one adaptive) and of key lists are requested, and the capture is killed with SIGKILL at random
 moments and restarted; the database server itself is crashed once while a dump runs and
 started again (the capture reconnects by itself); once, rows are deleted and updated while
 nothing captures and the capture restarts with --reset-position (a dump of all tables
@@ -333,7 +333,13 @@ def test_convergence_oracle(kind, seed, tmp_path):
             time.sleep(1)
             gap_at = time.time() + rng.uniform(6, max(7, WORKLOAD_SECONDS - 8))
             crash_at, crashed = time.time() + rng.uniform(2, 5), False
-            dumps.append(dblog(config, "dump", "--all", "--chunk-size", str(rng.randint(17, 60))).stdout.strip())
+            # the first dump of all tables reads with parallel readers (issue 15 part 2)
+            readers = str(rng.randint(2, 3))
+            dumps.append(
+                dblog(
+                    config, "dump", "--all", "--chunk-size", str(rng.randint(17, 60)), "--readers", readers
+                ).stdout.strip()
+            )
             end = time.time() + WORKLOAD_SECONDS
             key_dump_at = time.time() + rng.uniform(3, 8)
             # until the workload's time is up and the capture was killed at least 3 times (a
@@ -397,7 +403,10 @@ def test_convergence_oracle(kind, seed, tmp_path):
         def all_done():
             ds = [state.get_dump(d) for d in dumps]
             failed = [d for d in ds if d.status in (DumpStatus.FAILED, DumpStatus.CANCELLED)]
-            assert not failed, f"dump failed: {failed[0].error}"
+            # everything needed to diagnose it after the fact: the dump, its settings, the log
+            assert not failed, (
+                f"dump {failed[0].spec.dump_id} failed: {failed[0].error}\n{failed[0].control}\n{capture.tail()}"
+            )
             return all(d.status is DumpStatus.DONE for d in ds)
 
         wait_for(all_done, 240, "all dumps to finish", capture.assert_alive, detail=capture.tail)
