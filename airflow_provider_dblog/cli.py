@@ -6,9 +6,11 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 import threading
+import traceback
 from typing import Any, Callable, Optional
 
 from . import config
@@ -339,5 +341,30 @@ def main(argv: Optional[list[str]] = None, parts: Parts = Parts()) -> int:
         return 2
 
 
+def run() -> None:
+    """The ``dblog`` command (console script and ``python -m``): ``main``, then leave the
+    process without running native libraries' exit-time destructors. Arrow's thread pools
+    (used by deltalake's scans) can abort a normally exiting interpreter after the command
+    did its work - "terminate called without an active exception", SIGABRT, exit code -6
+    (apache/arrow#34314, delta-io/delta-rs#2184) - which would turn a clean ``verify`` into
+    a failure. Every command has closed what it opened by the time ``main`` returns, so
+    only the exit code and the flushed output must survive."""
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse: usage errors, --help
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130  # as a shell reports a SIGINT
+    except BaseException:  # noqa: BLE001 - shown as Python would, then the exit code 1
+        traceback.print_exc()
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
