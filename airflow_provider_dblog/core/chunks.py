@@ -76,6 +76,21 @@ def at_most(dialect: Dialect, schema: TableSchema, upper_key: Key) -> tuple[str,
     return _compare(dialect, schema, upper_key, "<=")
 
 
+def key_range(
+    dialect: Dialect, schema: TableSchema, after_key: Optional[Key], upper_key: Optional[Key]
+) -> tuple[list[str], list[Any]]:
+    """The predicates of the key range (after_key, upper_key] (None: unbounded on that side),
+    each a conjunction at its top level (AND-join them as they are), and their parameters."""
+    preds: list[str] = []
+    params: list[Any] = []
+    for key, predicate in ((after_key, greater_than), (upper_key, at_most)):
+        if key is not None:
+            pred, more = predicate(dialect, schema, key)
+            preds.append(pred)
+            params += more
+    return preds, params
+
+
 def chunk_query(
     dialect: Dialect,
     schema: TableSchema,
@@ -92,13 +107,7 @@ def chunk_query(
         raise ValueError("chunk limit must be >= 1")
     order = ", ".join(dialect.quote(k) for k in schema.key)
     sql = f"SELECT {', '.join(select_list)} FROM {dialect.table(schema.table)}"
-    preds: list[str] = []
-    params: list[Any] = []
-    for key, predicate in ((after_key, greater_than), (upper_key, at_most)):
-        if key is not None:
-            pred, more = predicate(dialect, schema, key)
-            preds.append(pred)  # each is a conjunction at its top level: AND-joined as is
-            params += more
+    preds, params = key_range(dialect, schema, after_key, upper_key)
     if where is not None:
         # Parenthesised, and with literal % doubled: the driver formats the query.
         preds.append(f"({where.replace('%', '%%')})")
