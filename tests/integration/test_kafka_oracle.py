@@ -62,7 +62,10 @@ def _partition(conf, topic, partition):
 
     consumer = kafka_tail._consumer(conf)
     try:
-        lo, hi = consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, partition), timeout=30)
+        tp = confluent_kafka.TopicPartition(topic, partition)
+        # as the output itself reads them: a topic just created may have no leader for a
+        # moment (NOT_LEADER_FOR_PARTITION), which is retried, not a failure
+        lo, hi = kafka_tail._retrying(lambda: consumer.get_watermark_offsets(tp, timeout=30, cached=False), 30)
         for msg in kafka_tail._read_range(consumer, topic, partition, lo, hi, 60):
             yield msg.headers() or [], msg.value()
     finally:
