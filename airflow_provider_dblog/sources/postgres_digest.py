@@ -35,15 +35,12 @@ from typing import Any, Callable
 
 from ..core.chunks import POSTGRES
 from ..core.events import Row, TableSchema
+from .postgres_values import _base_name as _base  # the type name without its modifiers
 
 NULL = "\x1e"  # a NULL column (no rendering produces this character alone)
 SEPARATOR = "\x1f"
 
 _FRACTION = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,6}))?(\+00:00)?$")
-
-
-def _base(type_name: str) -> str:
-    return re.sub(r"\(\d+(?:,\d+)?\)", "", type_name.strip().lower()).replace("  ", " ")
 
 
 def column_sql(name: str, type_name: str) -> str:
