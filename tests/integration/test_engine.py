@@ -89,6 +89,17 @@ class Running:
         return self.state.get_dump(dump_id)
 
 
+def dumped_once(db, tmp_path) -> Running:
+    """An engine that dumped every table once (2,000-row chunks), stopped again."""
+    r = Running(db, tmp_path, db.source_id).start()
+    try:
+        d = r.dump(None, chunk_size=2000)
+        wait(lambda: r.status(d).status is DumpStatus.DONE, 120, "the first dump", r)
+    finally:
+        r.stop()
+    return r
+
+
 def wait(cond, timeout, what, running=None):
     wait_for(cond, timeout, what, running.check if running is not None else None, interval=0.1)
 
@@ -667,12 +678,7 @@ def test_verify_finds_drift_and_a_repair_dump_reads_only_the_drifted_keys(db, tm
         rows = "generate_series(5000, 8000) AS t(seq)" if db.kind == "postgres" else f"{db.ns}.seq_5000_to_8000"
         c.cursor().execute(f"INSERT INTO {accounts} (id, name) SELECT seq, 'bulk' FROM {rows}")
         c.commit()
-    r = Running(db, tmp_path, db.source_id).start()
-    try:
-        d = r.dump(None, chunk_size=2000)
-        wait(lambda: r.status(d).status is DumpStatus.DONE, 120, "the first dump", r)
-    finally:
-        r.stop()
+    r = dumped_once(db, tmp_path)
     with db.connect() as c:  # the gap
         db.gap_changes(c, random.Random(52), itertools.count(9000).__next__)
         c.commit()

@@ -12,14 +12,13 @@ import uuid
 import pytest
 
 from airflow_provider_dblog.config import make_source
-from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.range_verify import check_table_by_ranges
 from airflow_provider_dblog.core.verify import check_table
 from airflow_provider_dblog.outputs import make_output
 
 from .capture_proc import dblog, write_config
 from .databases import ADAPTERS
-from .test_engine import Running, wait
+from .test_engine import dumped_once
 
 pytestmark = pytest.mark.integration
 
@@ -54,12 +53,7 @@ def test_ranges_read_nothing_of_equal_tables_and_find_drift_like_a_whole_compare
             f"INSERT INTO {accounts} (id, name) SELECT seq, 'bulk' FROM generate_series(5000, 30000) seq"
         )
         c.commit()
-    r = Running(db, tmp_path, db.source_id).start()
-    try:
-        d = r.dump(None, chunk_size=2000)
-        wait(lambda: r.status(d).status is DumpStatus.DONE, 120, "the first dump", r)
-    finally:
-        r.stop()
+    r = dumped_once(db, tmp_path)
 
     equal = checks(db, r.lake, [accounts, wide], span=500)
     for t, (whole, ranged, stats) in equal.items():
