@@ -26,19 +26,16 @@ from __future__ import annotations
 
 import base64
 import decimal
-import hashlib
 import json
 import math
 import re
 import struct
 from typing import Any, Callable
 
+from ..core import row_digest
 from ..core.chunks import POSTGRES
 from ..core.events import Row, TableSchema
 from .postgres_values import _base_name as _base  # the type name without its modifiers
-
-NULL = "\x1e"  # a NULL column (no rendering produces this character alone)
-SEPARATOR = "\x1f"
 
 _FRACTION = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,6}))?(\+00:00)?$")
 
@@ -72,13 +69,17 @@ def _is_null(name: str, type_name: str) -> str:
     return f"{col} IS NULL"
 
 
-def row_sql(schema: TableSchema) -> str:
-    """The SQL expression of a row's text."""
-    parts = [
+def texts_sql(schema: TableSchema) -> list[str]:
+    """Per column, the SQL expression of its text in a row (the NULL marker for NULL)."""
+    return [
         f"CASE WHEN {_is_null(c.name, c.type)} THEN E'\\x1e' ELSE {column_sql(c.name, c.type)} END"
         for c in schema.columns
     ]
-    return f"concat_ws(E'\\x1f', {', '.join(parts)})"
+
+
+def row_sql(schema: TableSchema) -> str:
+    """The SQL expression of a row's text."""
+    return f"concat_ws(E'\\x1f', {', '.join(texts_sql(schema))})"
 
 
 def digest_sql(schema: TableSchema) -> str:
@@ -151,10 +152,9 @@ def column_renderer(type_name: str) -> Callable[[Any], str]:
 
 def row_hasher(schema: TableSchema) -> Callable[[Row], int]:
     """A function from a replayed row (canonical values) to the hash ``digest_sql`` sums."""
-    renderers = [(c.name, column_renderer(c.type)) for c in schema.columns]
+    return row_digest.row_hasher(renderers(schema))
 
-    def row_hash(row: Row) -> int:
-        text = SEPARATOR.join(NULL if row.get(n) is None else r(row[n]) for n, r in renderers)
-        return int(hashlib.md5(text.encode("utf-8")).hexdigest()[:15], 16)
 
-    return row_hash
+def renderers(schema: TableSchema) -> list[tuple[str, Callable[[Any], str]]]:
+    """Per column, its name and the Python rendering ``texts_sql`` matches."""
+    return [(c.name, column_renderer(c.type)) for c in schema.columns]
