@@ -1,7 +1,8 @@
 """dblog_verify_repair: find drift between the source and the changelog, repair exactly it.
 
 Each run compares every captured table with the replay of its changelog (the same check as
-``dblog verify``) and requests a key-list dump of exactly the keys that differ: rows missing
+``dblog verify --ranges``: key ranges compared by digests computed in the database, only the
+ranges that differ read) and requests a key-list dump of exactly the keys that differ: rows missing
 from the changelog, with other values, or deleted in the source. The running
 ``dblog_capture`` performs those dumps, which read only those rows; ``dblog_land`` then lands
 them. The XCom summary lists rows, mismatches and the repair dump per table.

@@ -46,18 +46,18 @@ def _inside(key: Key, low: Bound, high: Bound) -> bool:
 def find_drift(
     digest: Callable[[Bound, Bound], tuple[int, int]],
     read: Callable[[Bound, Bound], dict[Key, Row]],
-    row_hash: Callable[[Row], int],
-    mirror: dict[Key, Row],
+    hashes: dict[Key, int],
+    rows_of: Callable[[list[Key]], dict[Key, Row]],
     span: int = 10_000,
     leaf: int = 64,
 ) -> tuple[list[Mismatch], RangeStats]:
-    """The mismatches between the source (``digest`` and ``read`` of a key range) and
-    ``mirror`` (the replay: key -> row), found by bisection; and what it cost."""
-    keys = sorted(mirror)
-    hashes = {k: row_hash(row) for k, row in mirror.items()}
+    """The mismatches between the source (``digest`` and ``read`` of a key range) and the
+    other side (the replay or a mirror: ``hashes`` of its rows by key, ``rows_of`` a list of
+    its keys), found by bisection; and what it cost. The other side's rows are asked for
+    once, for the keys of every range left to compare row by row."""
+    keys = sorted(hashes)
     stats = RangeStats()
-    found: list[Mismatch] = []
-    # ranges as (low, high, the replay keys inside): every key lies in exactly one
+    # ranges as (low, high, the other side's keys inside): every key lies in exactly one
     cuts = keys[span - 1 : -1 : span] if keys else []
     bounds: list[Bound] = [None, *cuts, None]
     todo: list[tuple[Bound, Bound, list[Key]]] = []
@@ -66,6 +66,7 @@ def find_drift(
         end = len(keys) if high is None else keys.index(high, start) + 1
         todo.append((low, high, keys[start:end]))
         start = end
+    leaves: list[tuple[Bound, Bound, list[Key]]] = []
     while todo:
         low, high, inside = todo.pop()
         stats.digests += 1
@@ -75,12 +76,29 @@ def find_drift(
             mid = len(inside) // 2
             todo += [(low, inside[mid - 1], inside[:mid]), (inside[mid - 1], high, inside[mid:])]
             continue
+        leaves.append((low, high, inside))
+    other = rows_of([k for _, _, inside in leaves for k in inside]) if leaves else {}
+    found: list[Mismatch] = []
+    for low, high, inside in leaves:
         rows = read(low, high)
         stats.rows_read += len(rows)
         stats.ranges_read += 1
-        found += compare(rows, {k: mirror[k] for k in inside})
+        found += compare(rows, {k: other[k] for k in inside})
     found.sort(key=lambda m: repr(m.key))
     return found, stats
+
+
+def read_range(source: Any, schema: TableSchema, low: Bound, high: Bound) -> dict[Key, Row]:
+    """The source's rows of the key range (low, high], by key (chunk SELECTs of 10,000)."""
+    rows: dict[Key, Row] = {}
+    after = low
+    while True:
+        got = source.select_chunk(schema, after, 10_000, high).rows
+        for r in got:
+            rows[schema.key_of(r)] = r
+        if len(got) < 10_000:
+            return rows
+        after = schema.key_of(got[-1])
 
 
 def check_table_by_ranges(
@@ -92,23 +110,12 @@ def check_table_by_ranges(
     if not supports_ranges(source, schema):
         return check_table(source, output, table), None
     mirror = replay(output.scan(source.source_id, table))
-
-    def read(low: Bound, high: Bound) -> dict[Key, Row]:
-        rows: dict[Key, Row] = {}
-        after = low
-        while True:
-            got = source.select_chunk(schema, after, 10_000, high).rows
-            for r in got:
-                rows[schema.key_of(r)] = r
-            if len(got) < 10_000:
-                return rows
-            after = schema.key_of(got[-1])
-
+    row_hash = source.row_hasher(schema)
     found, stats = find_drift(
         lambda low, high: source.range_digest(schema, low, high),
-        read,
-        source.row_hasher(schema),
-        mirror,
+        lambda low, high: read_range(source, schema, low, high),
+        {k: row_hash(row) for k, row in mirror.items()},
+        lambda keys: {k: mirror[k] for k in keys},
         span,
         leaf,
     )

@@ -9,6 +9,14 @@ mapping (a lost decimal scale, a shifted time zone, mangled bytes or JSON, a NUL
 text) shows up as a mismatch, not only a missing row.
 
     python -m airflow_provider_dblog.spark.verify_mirror --config dblog.toml --lake /data/lake
+
+With ``--ranges`` (tables with integer keys on sources with range digests), the source is not
+read whole: Spark hashes every mirror row where the mirror is (the same row text the source
+computes in SQL, core/row_digest.py), only (key, hash) pairs reach the driver, and key ranges
+are compared by digest and bisected as ``dblog verify --ranges`` does (core/range_verify.py);
+only the ranges that differ are read from the source and from the mirror, and compared typed.
+``--repair`` then requests a key-list dump of exactly the mismatched keys, which the running
+capture performs and the next landing applies.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_provider_dblog.core.events import Key, Row, TableSchema
+from airflow_provider_dblog.core.range_verify import RangeStats, find_drift, read_range, supports_ranges
 from airflow_provider_dblog.core.verify import Mismatch, compare, read_all
 from airflow_provider_dblog.spark import mirror_types as mt
 from airflow_provider_dblog.spark.land_changelog import absolute, mirror_path
@@ -64,8 +73,8 @@ def _canonical(value: Any, type_name: str) -> Any:
     return value
 
 
-def mirror_rows(spark: SparkSession, path: str, schema: TableSchema) -> dict[Key, Row]:
-    """Current rows of a mirror (tombstones excluded) as canonical rows, by key."""
+def _mirror_frame(spark: SparkSession, path: str, schema: TableSchema) -> Any:
+    """The mirror's current rows (tombstones excluded), the source's columns in its order."""
     df = spark.read.format("delta").load(path).where("NOT _deleted")
     cols = []
     for c in schema.columns:
@@ -74,11 +83,41 @@ def mirror_rows(spark: SparkSession, path: str, schema: TableSchema) -> dict[Key
             # Read as the UTC wall clock: collect() would otherwise apply the driver's zone.
             col = col.cast(T.TimestampNTZType())
         cols.append(col.alias(c.name))
+    return df.select(*cols)
+
+
+def _canonical_rows(rows: Any, schema: TableSchema) -> dict[Key, Row]:
     out: dict[Key, Row] = {}
-    for r in df.select(*cols).collect():
+    for r in rows:
         row = {c.name: _canonical(r[c.name], c.type) for c in schema.columns}
         out[schema.key_of(row)] = row
     return out
+
+
+def mirror_rows(spark: SparkSession, path: str, schema: TableSchema) -> dict[Key, Row]:
+    """Current rows of a mirror (tombstones excluded) as canonical rows, by key."""
+    return _canonical_rows(_mirror_frame(spark, path, schema).collect(), schema)
+
+
+def mirror_hashes(spark: SparkSession, path: str, schema: TableSchema, row_hash: Any) -> dict[Key, int]:
+    """key -> the hash of the mirror's row (``row_hash`` of its canonical values), computed
+    by Spark's Python workers where the rows are: only the pairs reach the driver."""
+    columns = [(c.name, c.type) for c in schema.columns]
+
+    def hashed(rows: Any) -> Any:
+        for r in rows:
+            row = {name: _canonical(r[name], type_name) for name, type_name in columns}
+            yield schema.key_of(row), row_hash(row)
+
+    return dict(_mirror_frame(spark, path, schema).rdd.mapPartitions(hashed).collect())
+
+
+def mirror_rows_of(spark: SparkSession, path: str, schema: TableSchema, keys: list[Key]) -> dict[Key, Row]:
+    """The mirror's rows of these keys, as canonical rows (a join with the keys, one job)."""
+    df = _mirror_frame(spark, path, schema)
+    key_schema = T.StructType([df.schema[k] for k in schema.key])
+    wanted = spark.createDataFrame([tuple(k) for k in keys], key_schema)
+    return _canonical_rows(df.join(wanted, on=list(schema.key)).collect(), schema)
 
 
 def _by_value(rows: dict[Key, Row], schema: TableSchema) -> dict[Key, Row]:
@@ -117,33 +156,86 @@ def verify_table(spark: SparkSession, source, mirrors: str, table: str) -> tuple
     return len(src), len(mir), compare(src, mir)
 
 
+def verify_table_by_ranges(
+    spark: SparkSession, source: Any, mirrors: str, table: str, span: int = 10_000, leaf: int = 64
+) -> tuple[int, int, list[Mismatch], Optional[RangeStats]]:
+    """``verify_table`` by key ranges where the source and the key allow it (stats None:
+    compared whole)."""
+    schema = source.table_schema(table)
+    if not supports_ranges(source, schema):
+        return (*verify_table(spark, source, mirrors, table), None)
+    path = mirror_path(mirrors, source.source_id, table)
+    hashes = mirror_hashes(spark, path, schema, source.row_hasher(schema))
+    found, stats = find_drift(
+        lambda low, high: source.range_digest(schema, low, high),
+        lambda low, high: _by_value(read_range(source, schema, low, high), schema),
+        hashes,
+        lambda keys: _by_value(mirror_rows_of(spark, path, schema, keys), schema),
+        span,
+        leaf,
+    )
+    n_src = len(hashes) + sum(m.kind == "missing" for m in found) - sum(m.kind == "extra" for m in found)
+    return n_src, len(hashes), found, stats
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     from airflow_provider_dblog.config import load_config, make_source
     from airflow_provider_dblog.spark.session import get_session
 
     p = argparse.ArgumentParser(prog="verify_mirror", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", required=True, help="the dblog config file (its [source] section)")
+    p.add_argument("--config", required=True, help="the dblog config file (its [source]; [state] for --repair)")
     p.add_argument("--lake", required=True)
     p.add_argument("--mirrors", help="default <lake>/mirrors")
     p.add_argument("--table", action="append")
     p.add_argument("--show", type=int, default=10)
+    p.add_argument(
+        "--ranges",
+        action="store_true",
+        help="compare key ranges by row digests (SQL on the source, Spark on the mirror), reading only "
+        "the ranges that differ",
+    )
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="request a dump of exactly the mismatched keys (the config's [state]); the running capture "
+        "performs it and the next landing applies it",
+    )
     args = p.parse_args(argv)
-    src_cfg = load_config(args.config)["source"]
-    source = make_source(src_cfg)
+    config = load_config(args.config)
+    source = make_source(config["source"])
     source.open()
     spark = get_session("dblog-verify-mirror")
-    bad = 0
+    mirrors = absolute(args.mirrors) if args.mirrors else f"{absolute(args.lake)}/mirrors"
+    mismatched: dict[str, list[Key]] = {}
     try:
         for table in args.table or source.tables():
-            n_src, n_mir, mism = verify_table(
-                spark, source, absolute(args.mirrors) if args.mirrors else f"{absolute(args.lake)}/mirrors", table
-            )
-            bad += len(mism)
-            print(f"{table}: {n_src} rows in the source, {n_mir} in the mirror, {len(mism)} mismatches")
+            how = ""
+            if args.ranges:
+                n_src, n_mir, mism, stats = verify_table_by_ranges(spark, source, mirrors, table)
+                how = (
+                    f" (by ranges: {stats.digests} range digests, {stats.rows_read} source rows read)"
+                    if stats is not None
+                    else " (compared whole: no range digests for this source or key)"
+                )
+            else:
+                n_src, n_mir, mism = verify_table(spark, source, mirrors, table)
+            mismatched[table] = [m.key for m in mism]
+            print(f"{table}: {n_src} rows in the source, {n_mir} in the mirror, {len(mism)} mismatches{how}")
             for m in mism[: args.show]:
                 print(f"  {m.describe()}")
     finally:
         source.close()
+    bad = sum(map(len, mismatched.values()))
+    if bad and args.repair:
+        from airflow_provider_dblog.config import make_state
+        from airflow_provider_dblog.core.requests import request_repairs
+
+        state = make_state(config.get("state", {}))
+        try:
+            for table, spec in request_repairs(make_source(config["source"]), state, mismatched).items():
+                print(f"{table}: repair dump {spec.dump_id} of {len(mismatched[table])} keys requested")
+        finally:
+            state.close()
     return 1 if bad else 0
 
 

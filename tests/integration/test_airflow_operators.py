@@ -195,3 +195,11 @@ def test_verify_operator_reports_drift_and_requests_a_dump_of_exactly_those_keys
         assert summary[table]["repair_dump_id"] == dump.dump_id
         assert summary[table]["mismatches"] == summary[table]["source_rows"] == len(dump.spec.keys) > 0
         assert summary[table]["replay_rows"] == 0
+        assert summary[table]["source_rows_read"] == summary[table]["source_rows"]  # all of it is drift
+    # by ranges where the key allows it (integer keys): an empty replay is one range, read whole
+    assert summary[accounts]["range_digests"] == 1
+    assert summary[f"{db.ns}.notes"]["range_digests"] is None  # a char(36) key: compared whole
+    assert (
+        op(tables=[accounts], repair=False, fail_on_mismatch=False, ranges=False).execute({})[accounts]["range_digests"]
+        is None
+    )

@@ -33,13 +33,18 @@ class FakeSource:
         return got
 
 
+def other(rows):
+    """The other side's hashes and row lookup, as find_drift takes them."""
+    return {k: row_hash(r) for k, r in rows.items()}, lambda keys: {k: rows[k] for k in keys}
+
+
 def table(n):
     return {(i,): {"id": i, "v": f"v{i}"} for i in range(1, n + 1)}
 
 
 def test_equal_tables_cost_one_digest_per_span_and_no_read():
     src = FakeSource(table(10_000))
-    found, stats = find_drift(src.digest, src.read, row_hash, table(10_000), span=1000)
+    found, stats = find_drift(src.digest, src.read, *other(table(10_000)), span=1000)
     assert found == [] and stats.rows_read == 0 and stats.digests == 10
 
 
@@ -55,12 +60,12 @@ def test_drift_is_found_like_a_whole_compare_reading_little(seed):
         replay[(30_000 + i,)] = {"id": 30_000 + i, "v": "gone"}  # deleted in the source
     del source[(1,)]  # the lowest key: below every replay cut
     src = FakeSource(source)
-    found, stats = find_drift(src.digest, src.read, row_hash, replay, span=1000, leaf=16)
+    found, stats = find_drift(src.digest, src.read, *other(replay), span=1000, leaf=16)
     assert [(m.key, m.kind) for m in found] == [(m.key, m.kind) for m in compare(source, replay)]
     assert stats.ranges_read <= len(found) and stats.rows_read <= 16 * len(found) + len(found)
 
 
 def test_an_empty_replay_reads_the_source_once():
     src = FakeSource(table(50))
-    found, stats = find_drift(src.digest, src.read, row_hash, {}, span=1000)
+    found, stats = find_drift(src.digest, src.read, *other({}), span=1000)
     assert {m.kind for m in found} == {"missing"} and len(found) == 50 and stats.rows_read == 50
