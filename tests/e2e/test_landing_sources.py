@@ -107,11 +107,11 @@ class Engine:
             time.sleep(0.2)
         raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
-    def dump_all(self) -> None:
+    def dump_all(self, chunk_size: int = 13) -> None:
         from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
 
         spec = DumpSpec.new(self.source_id, None, None)
-        self.state.add_dump(spec, DumpControl(chunk_size=13))
+        self.state.add_dump(spec, DumpControl(chunk_size=chunk_size))
         self.wait(lambda: self.state.get_dump(spec.dump_id).status is DumpStatus.DONE, 120, "the dump")
 
     def sync(self, db) -> None:
@@ -348,7 +348,7 @@ def test_drift_in_a_mirror_is_found_by_ranges_and_repaired_by_small_dumps(kind, 
         cfg = db.source_config(source_id)
         lake, state = str(tmp_path / "lake"), str(tmp_path / "state.db")
         engine = Engine(cfg, f"delta://{lake}", state)
-        engine.dump_all()
+        engine.dump_all(chunk_size=5000)
         engine.sync(db)
         engine.stop()
         engine = None
