@@ -11,6 +11,10 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_SOURCE_CONN_ID, DBLOG_STATE_CONN_ID, DBLOG_CHANGELOG   as in dblog_capture
   DBLOG_VERIFY_SCHEDULE   cron or preset (default ``@daily``)
   DBLOG_VERIFY_TABLES     comma-separated tables (default: every captured table)
+  DBLOG_VERIFY_MIRRORS    compare the Delta mirrors under this directory (``<lake>/mirrors``)
+                          instead of the changelog's replay: Spark in the worker hashes the
+                          mirrors' rows (DBLOG_SPARK_JARS / DBLOG_SPARK_MASTER as for
+                          dblog_land); the repair reaches the mirrors with the next landing
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from airflow_provider_dblog.operators.verify import VerifyOperator
 SOURCE_CONN_ID = os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source")
 STATE_CONN_ID = os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default")
 CHANGELOG = os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake")
+MIRRORS = os.environ.get("DBLOG_VERIFY_MIRRORS") or None
 TABLES = [t.strip() for t in os.environ.get("DBLOG_VERIFY_TABLES", "").split(",") if t.strip()] or None
 
 with DAG(
@@ -41,6 +46,7 @@ with DAG(
         source_conn_id=SOURCE_CONN_ID,
         state_conn_id=STATE_CONN_ID,
         changelog=CHANGELOG,
+        mirrors=MIRRORS,
         tables=TABLES,
         repair=True,
     )

@@ -316,17 +316,17 @@ def test_source_to_mirrors(kind, spark, tmp_path):  # noqa: F811
 
 
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
-def test_drift_in_a_mirror_is_found_by_ranges_and_repaired_by_small_dumps(kind, spark, tmp_path):  # noqa: F811
+def test_drift_in_a_mirror_is_found_by_ranges_and_repaired_by_small_dumps(kind, spark, tmp_path, monkeypatch):  # noqa: F811
     """Issue 15 part 4 for mirrors: rows removed from, changed in and added to a mirror behind
     the landing's back are found by range digests (SQL on the source, Spark on the mirror)
     exactly as the whole comparison finds them, reading a small part of the source; the
-    key-list dump they request reads < 1 % of the table, and after the next landing the
-    mirror equals its source again."""
+    VerifyOperator (dblog_verify_repair with DBLOG_VERIFY_MIRRORS) requests a key-list dump
+    of them, which reads < 1 % of the table, and after the next landing the mirror equals its
+    source again."""
     from delta.tables import DeltaTable
 
     from airflow_provider_dblog.config import make_source
     from airflow_provider_dblog.core.dumps import DumpStatus
-    from airflow_provider_dblog.core.requests import request_repairs
     from airflow_provider_dblog.spark.land_changelog import land, mirror_path
     from airflow_provider_dblog.spark.verify_mirror import verify_table, verify_table_by_ranges
 
@@ -386,16 +386,32 @@ def test_drift_in_a_mirror_is_found_by_ranges_and_repaired_by_small_dumps(kind, 
         finally:
             source.close()
 
-        from airflow_provider_dblog.state.local import LocalStateStore
+        from airflow_provider_dblog.operators.verify import VerifyOperator
 
-        store = LocalStateStore(state)
-        try:
-            spec = request_repairs(make_source(cfg), store, {accounts: [m.key for m in ranged]})[accounts]
-        finally:
-            store.close()
+        conn_id = f"src_{source_id}"
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}",
+            json.dumps(
+                {
+                    "conn_type": kind,
+                    "host": db.host,
+                    "port": db.port,
+                    "login": db.user,
+                    "password": db.password,
+                    **({"schema": db.db} if kind == "postgres" else {}),
+                    "extra": {"source_id": source_id, "tables": db.tables()},
+                }
+            ),
+        )
+        summary = VerifyOperator(
+            task_id="verify", source_conn_id=conn_id, state=state, mirrors=mirrors, tables=[accounts]
+        ).execute({})[accounts]
+        assert summary["mismatches"] == 8 and summary["mirror_rows"] == 20_049, summary
+        assert summary["range_digests"] > 0 and summary["source_rows_read"] == stats.rows_read, summary
+        dump_id = summary["repair_dump_id"]
         engine = Engine(cfg, f"delta://{lake}", state)
-        engine.wait(lambda: engine.state.get_dump(spec.dump_id).status is DumpStatus.DONE, 120, "the repair dump")
-        dumped = engine.state.get_dump(spec.dump_id).progress[accounts].rows
+        engine.wait(lambda: engine.state.get_dump(dump_id).status is DumpStatus.DONE, 120, "the repair dump")
+        dumped = engine.state.get_dump(dump_id).progress[accounts].rows
         assert 0 < dumped < 20_050 / 100, dumped  # the repair read < 1 % of the table
         engine.sync(db)
         engine.stop()
