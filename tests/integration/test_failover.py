@@ -231,8 +231,10 @@ def test_sigkill_of_the_leader_during_a_dump(pair):
             return d.status is DumpStatus.DONE
 
         # Generous: on a loaded 2-core machine the dump waits behind the capture's own one-key
-        # TOAST repair dumps (a window each); a timeout here means stuck, not slow.
-        wait_for(dump_done, 180, "the new leader to finish the dump", b.assert_alive, detail=b.tail)
+        # TOAST repair dumps (a window each; a new leader knows no full row yet, so it queues
+        # one per log step under this update workload: 100-400 of them, seen taking 110-200 s
+        # on a slow machine); a timeout here means stuck, not slow.
+        wait_for(dump_done, 360, "the new leader to finish the dump", b.assert_alive, detail=b.tail)
         assert pair.leader_epoch("b") == 2
     pair.converge(b)
     pair.assert_acl_on()
