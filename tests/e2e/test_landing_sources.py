@@ -407,7 +407,7 @@ def test_drift_in_a_mirror_is_found_by_ranges_and_repaired_by_small_dumps(kind, 
             task_id="verify", source_conn_id=conn_id, state=state, mirrors=mirrors, tables=[accounts]
         ).execute({})[accounts]
         assert summary["mismatches"] == 8 and summary["mirror_rows"] == 20_049, summary
-        assert summary["range_digests"] > 0 and summary["source_rows_read"] == stats.rows_read, summary
+        assert summary["range_digests"] > 0 and 0 < summary["source_rows_read"] <= 64 * 8, summary
         dump_id = summary["repair_dump_id"]
         engine = Engine(cfg, f"delta://{lake}", state)
         engine.wait(lambda: engine.state.get_dump(dump_id).status is DumpStatus.DONE, 120, "the repair dump")
