@@ -126,8 +126,9 @@ def double_text(x: float) -> str:
 def _float7(x: Any) -> str:
     """The double ``ROUND(x, 6 - FLOOR(LOG10(ABS(x))))`` gives for the stored FLOAT, from its
     7-digit canonical value: the server computes rint(x * 10^k) / 10^k (or rint(x / 10^-k) *
-    10^-k), whose integer is the canonical value's 7 digits."""
-    v = float(x)
+    10^-k), whose integer is the canonical value's 7 digits. A mirror's FLOAT holds the
+    single-precision value itself: rounded to 7 digits first, as the canonical value is."""
+    v = float(f"{float(x):.7g}")
     if v == 0:
         return "0"
     d = decimal.Decimal(repr(v))

@@ -54,6 +54,12 @@ def test_floats_round_as_the_server_rounds_them(value, text):
     assert column_renderer(Column("f", "float"))(value) == text
 
 
+def test_a_mirrors_single_precision_value_renders_as_its_canonical_7_digits():
+    render = column_renderer(Column("f", "float"))
+    assert render(0.699999988079071) == render(0.7) == "0.7"  # float32(0.7), as Spark returns it
+    assert render(3.3999999521443642e38) == render(3.4e38)
+
+
 def test_other_kinds():
     assert column_renderer(Column("t", "time(1)"))("-00:00:00.500000") == "-00:00:00.5"
     assert column_renderer(Column("t", "time(3)"))("838:59:59") == "838:59:59.000"
