@@ -37,7 +37,7 @@ DEFAULTS = {
     "changes": 1_000,
     "rounds": 3,
     "per_commit": 100_000,
-    "deletion_vectors": False,  # land with --deletion-vectors
+    "deletion_vectors": True,  # the job's default for new mirrors (--no-deletion-vectors: off)
     "optimize": False,  # OPTIMIZE ZORDER BY the key after the build (spark/maintenance.py)
 }
 MASTER = "local[2]"
@@ -79,7 +79,7 @@ def one_size(spark, work: str, size: int, o: dict, say: Callable[[str], None]) -
     b = ChangelogBuilder(lake, 1, o["per_commit"])
     t0 = time.perf_counter()
     b.append([(0, "r", k) for k in range(size)])
-    dv: dict[str, Any] = {"deletion_vectors": True} if o["deletion_vectors"] else {}  # the old job lacks it
+    dv: dict[str, Any] = {"deletion_vectors": o["deletion_vectors"]}
     stats = land(spark, lake, register=False, log=lambda m: None, **dv)
     path = f"{lake}/mirrors/bench/bench.t0"
     if o["optimize"]:
@@ -181,7 +181,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=DEFAULTS["sizes"])
     p.add_argument("--changes", type=int, default=DEFAULTS["changes"])
     p.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
-    p.add_argument("--deletion-vectors", action="store_true", help="land with --deletion-vectors")
+    p.add_argument(
+        "--deletion-vectors",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS["deletion_vectors"],
+        help="mirrors with deletion vectors (the job's default) or without (copy-on-write MERGEs)",
+    )
     p.add_argument("--optimize", action="store_true", help="OPTIMIZE ZORDER BY id after building each mirror")
     args = p.parse_args(argv)
     opts = {

@@ -31,6 +31,7 @@ tombstones included) and ``..._current`` (the view analysts query).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -38,9 +39,10 @@ import signal
 import sys
 import threading
 import time
+from decimal import Decimal
 from typing import Any, Optional
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -48,7 +50,7 @@ from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import TableSchema
 from airflow_provider_dblog.outputs._common import dumps
 from airflow_provider_dblog.spark import mirror_types as mt
-from airflow_provider_dblog.spark.mirror_commits import BatchCommit, tagged
+from airflow_provider_dblog.spark.mirror_commits import BatchCommit, tagged, writer_options
 from airflow_provider_dblog.spark.session import get_session
 
 # Metadata columns of every mirror row, after the source's columns.
@@ -74,8 +76,10 @@ PROP_CDF = "delta.enableChangeDataFeed"
 # Set (and the typeWidening *reader* feature added) only when a column first widens: readers
 # without type widening (the deltalake package <= 1.6) keep reading mirrors that never widened.
 PROP_TYPE_WIDENING = "delta.enableTypeWidening"
-# Opt-in (``--deletion-vectors``): a MERGE then marks replaced rows instead of rewriting their
-# files, so its cost follows the change; a reader feature the deltalake package lacks.
+# On for new mirrors unless ``--no-deletion-vectors``: a MERGE then marks replaced rows instead
+# of rewriting their files, so its cost follows the change, not the mirror. A reader feature:
+# Spark with Delta >= 2.3 and the deltalake package's QueryBuilder read it (not its pyarrow
+# dataset, up to 1.6 at least).
 PROP_DELETION_VECTORS = "delta.enableDeletionVectors"
 # Batches of at most this many events prune the MERGE's target files with the key range.
 PRUNE_MAX_EVENTS = 100_000
@@ -112,6 +116,54 @@ def catalog_names(source_id: str, table: str) -> tuple[str, str, str]:
     db = "dblog_" + re.sub(r"\W", "_", source_id).lower()
     name = re.sub(r"\W", "_", table.replace(".", "__")).lower()
     return f"`{db}`", f"`{db}`.`{name}`", f"`{db}`.`{name}_current`"
+
+
+# The first key value of a changelog key (its JSON array text), when it is an integer.
+FIRST_INT_KEY = r"^\[(-?[0-9]+)[,\]]"
+
+
+@dataclasses.dataclass(frozen=True)
+class TableFacts:
+    """What one pass over a micro-batch tells about one table's events."""
+
+    count: int
+    has_ranges: bool  # a dump chunk's range event (op k)
+    has_toast: bool  # an unchanged-TOAST placeholder
+    key_lo: Optional[Decimal]  # the first key column's range, when every key starts with
+    key_hi: Optional[Decimal]  # an integer (else None)
+
+    @classmethod
+    def of(cls, groups: list) -> TableFacts:
+        """Merged from ``land_batch``'s rows of one table (one per schema id)."""
+        los = [g.key_lo for g in groups]
+        his = [g.key_hi for g in groups]
+        return cls(
+            count=sum(g["count"] for g in groups),
+            has_ranges=any(g.has_ranges for g in groups),
+            has_toast=any(g.has_toast for g in groups),
+            key_lo=None if None in los else min(los),
+            key_hi=None if None in his else max(his),
+        )
+
+    @staticmethod
+    def columns() -> list[Column]:
+        """The aggregates ``of`` reads (``count`` counts every event, range events too)."""
+        row_event = ~F.col("op").isin("k", "t")  # the events that carry a row's key
+        first_key = F.regexp_extract("key", FIRST_INT_KEY, 1)
+        first_key = F.when(row_event & (first_key != ""), first_key.try_cast(T.DecimalType(38, 0)))
+        # NULL unless every row event's key starts with an integer: no key range then.
+        complete = F.count(F.when(row_event, F.lit(1))) == F.count(first_key)
+        return [
+            F.count(F.lit(1)).alias("count"),
+            F.coalesce(F.max(F.col("op") == "k"), F.lit(False)).alias("has_ranges"),
+            F.coalesce(F.max(F.col("after").contains(UNCHANGED_TOAST_JSON)), F.lit(False)).alias("has_toast"),
+            F.when(complete, F.min(first_key)).alias("key_lo"),
+            F.when(complete, F.max(first_key)).alias("key_hi"),
+        ]
+
+    @classmethod
+    def of_events(cls, events: DataFrame) -> TableFacts:
+        return cls.of([events.agg(*cls.columns()).first()])
 
 
 class SchemaStore:
@@ -156,7 +208,7 @@ class Lander:
         mirrors: Optional[str] = None,
         register: bool = True,
         log=print,
-        deletion_vectors: bool = False,
+        deletion_vectors: Optional[bool] = None,
     ):
         self.spark, self.lake = spark, absolute(lake)
         self.deletion_vectors = deletion_vectors
@@ -168,6 +220,7 @@ class Lander:
         self.stopped: dict[str, str] = {}  # "source table" -> why its mirror no longer lands
         self._mirror_props: dict[str, dict[str, str]] = {}
         self._mirror_stopped: dict[str, Optional[str]] = {}
+        self._fresh: set[str] = set()  # mirrors this job created and has not written yet
         # The streaming checkpoint (set by ``land``): its query id names this landing in the
         # mirrors' transaction ids. None: commits are not idempotent, only monotonic.
         self.checkpoint: Optional[str] = None
@@ -179,10 +232,12 @@ class Lander:
             "source_id", "table", "op", "key", "after", "position", "origin", "schema_id", "commit_ts"
         ).persist()
         try:
+            # One pass gives every table's facts its merge needs (each a Spark job of its own
+            # per table before: about a second per table and batch on a small batch).
             groups = (
                 batch.groupBy("source_id", "table", "schema_id")
                 .agg(
-                    F.count(F.lit(1)).alias("count"),
+                    *TableFacts.columns(),
                     F.max(F.when(F.col("op") == "t", F.col("position"))).alias("truncated_at"),
                     F.min("position").alias("first"),
                     F.max("position").alias("last"),
@@ -213,7 +268,7 @@ class Lander:
                             [g.schema_id for g in gs],
                             truncated_at=max((g.truncated_at for g in gs if g.truncated_at), default=None),
                             commit=commits[source_id],
-                            events_count=n,
+                            facts=TableFacts.of(gs),
                         )
                     except mt.IncompatibleSchemaChange as exc:
                         reason = str(exc)
@@ -236,24 +291,31 @@ class Lander:
         schema_ids: list,
         truncated_at: Optional[str] = None,
         commit: Optional[BatchCommit] = None,
-        events_count: Optional[int] = None,
+        facts: Optional[TableFacts] = None,
     ) -> None:
         """Merge one table's events of a micro-batch. ``truncated_at``: the batch's latest
         TRUNCATE of the table (op t): events before it are moot, and after the merge every
         live mirror row older than it becomes a tombstone at its position. ``commit``: the
-        batch's transaction id and positions for each of these commits (mirror_commits.py)."""
+        batch's transaction id and positions for each of these commits (mirror_commits.py).
+        ``facts``: what ``land_batch`` learnt of these events (None: found out here)."""
         from delta.tables import DeltaTable
 
+        facts = facts or TableFacts.of_events(events)
         path = mirror_path(self.mirrors, source_id, table)
         truncates = events.where(F.col("op") == "t")
         if truncated_at is not None:
             events = events.where((F.col("op") != "t") & (F.col("position") > truncated_at))
-        ranges = [
-            (json.loads(r.after), r.position)
-            # newest first: a key covered twice becomes a tombstone at the newer one's position
-            for r in events.where(F.col("op") == "k").select("after", "position").orderBy(F.desc("position")).collect()
-        ]
-        events = events.where(F.col("op") != "k")
+        ranges = []
+        if facts.has_ranges:
+            ranges = [
+                (json.loads(r.after), r.position)
+                # newest first: a key covered twice becomes a tombstone at the newer one's position
+                for r in events.where(F.col("op") == "k")
+                .select("after", "position")
+                .orderBy(F.desc("position"))
+                .collect()
+            ]
+            events = events.where(F.col("op") != "k")
         versions = self.schemas.versions(table, schema_ids)
         key = versions[-1].key
         wanted = mt.data_columns(table, path, versions)
@@ -261,17 +323,26 @@ class Lander:
         source_types = {**{f.name: None for f in target.fields if f.name not in META_NAMES}, **wanted}
         # Unchanged TOAST placeholders in this batch: fill them from earlier events, else keep
         # the mirror's value (the slower path, only for such batches).
-        toast = self._toast_columns(events, key, source_types)
+        toast = [c for c, t in source_types.items() if t is not None and c not in key] if facts.has_toast else []
         updates = self._updates(events, wanted, key, target, source_types, toast)
-        on = "t._key = s._key" + self._key_range(events, key, target, events_count)
-        merge = DeltaTable.forPath(self.spark, path).alias("t").merge(updates.alias("s"), on)
-        if toast:
-            merge = self._toast_merge(merge, target, toast)
+        if path in self._fresh and not toast:
+            # A mirror this job created holds no row yet: every key is new, so the merge
+            # would only insert. A plain append writes the same rows without its two joins.
+            # Same transaction id as the merge: a replay (which finds the mirror not fresh and
+            # merges) is skipped all the same.
+            options = writer_options(commit, "merge")
+            updates.write.format("delta").mode("append").options(**options).save(path)
         else:
-            # Monotonic: an event never replaces a row written at a newer (or the same) position.
-            merge = merge.whenMatchedUpdateAll(condition="s._position > t._position").whenNotMatchedInsertAll()
-        with tagged(self.spark, commit, "merge"):
-            merge.execute()
+            on = "t._key = s._key" + self._key_range(key, target, facts)
+            merge = DeltaTable.forPath(self.spark, path).alias("t").merge(updates.alias("s"), on)
+            if toast:
+                merge = self._toast_merge(merge, target, toast)
+            else:
+                # Monotonic: an event never replaces a row written at a newer (or the same) position.
+                merge = merge.whenMatchedUpdateAll(condition="s._position > t._position").whenNotMatchedInsertAll()
+            with tagged(self.spark, commit, "merge"):
+                merge.execute()
+        self._fresh.discard(path)
         if ranges:
             with tagged(self.spark, commit, "ranges"):
                 self._repair_ranges(path, key, target, ranges)
@@ -279,24 +350,20 @@ class Lander:
             with tagged(self.spark, commit, "truncate"):
                 self._truncate(path, key, target, truncated_at, truncates)
 
-    def _key_range(self, events: DataFrame, key: tuple, target: T.StructType, n: Optional[int]) -> str:
+    def _key_range(self, key: tuple, target: T.StructType, facts: TableFacts) -> str:
         """A target-only conjunct for the MERGE condition: the batch's range of the first key
         column, when that column is an integer. Delta prunes the target files whose min/max
         statistics lie outside it before it joins, so a MERGE of new keys or of a key region
         reads and rewrites only those files, not the whole mirror (the ``_key`` text is no
         use for that: ``"[10]" < "[9]"``). Exact: every key of the batch is inside the range,
         and key columns are never NULL in the mirror (tombstones keep them). Skipped for big
-        batches (one more pass over the batch, and their range spans the mirror anyway)."""
-        if n is None or n > PRUNE_MAX_EVENTS:
+        batches (their range spans the mirror anyway)."""
+        if facts.count > PRUNE_MAX_EVENTS or facts.key_lo is None or facts.key_hi is None:
             return ""
         col = next((f for f in target.fields if f.name == key[0]), None)
         if col is None or not isinstance(col.dataType, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
             return ""
-        first = F.expr("variant_get(parse_json(key), '$[0]', 'decimal(38,0)')")
-        lo, hi = events.agg(F.min(first), F.max(first)).first() or (None, None)
-        if lo is None or hi is None:
-            return ""
-        return f" AND t.{_q(key[0])} BETWEEN {int(lo)} AND {int(hi)}"
+        return f" AND t.{_q(key[0])} BETWEEN {int(facts.key_lo)} AND {int(facts.key_hi)}"
 
     def _landing_id(self) -> Optional[str]:
         """The streaming query's id from its checkpoint (``<checkpoint>/metadata``, written
@@ -370,13 +437,6 @@ class Lander:
                 "_deleted": F.lit(True),
             },
         )
-
-    def _toast_columns(self, events: DataFrame, key: tuple, source_types: dict) -> list[str]:
-        """The columns that may hold the unchanged-TOAST placeholder, if any event of the
-        batch holds one (else []: the usual merge)."""
-        if events.where(F.col("after").contains(UNCHANGED_TOAST_JSON)).limit(1).count() == 0:
-            return []
-        return [c for c, t in source_types.items() if t is not None and c not in key]
 
     def _updates(
         self,
@@ -505,10 +565,11 @@ class Lander:
                 .property(PROP_KEY, json.dumps(list(key)))
                 .property(PROP_CDF, "true")
             )
-            if self.deletion_vectors:
+            if self.deletion_vectors is not False:
                 builder = builder.property(PROP_DELETION_VECTORS, "true")
             builder.execute()
             self._mirror_props.pop(path, None)
+            self._fresh.add(path)
         self._ensure_properties(path)
         dt = DeltaTable.forPath(self.spark, path)
         schema = dt.toDF().schema
@@ -534,8 +595,10 @@ class Lander:
         return schema
 
     def _ensure_properties(self, path: str) -> None:
-        """Turn on the change data feed (and deletion vectors, if asked) on a mirror created
-        before they were: the first time a job touches it, from then on it is recorded."""
+        """Turn on the change data feed (and deletion vectors, if asked for explicitly) on a
+        mirror created before they were: the first time a job touches it, from then on it is
+        recorded. Deletion vectors are not turned on unasked: a reader of an existing mirror
+        may lack the feature."""
         want = {PROP_CDF: "true", **({PROP_DELETION_VECTORS: "true"} if self.deletion_vectors else {})}
         self._set_properties(path, want)
 
@@ -632,7 +695,7 @@ def land(
     trigger_seconds: Optional[float] = None,
     max_seconds: Optional[float] = None,
     stop: Optional[threading.Event] = None,
-    deletion_vectors: bool = False,
+    deletion_vectors: Optional[bool] = None,
     kafka: Any = None,
 ) -> dict:
     """Land every changelog version not landed yet (availableNow), then return run stats.
@@ -643,7 +706,9 @@ def land(
     nothing there (idempotent merges, see ``Lander``).
 
     ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table).
-    ``deletion_vectors``: turn on Delta deletion vectors on the mirrors (docs/landing.md).
+    ``deletion_vectors``: Delta deletion vectors on the mirrors (docs/landing.md): None (the
+    default) creates new mirrors with them and leaves existing ones as they are, True also
+    turns them on for existing mirrors, False creates new mirrors without them.
     ``kafka``: a ``kafka_changelog.KafkaChangelog``: read the capture's Kafka topics (and
     schema topic) instead of ``<lake>/changelog``; the mirrors still go under ``<lake>``."""
     lake = absolute(lake)
@@ -731,9 +796,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seconds", type=float, help="continuous mode: stop after this long (default: never)")
     p.add_argument(
         "--deletion-vectors",
-        action="store_true",
-        help="turn on Delta deletion vectors on the mirrors: a MERGE's cost follows the change, "
-        "not the mirror (readers need deletion vector support; the deltalake package <= 1.6 has none)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Delta deletion vectors on the mirrors, so a MERGE's cost follows the change, not the "
+        "mirror. Default: on for new mirrors, existing ones keep theirs; --deletion-vectors also "
+        "turns them on for existing mirrors; --no-deletion-vectors creates new mirrors without "
+        "them, for readers that lack the feature",
     )
     return p
 

@@ -11,8 +11,8 @@
   below it is in this version), and ``dblog.from`` is where the micro-batch began.
   spark/consistent_cut.py turns these into versions that read one moment of the source.
 
-Both go through Delta's session confs (MERGE and UPDATE take no writer options), set around
-one command only and restored after it.
+MERGE and UPDATE take them from Delta's session confs, set around one command only and
+restored after it (``tagged``); an append (a new mirror's first batch) as writer options.
 """
 
 from __future__ import annotations
@@ -75,6 +75,21 @@ def parse_user_metadata(text: Optional[str]) -> Optional[dict]:
     return meta
 
 
+def writer_options(commit: Optional[BatchCommit], step: str) -> dict[str, str]:
+    """The same for a DataFrameWriter's Delta write (an append), which takes them as writer
+    options rather than from the session confs ``tagged`` sets."""
+    if commit is None:
+        return {}
+    options = {"userMetadata": commit.user_metadata()}
+    if commit.landing is not None:
+        options.update(txnAppId=app_id(commit, step), txnVersion=str(commit.batch_id))
+    return options
+
+
+def app_id(commit: BatchCommit, step: str) -> str:
+    return f"dblog-land/{commit.landing}/{step}"
+
+
 @contextlib.contextmanager
 def tagged(spark: Any, commit: Optional[BatchCommit], step: str) -> Iterator[None]:
     """Run one Delta command (the body) as ``step`` of ``commit``: idempotent, with positions.
@@ -85,7 +100,7 @@ def tagged(spark: Any, commit: Optional[BatchCommit], step: str) -> Iterator[Non
         return
     confs = {USER_METADATA: commit.user_metadata()}
     if commit.landing is not None:
-        confs[TXN_APP_ID] = f"dblog-land/{commit.landing}/{step}"
+        confs[TXN_APP_ID] = app_id(commit, step)
         confs[TXN_VERSION] = str(commit.batch_id)
     saved = {k: spark.conf.get(k, None) for k in confs}
     for k, v in confs.items():

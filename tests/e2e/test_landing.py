@@ -529,16 +529,20 @@ def files_under(path: str) -> set[str]:
     return {str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file()}
 
 
-def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path):
+@pytest.mark.parametrize("killed", [0, 1], ids=["first batch appends", "later batch merges"])
+def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path, killed):
     """Exactly once, no rewrite (issue 12 part 4): SIGKILL the job between a micro-batch's
-    mirror commits (merges, a TRUNCATE's update) and its checkpoint commit; the next run
-    replays the batch and Delta skips every command of it (transaction ids): no new mirror
-    version, no new file, the rows as the replay rule says."""
+    mirror commits (merges, a TRUNCATE's update; or the appends into mirrors the batch
+    created) and its checkpoint commit; the next run replays the batch and Delta skips every
+    command of it (transaction ids): no new mirror version, no new file, the rows as the
+    replay rule says."""
     src = "once_" + uuid.uuid4().hex[:6]
     log = Changelog(tmp_path, src)
     a, b = (log.schema(t, [("id", "integer"), ("v", "text")]) for t in ("s.a", "s.b"))
-    log.append(*[log.ev(s, "c", {"id": k, "v": f"{s.table}-{k}"}) for s in (a, b) for k in range(20)])
-    land(spark, tmp_path)  # batch 0
+    batch_0 = [log.ev(s, "c", {"id": k, "v": f"{s.table}-{k}"}) for s in (a, b) for k in range(20)]
+    log.append(*batch_0)
+    if killed == 1:
+        land(spark, tmp_path)  # batch 0
     batch_1 = [
         *[log.ev(a, "u", {"id": k, "v": "u"}) for k in range(0, 20, 2)],
         log.ev(a, "d", key=[1]),
@@ -547,7 +551,9 @@ def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path):
         log.ev(b, "t", key=[]),
         log.ev(b, "c", {"id": 5, "v": "after the truncate"}),
     ]
-    log.append(*batch_1)
+    if killed == 1:
+        log.append(*batch_1)
+    replayed = batch_0 if killed == 0 else batch_1
     out = tmp_path / "job.log"
     env = {**os.environ, "PYTHONPATH": str(REPO), "DBLOG_SPARK_JARS": spark_jars()}
     with open(out, "w") as f:
@@ -560,7 +566,7 @@ def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path):
         )
     try:
         end = time.time() + 180
-        while "merged batch 1" not in out.read_text():
+        while f"merged batch {killed}" not in out.read_text():
             assert job.poll() is None, out.read_text()[-3000:]
             assert time.time() < end, "the job did not merge its batch in time"
             time.sleep(0.5)
@@ -568,15 +574,15 @@ def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path):
         os.killpg(job.pid, signal.SIGKILL)  # the job's own process group: python + its JVM
         job.wait(30)
     checkpoint = tmp_path / "mirrors" / "_checkpoints" / "_all"
-    assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
+    assert (checkpoint / "offsets" / str(killed)).exists() and not (checkpoint / "commits" / str(killed)).exists()
     paths = [mirror(tmp_path, src, s.table) for s in (a, b)]
     for s in (a, b):  # the killed run did land the batch
         assert rows(spark, tmp_path, src, s) == log.expected(s.table)
     versions = {p: version(spark, p) for p in paths}
     files = {p: files_under(p) for p in paths}
 
-    stats = land(spark, tmp_path)  # same checkpoint: batch 1 is replayed
-    assert stats["events"] == len(batch_1) and (checkpoint / "commits" / "1").exists()
+    stats = land(spark, tmp_path)  # same checkpoint: the batch is replayed
+    assert stats["events"] == len(replayed) and (checkpoint / "commits" / str(killed)).exists()
     assert {p: version(spark, p) for p in paths} == versions
     assert {p: files_under(p) for p in paths} == files
     for s in (a, b):

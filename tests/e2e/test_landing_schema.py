@@ -117,19 +117,32 @@ def test_a_merge_of_new_keys_never_reads_the_mirror_files_outside_their_key_rang
 
 
 def test_with_deletion_vectors_a_merge_copies_far_fewer_rows_than_the_mirror_holds(spark, tmp_path):  # noqa: F811
+    """New mirrors get deletion vectors by default; --no-deletion-vectors keeps them off, and
+    a default run does not turn them on for a mirror that has none (its readers may lack it)."""
     src = "dv_" + uuid.uuid4().hex[:6]
     log = Changelog(tmp_path, src)
     v1 = log.schema("s.t", [("id", "bigint"), ("v", "text")])
+    off = log.schema("s.off", [("id", "bigint"), ("v", "text")])
     log.append(*[log.ev(v1, "r", {"id": i, "v": "x"}, origin="dump") for i in range(20_000)])
-    land(spark, tmp_path, deletion_vectors=True)
+    land(spark, tmp_path)
+    log.append(log.ev(off, "c", {"id": 1, "v": "x"}))
+    land(spark, tmp_path, deletion_vectors=False)
     # Updates and deletes spread over the whole key range: every file of the mirror is touched.
     log.append(
         *[log.ev(v1, "u", {"id": i, "v": "y"}) for i in range(7, 20_000, 1999)],
         *[log.ev(v1, "d", key=[i]) for i in range(11, 20_000, 4001)],
+        log.ev(off, "c", {"id": 2, "v": "x"}),
     )
-    land(spark, tmp_path, deletion_vectors=True)
+    land(spark, tmp_path)
     path = mirror(tmp_path, src, "s.t")
     m = merge_metrics(spark, path)
     assert m["numTargetRowsUpdated"] == 16, m
     assert m["numTargetRowsCopied"] < 2_000, m  # < 10 % of the 20,000 rows
     assert rows(spark, tmp_path, src, v1) == log.expected("s.t")
+
+    def dv(table: str) -> str:
+        props = spark.sql(f"SHOW TBLPROPERTIES delta.`{mirror(tmp_path, src, table)}`").collect()
+        return {r[0]: r[1] for r in props}.get("delta.enableDeletionVectors", "unset")
+
+    assert (dv("s.t"), dv("s.off")) == ("true", "unset")
+    assert rows(spark, tmp_path, src, off) == log.expected("s.off")
