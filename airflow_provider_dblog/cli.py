@@ -17,6 +17,7 @@ from . import config
 from .core import requests
 from .core.errors import DBLogError
 from .core.range_verify import check_table_by_ranges
+from .core.range_verify import describe as describe_ranges
 from .core.verify import check_table
 from .state.lease import make_lease
 
@@ -306,11 +307,7 @@ def cmd_verify(args, src, state_cfg, out_cfg, parts: Parts) -> int:
             how = ""
             if args.ranges:
                 check, ranges = check_table_by_ranges(source, output, table)
-                how = (
-                    f" (by ranges: {ranges.digests} range digests, {ranges.rows_read} source rows read)"
-                    if ranges is not None
-                    else " (compared whole: no range digests for this source or key)"
-                )
+                how = describe_ranges(ranges)
             else:
                 check = check_table(source, output, table)
             mismatched[table] = [m.key for m in check.mismatches]

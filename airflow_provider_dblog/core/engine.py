@@ -58,7 +58,7 @@ from .protocols import ChunkResult, LeaderLease, Output, Source, StateStore
 from .requests import status_key
 from .scheduler import ChunkPlan, DumpScheduler
 from .schema_watch import SchemaWatch, describe
-from .toast import ToastKnown, unchanged_toast_dumps
+from .toast import ToastKnown, ToastRepairs
 from .watermark import ChunkAborted, ChunkDone, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
 
@@ -147,6 +147,7 @@ class Engine:
         self._resets: dict[str, TableSchema] = {}  # watermark uuid -> new schema (key changed)
         self._resetting: set[str] = set()  # tables whose reset is not durable yet
         self.toast_known = ToastKnown()  # keys whose full row this process emitted (core/toast.py)
+        self.toast_repairs = ToastRepairs(self.state, self.source_id, superseded=self.scheduler.superseded)
         self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
         self._warned: set[str] = set()
 
@@ -501,7 +502,7 @@ class Engine:
             return
         hits = self.toast_known.walk(out, {pos: (t, key) for t, key, pos in raw})
         if hits:
-            for spec in unchanged_toast_dumps(self.state, self.source_id, hits):
+            for spec in self.toast_repairs.queue(hits):
                 log.info(
                     "capture of %s: dump %s queued for %d key(s) of %s whose rows the log does not carry "
                     "(unchanged TOAST values, partitions that joined or left)",
@@ -603,6 +604,7 @@ class Engine:
         plan = self.scheduler.next_chunk()
         if plan is None:
             return
+        self.toast_repairs.started(plan.dump_id)
         try:
             self._select_chunk(plan, writer)
         except SourceUnavailable:

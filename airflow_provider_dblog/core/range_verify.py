@@ -33,6 +33,13 @@ class RangeStats:
     ranges_read: int = 0
 
 
+def describe(stats: Optional[RangeStats]) -> str:
+    """How a table was compared, for a report line: by ranges (with ``stats``) or whole (None)."""
+    if stats is None:
+        return " (compared whole: no range digests for this source or key)"
+    return f" (by ranges: {stats.digests} range digests, {stats.rows_read} source rows read)"
+
+
 def supports_ranges(source: Any, schema: TableSchema) -> bool:
     by_name = {c.name: c for c in schema.columns}
     keys = [by_name[k] for k in schema.key if k in by_name]

@@ -244,6 +244,12 @@ class DumpScheduler:
             self.state.set_status(marker.dump_id, DumpStatus.DONE)
             self.wake()
 
+    def superseded(self, dump_id: str) -> None:
+        """``dump_id`` was cancelled because a newer dump lists its keys too (core/toast.py):
+        never hand out its chunks, even before the next read shows its status."""
+        self._finished.add(dump_id)
+        self.wake()
+
     # -- reporting --------------------------------------------------------------------------
     def health(self) -> dict[str, dict[str, Any]]:
         """Per running dump: rows so far, estimated total, rows/s since this scheduler first

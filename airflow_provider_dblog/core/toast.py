@@ -12,7 +12,7 @@ value: they take the column's value from the key's previous event. A previous va
 unless the row's earlier state was never captured (a row older than the capture whose dump
 has not reached it, a dump row dropped because this very update fell into its window, the
 new key of a primary-key update). For those the capture queues a key-list dump of the key
-(``unchanged_toast_dumps``): its row, emitted at the chunk's high watermark after the
+(``ToastRepairs``): its row, emitted at the chunk's high watermark after the
 update, carries every value.
 """
 
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import bisect
 import collections
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
-from .dumps import DumpControl, DumpSpec
+from .dumps import DumpControl, DumpSpec, DumpStatus
 from .events import ChangeEvent, Key, Op, Position, Row
 from .protocols import StateStore
 
@@ -108,22 +108,64 @@ def fill_from_before(after: Row, before: Optional[Row]) -> Row:
     return after
 
 
-def unchanged_toast_dumps(
-    state: StateStore, source_id: str, hits: Iterable[tuple[str, Key]], chunk_size: int = 1_000
-) -> list[DumpSpec]:
-    """Record one key-list dump per table for the keys of events whose ``after`` still holds
-    a placeholder. Called by the engine before those events go to the writer, so the request
-    is stored before the events can become durable (a crash in between re-reads the events
-    and requests again). Returns the recorded requests."""
-    by_table: dict[str, dict[Key, None]] = {}
-    for table, key in hits:
-        by_table.setdefault(table, {})[tuple(key)] = None
-    specs = []
-    for table, keys in sorted(by_table.items()):
-        spec = DumpSpec.new(source_id, [table], list(keys))
-        state.add_dump(spec, DumpControl(chunk_size=chunk_size))
-        specs.append(spec)
-    return specs
+class ToastRepairs:
+    """The key-list dumps the capture queues for the keys of events whose ``after`` still
+    holds a placeholder. Each is recorded before those events go to the writer, so the request
+    is stored before the events can become durable (a crash in between re-reads the events and
+    requests again).
+
+    One dump per table *waits* at a time (recorded by this process, no chunk handed out yet):
+    a placeholder of a key it lists needs nothing more, because its chunk, selected later,
+    reads the row after this change (a change inside the chunk's window drops the chunk's row
+    but arrives after ``started``, so it is queued anew). New keys replace the waiting dump by
+    one listing both (recorded first, then the old one is cancelled), up to ``max_keys``. So
+    after a restart or failover, when every key is unknown, an update workload queues a few
+    growing dumps, not one dump of a key or two per log step (each a watermark window)."""
+
+    def __init__(
+        self,
+        state: StateStore,
+        source_id: str,
+        chunk_size: int = 1_000,
+        max_keys: int = 10_000,
+        superseded: Callable[[str], None] = lambda dump_id: None,
+    ):
+        self.state, self.source_id = state, source_id
+        self.chunk_size, self.max_keys = chunk_size, max_keys
+        self._superseded = superseded  # the scheduler forgets a cancelled waiting dump
+        self._waiting: dict[str, tuple[DumpSpec, set[Key]]] = {}  # table -> dump, its keys
+
+    def queue(self, hits: Iterable[tuple[str, Key]]) -> list[DumpSpec]:
+        """Record what ``hits`` (table, key) need; returns the dumps recorded."""
+        by_table: dict[str, dict[Key, None]] = {}
+        for table, key in hits:
+            by_table.setdefault(table, {})[tuple(key)] = None
+        specs = []
+        for table, keys in sorted(by_table.items()):
+            waiting = self._waiting.get(table)
+            new = [k for k in keys if waiting is None or k not in waiting[1]]
+            if not new:
+                continue  # the waiting dump lists them all
+            old = None
+            if waiting is not None and len(waiting[1]) + len(new) <= self.max_keys:
+                old = waiting[0]
+                new = list(old.keys or ()) + new
+            spec = DumpSpec.new(self.source_id, [table], new)
+            self.state.add_dump(spec, DumpControl(chunk_size=self.chunk_size))
+            if old is not None:
+                self.state.set_status(
+                    old.dump_id, DumpStatus.CANCELLED, f"superseded by dump {spec.dump_id}, which lists its keys too"
+                )
+                self._superseded(old.dump_id)
+            self._waiting[table] = (spec, set(new))
+            specs.append(spec)
+        return specs
+
+    def started(self, dump_id: str) -> None:
+        """A chunk of ``dump_id`` is handed out: that dump no longer waits."""
+        for table, (spec, _) in list(self._waiting.items()):
+            if spec.dump_id == dump_id:
+                del self._waiting[table]
 
 
 def keys_with_placeholders(events: Sequence[ChangeEvent]) -> list[tuple[str, Key]]:

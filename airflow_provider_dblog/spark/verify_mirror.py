@@ -36,6 +36,7 @@ from pyspark.sql import types as T
 
 from airflow_provider_dblog.core.events import Key, Row, TableSchema
 from airflow_provider_dblog.core.range_verify import RangeStats, find_drift, read_range, supports_ranges
+from airflow_provider_dblog.core.range_verify import describe as describe_ranges
 from airflow_provider_dblog.core.verify import Mismatch, compare, read_all
 from airflow_provider_dblog.spark import mirror_types as mt
 from airflow_provider_dblog.spark.land_changelog import absolute, mirror_path
@@ -212,11 +213,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             how = ""
             if args.ranges:
                 n_src, n_mir, mism, stats = verify_table_by_ranges(spark, source, mirrors, table)
-                how = (
-                    f" (by ranges: {stats.digests} range digests, {stats.rows_read} source rows read)"
-                    if stats is not None
-                    else " (compared whole: no range digests for this source or key)"
-                )
+                how = describe_ranges(stats)
             else:
                 n_src, n_mir, mism = verify_table(spark, source, mirrors, table)
             mismatched[table] = [m.key for m in mism]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema
-from airflow_provider_dblog.core.toast import ToastHistory, unchanged_toast_value
+from airflow_provider_dblog.core.toast import ToastHistory, ToastRepairs, unchanged_toast_value
 from airflow_provider_dblog.core.verify import replay
 from airflow_provider_dblog.state.local import LocalStateStore
 
@@ -112,13 +112,14 @@ def test_a_placeholder_without_an_earlier_value_queues_a_key_dump_and_converges(
             toast_update(db, k, n)
         wait_until(lambda: len(state.list_dumps(SOURCE_ID)) >= 1, what="a key-list dump request")
         wait_until(
-            lambda: all(d.status is DumpStatus.DONE for d in state.list_dumps(SOURCE_ID)),
+            lambda: all(d.status.finished for d in state.list_dumps(SOURCE_ID)),
             what="the key-list dumps to finish",
         )
         wait_until(lambda: any(e.origin is Origin.DUMP for e in out.events), what="the dump rows")
     finally:
         run.stop()
-    dumps = state.list_dumps(SOURCE_ID)
+    # A dump still waiting when more keys came is replaced by one listing them all (cancelled)
+    dumps = [d for d in state.list_dumps(SOURCE_ID) if d.status is DumpStatus.DONE]
     keys = {k for d in dumps for k in (d.spec.keys or ())}
     # 11's insert was captured just before its placeholder: no dump needed (ToastKnown)
     assert keys == {(3,), (7,)} and all(d.spec.tables == (T,) for d in dumps)
@@ -142,19 +143,46 @@ def test_a_key_whose_full_row_was_emitted_needs_no_repair_dump(tmp_path):
         wait_until(lambda: source._cursor is not None, what="the engine to start reading the log")
         toast_update(db, 3, 1)  # unknown: repaired by a dump, whose row makes 3 known
         wait_until(lambda: len(state.list_dumps(SOURCE_ID)) == 1, what="the first repair dump")
-        wait_until(lambda: all(d.status is DumpStatus.DONE for d in state.list_dumps(SOURCE_ID)), what="it to end")
+        wait_until(lambda: all(d.status.finished for d in state.list_dumps(SOURCE_ID)), what="it to end")
         db.upsert(T, {"id": 12, "n": 0, "big": "captured"})  # a full row in the log
         for n in range(2, 12):
             toast_update(db, 3, n)
             toast_update(db, 12, n)
         toast_update(db, 5, 1)  # never seen: the only new dump
         wait_until(lambda: len(state.list_dumps(SOURCE_ID)) >= 2, what="a repair dump for key 5")
-        wait_until(lambda: all(d.status is DumpStatus.DONE for d in state.list_dumps(SOURCE_ID)), what="it to end")
+        wait_until(lambda: all(d.status.finished for d in state.list_dumps(SOURCE_ID)), what="it to end")
         wait_until(lambda: any(e.key == (5,) and e.origin is Origin.DUMP for e in out.events), what="key 5's row")
     finally:
         run.stop()
-    dumps = state.list_dumps(SOURCE_ID)
+    dumps = [d for d in state.list_dumps(SOURCE_ID) if d.status is DumpStatus.DONE]
     assert sorted(k for d in dumps for k in (d.spec.keys or ())) == [(3,), (5,)]
     rows = replay(e for e in out.events if e.table == T)
     assert rows == {k: r for k, r in db.snapshot(T).items() if k in {(3,), (5,), (12,)}}
+    state.close()
+
+
+def test_a_waiting_repair_dump_is_replaced_by_one_listing_the_new_keys_too(tmp_path):
+    """After a restart every key is unknown: an update workload must not queue one dump per
+    log step (each a watermark window). A dump whose chunks have not started takes the next
+    keys (a new dump listing both; the old one cancelled and never handed out); keys it lists
+    already queue nothing; once its chunk is handed out, a later placeholder queues anew."""
+    state = LocalStateStore(str(tmp_path / "state.db"))
+    gone: list[str] = []
+    repairs = ToastRepairs(state, SOURCE_ID, max_keys=4, superseded=gone.append)
+    first = repairs.queue([(T, (1,)), (T, (2,)), (T, (1,))])
+    assert [d.keys for d in first] == [((1,), (2,))]
+    assert repairs.queue([(T, (2,)), (T, (1,))]) == []  # listed by the waiting dump
+    second = repairs.queue([(T, (3,)), ("app.other", (9,))])
+    assert sorted(d.keys for d in second) == [((1,), (2,), (3,)), ((9,),)]
+    assert gone == [first[0].dump_id]
+    by_id = {d.dump_id: d for d in state.list_dumps(SOURCE_ID)}
+    assert by_id[first[0].dump_id].status is DumpStatus.CANCELLED
+    assert "superseded" in (by_id[first[0].dump_id].error or "")
+    assert sum(d.status is DumpStatus.PENDING for d in by_id.values()) == 2
+    # Full (max_keys 4): the next keys start a dump of their own, the full one stays
+    third = repairs.queue([(T, (4,)), (T, (5,))])
+    assert [d.keys for d in third] == [((4,), (5,))] and len(gone) == 1
+    # Handed out: a change of its key now may fall into its chunk's window, so it queues again
+    repairs.started(third[0].dump_id)
+    assert [d.keys for d in repairs.queue([(T, (4,))])] == [((4,),)]
     state.close()
