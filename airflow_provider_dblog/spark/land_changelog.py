@@ -134,9 +134,11 @@ class TableFacts:
 
     @classmethod
     def of(cls, groups: list) -> TableFacts:
-        """Merged from ``land_batch``'s rows of one table (one per schema id)."""
-        los = [g.key_lo for g in groups]
-        his = [g.key_hi for g in groups]
+        """Merged from ``land_batch``'s rows of one table (one per schema id). A group of
+        range or TRUNCATE events only has no key range and does not void the others'."""
+        keyed = [g for g in groups if g.row_events]
+        los = [g.key_lo for g in keyed] or [None]
+        his = [g.key_hi for g in keyed] or [None]
         return cls(
             count=sum(g["count"] for g in groups),
             has_ranges=any(g.has_ranges for g in groups),
@@ -155,6 +157,7 @@ class TableFacts:
         complete = F.count(F.when(row_event, F.lit(1))) == F.count(first_key)
         return [
             F.count(F.lit(1)).alias("count"),
+            F.count(F.when(row_event, F.lit(1))).alias("row_events"),
             F.coalesce(F.max(F.col("op") == "k"), F.lit(False)).alias("has_ranges"),
             F.coalesce(F.max(F.col("after").contains(UNCHANGED_TOAST_JSON)), F.lit(False)).alias("has_toast"),
             F.when(complete, F.min(first_key)).alias("key_lo"),

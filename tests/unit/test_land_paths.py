@@ -1,4 +1,5 @@
-"""The landing job's --lake/--mirrors/--checkpoint forms (issue 12 part 9): what Spark is given."""
+"""The landing job's pure parts: the --lake/--mirrors/--checkpoint forms (issue 12 part 9: what Spark
+is given) and the per-table facts of a micro-batch."""
 
 from __future__ import annotations
 
@@ -31,3 +32,21 @@ def test_relative_paths_and_home(monkeypatch, tmp_path):
     assert absolute("delta://lake") == str(tmp_path / "lake")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert absolute("~/lake") == os.path.join(str(tmp_path), "lake")
+
+
+def test_table_facts_merge_a_tables_groups_and_range_only_groups_keep_the_key_range():
+    from decimal import Decimal
+
+    from pyspark.sql import Row
+
+    from airflow_provider_dblog.spark.land_changelog import TableFacts
+
+    def g(count, row_events, lo, hi, ranges=False, toast=False):
+        return Row(count=count, row_events=row_events, has_ranges=ranges, has_toast=toast, key_lo=lo, key_hi=hi)
+
+    one, two = Decimal(1), Decimal(2)
+    facts = TableFacts.of([g(3, 3, Decimal(5), Decimal(9)), g(2, 2, one, two, toast=True), g(1, 0, None, None, True)])
+    assert facts == TableFacts(6, True, True, one, Decimal(9))
+    # A group whose keys do not all start with an integer: no range for the table
+    assert TableFacts.of([g(3, 3, one, two), g(2, 2, None, None)]).key_lo is None
+    assert TableFacts.of([g(1, 0, None, None, True)]) == TableFacts(1, True, False, None, None)
