@@ -70,6 +70,8 @@ class EngineConfig:
     poll_batch: int = 5_000  # log items per poll
     poll_timeout: float = 0.1  # seconds to wait for the log when it is idle
     writer_buffer: int = 100_000  # events buffered before backpressure
+    # ... or about this many bytes of them (wide rows: core/writer.py); None: events only
+    writer_buffer_bytes: Optional[int] = 64 * 2**20
     writer_batch: int = 20_000  # events per output commit at most
     flush_interval: float = 0.2  # seconds an event may wait for its commit
     control_interval: float = 0.5  # seconds between reads of dump requests and controls
@@ -220,6 +222,7 @@ class Engine:
         writer = self.writer = Writer(
             self.output,
             max_buffer=self.config.writer_buffer,
+            max_buffer_bytes=self.config.writer_buffer_bytes,
             max_batch=self.config.writer_batch,
             flush_interval=self.config.flush_interval,
             epoch=self.config.epoch,
@@ -743,6 +746,7 @@ class Engine:
             "events_per_s": round(rate, 1),
             "events_total": self.events_in,
             "buffered": self.writer.buffered() if self.writer else 0,
+            "buffered_mb": round(self.writer.buffered_bytes() / 2**20, 1) if self.writer else 0.0,
             "window": self.window.state.value,
             # seconds between the newest processed commit and now (0 when the log is idle)
             "lag_seconds": round(max(0.0, time.time() - self._last_commit_ts / 1e6), 3)

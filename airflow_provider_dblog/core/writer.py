@@ -11,14 +11,18 @@ makes each durable with one ``Output.write`` call. Items:
                    stores checkpoints and dump progress only from completed markers
                    (invariant 5: a checkpoint never runs ahead of the output).
 
-Backpressure: ``put`` blocks while the buffer holds ``max_buffer`` events, so a slow output
-slows the log reader instead of growing memory without bound.
+Backpressure: ``put`` blocks while the buffer holds ``max_buffer`` events or about
+``max_buffer_bytes`` of them, so a slow output slows the log reader instead of growing memory
+without bound. The byte budget is what holds wide rows: 100,000 events of 30 columns are
+hundreds of MB in Python objects, so the engine could select chunk after chunk ahead of the
+writer. A put's size is estimated from one sample event (``approx_bytes``), not per event.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import sys
 import threading
 import time
 from typing import Any, Iterable, Optional
@@ -36,12 +40,42 @@ class WriterFailed(RuntimeError):
     pass
 
 
+# An event's own objects beside its row image (the event, its key and position).
+_EVENT_OVERHEAD = 300
+
+
+def approx_bytes(row: Optional[dict[str, Any]]) -> int:
+    """A row image's approximate size in memory: the dict and its values (not what nested
+    values hold)."""
+    if not row:
+        return 0
+    return sys.getsizeof(row) + sum(map(sys.getsizeof, row.values()))
+
+
+def _estimate(items: list[Any]) -> tuple[int, int]:
+    """(events, approximate bytes) of a put: each list of events sized by its first one,
+    each chunk by its first row."""
+    events = nbytes = 0
+    sample: Optional[int] = None
+    for i in items:
+        if isinstance(i, ChangeEvent):
+            if sample is None:
+                sample = _EVENT_OVERHEAD + approx_bytes(i.after if i.after is not None else i.before)
+            events += 1
+            nbytes += sample
+        elif isinstance(i, DumpRows) and i.rows:
+            events += len(i)
+            nbytes += len(i) * (_EVENT_OVERHEAD + approx_bytes(i.rows[0]))
+    return events, nbytes
+
+
 class Writer:
     def __init__(
         self,
         output: Output,
         *,
         max_buffer: int = 100_000,
+        max_buffer_bytes: Optional[int] = 64 * 2**20,
         max_batch: int = 20_000,
         flush_interval: float = 0.2,
         epoch: Optional[int] = None,
@@ -49,6 +83,7 @@ class Writer:
     ):
         self.output = output
         self.max_buffer = max_buffer
+        self.max_buffer_bytes = max_buffer_bytes  # None: events only
         self.max_batch = max_batch
         self.flush_interval = flush_interval
         self.epoch = epoch
@@ -58,6 +93,7 @@ class Writer:
         # least since then, so a flush is due flush_interval after it.
         self._waiting_since = 0.0
         self._buffered_events = 0
+        self._buffered_bytes = 0  # approximate, see _estimate
         self._cond = threading.Condition()
         self._completed: collections.deque[Marker] = collections.deque()
         self._stopping = False
@@ -74,16 +110,23 @@ class Writer:
         items = list(items)
         if not items:
             return
-        n = sum(1 if isinstance(i, ChangeEvent) else len(i) if isinstance(i, DumpRows) else 0 for i in items)
+        n, nbytes = _estimate(items)
         with self._cond:
-            while self._buffered_events >= self.max_buffer and self._error is None:
+            while self._full() and self._error is None:
                 self._cond.wait(0.5)
             self._raise_if_failed()
             if not self._items:
                 self._waiting_since = time.monotonic()
             self._items.extend(items)
             self._buffered_events += n
+            self._buffered_bytes += nbytes
             self._cond.notify_all()
+
+    def _full(self) -> bool:
+        """Room for one more put? (One put may overshoot: it is never split or refused.)"""
+        if self._buffered_events >= self.max_buffer:
+            return True
+        return self.max_buffer_bytes is not None and self._buffered_bytes >= self.max_buffer_bytes
 
     def put(self, item: Any) -> None:
         self.put_many([item])
@@ -98,6 +141,10 @@ class Writer:
 
     def buffered(self) -> int:
         return self._buffered_events
+
+    def buffered_bytes(self) -> int:
+        """The buffered events' approximate size in memory."""
+        return self._buffered_bytes
 
     def running(self) -> bool:
         """True while the writer thread is alive (started and not yet stopped or failed)."""
@@ -145,6 +192,7 @@ class Writer:
         def batch() -> EventBatch:
             return EventBatch(segments + [events])
 
+        taken = 0  # events taken off the buffer since the last release
         with self._cond:
             while True:
                 while self._items and size < self.max_batch:
@@ -152,7 +200,7 @@ class Writer:
                     if isinstance(item, ChangeEvent):
                         events.append(item)
                         size += 1
-                        self._buffered_events -= 1
+                        taken += 1
                     elif isinstance(item, DumpRows):
                         room = self.max_batch - size
                         if len(item) > room:
@@ -163,13 +211,15 @@ class Writer:
                             events = []
                         segments.append(item)
                         size += len(item)
-                        self._buffered_events -= len(item)
+                        taken += len(item)
                     elif isinstance(item, Marker):
                         markers.append(item)
                     elif isinstance(item, TableSchema):
                         schemas.append(item)
                     else:
                         raise TypeError(f"writer got an unknown item {type(item).__name__}")
+                self._take(taken)
+                taken = 0
                 self._cond.notify_all()  # room in the buffer again
                 if size >= self.max_batch:
                     return batch(), schemas, markers, False
@@ -188,6 +238,14 @@ class Writer:
                     self._cond.wait(deadline - now)
                 else:
                     self._cond.wait(0.5)
+
+    def _take(self, n: int) -> None:
+        """``n`` events left the buffer: their share of the estimated bytes goes with them."""
+        if n >= self._buffered_events:
+            self._buffered_bytes = 0
+        elif n:
+            self._buffered_bytes -= self._buffered_bytes * n // self._buffered_events
+        self._buffered_events = max(0, self._buffered_events - n)
 
     def _flush(self, batch: EventBatch, schemas: list[TableSchema]) -> None:
         delay = 0.2

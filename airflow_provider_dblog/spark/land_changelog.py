@@ -42,6 +42,7 @@ import time
 from decimal import Decimal
 from typing import Any, Optional
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -231,9 +232,11 @@ class Lander:
 
     # -- one micro-batch ------------------------------------------------------------------
     def land_batch(self, batch: DataFrame, batch_id: int) -> None:
+        # Kept on local disk for the table steps: a first landing's batch can hold a whole
+        # database's dump, and caching 10M rows in memory ran a 2 GB driver out of heap.
         batch = batch.select(
             "source_id", "table", "op", "key", "after", "position", "origin", "schema_id", "commit_ts"
-        ).persist()
+        ).persist(StorageLevel.DISK_ONLY)
         try:
             # One pass gives every table's facts its merge needs (each a Spark job of its own
             # per table before: about a second per table and batch on a small batch).

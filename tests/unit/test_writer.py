@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from airflow_provider_dblog.core.batch import DumpRows
 from airflow_provider_dblog.core.errors import StaleEpochError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Position, TableSchema
 from airflow_provider_dblog.core.markers import Marker
@@ -131,6 +132,39 @@ def test_backpressure_blocks_the_producer():
     assert done.is_set()
     w.close()
     assert [e.key[0] for b in out.batches for e in b] == list(range(40))
+
+
+@pytest.mark.parametrize("budget", [4 * 2**20, None], ids=["byte budget", "events only"])
+def test_wide_rows_are_held_back_by_the_byte_budget(budget):
+    """Chunks of wide rows stop the producer once about ``max_buffer_bytes`` are buffered,
+    long before ``max_buffer`` events: the engine must not select chunk after chunk of
+    30-column rows ahead of a slow output (issue 13: peak RSS). Without the budget, all the
+    chunks are taken."""
+    gate = threading.Event()
+    out = MemoryOutput(gate=gate)
+    w = Writer(out, max_buffer=100_000, max_buffer_bytes=budget, max_batch=1_000, flush_interval=0.01)
+    w.start()
+    wide = {f"c{i}": f"value {i} " * 4 for i in range(30)}  # ~4 kB in Python objects
+    put = []
+
+    def produce():
+        for n in range(10):  # 10 chunks of 1,000 rows: ~40 MB, 10,000 events
+            keys = [(n * 1000 + i,) for i in range(1000)]
+            w.put(DumpRows("s", "t", "d1", None, Position(f"{n + 1:08d}"), 1, keys, [dict(wide) for _ in keys]))
+            put.append(n)
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    if budget is None:
+        assert len(put) == 10
+    else:
+        assert 1 <= len(put) < 4 and w.buffered_bytes() >= budget  # ~4 MB per chunk
+    gate.set()
+    t.join(10)
+    w.close()
+    assert len(put) == 10 and w.buffered() == 0 and w.buffered_bytes() == 0
+    assert sum(len(b) for b in out.batches) == 10_000
 
 
 def test_retry_after_failure_writes_nothing_twice():
