@@ -191,7 +191,7 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
         )
         print(
             f"[dblog] position={st['position']} checkpoint={st['checkpoint']} "
-            f"events/s={st['events_per_s']} buffered={st['buffered']} window={st['window']}"
+            f"events/s={st['events_per_s']} buffered={st['buffered']} buffered_mb={st.get('buffered_mb')} window={st['window']}"
             + f" lag_bytes={st.get('lag_bytes')}"
             + (f" epoch={st['leader']['epoch']}" if st.get("leader") else "")
             + (f" | {dtext}" if dtext else ""),
