@@ -39,14 +39,21 @@ DEFAULTS = {
     "per_commit": 100_000,
     "deletion_vectors": True,  # the job's default for new mirrors (--no-deletion-vectors: off)
     "optimize": False,  # OPTIMIZE ZORDER BY the key after the build (spark/maintenance.py)
+    "keys": "uniform",  # which old keys change: uniform over the mirror, or the most recent
 }
+RECENT = 10  # --keys recent: updates and deletes hit the newest RECENT x changes keys
 MASTER = "local[2]"
 
 
-def change_plan(changes: int, keys: int, next_key: int, rng: random.Random) -> list[tuple[int, str, int]]:
-    """20 % inserts above the key range, 70 % updates, 10 % deletes of distinct random keys."""
+def change_plan(
+    changes: int, keys: int, next_key: int, rng: random.Random, recent: bool = False
+) -> list[tuple[int, str, int]]:
+    """20 % inserts above the key range, 70 % updates, 10 % deletes of distinct random keys:
+    drawn over the whole mirror, or (``recent``) over its newest keys, as an OLTP table's hot
+    rows are (the same number of keys whatever the mirror's size)."""
     n_ins, n_del = changes // 5, changes // 10
-    old = rng.sample(range(keys), changes - n_ins)
+    lo = max(0, keys - RECENT * changes) if recent else 0
+    old = rng.sample(range(lo, keys), changes - n_ins)
     plan = [(0, "c", next_key + i) for i in range(n_ins)]
     plan += [(0, "d" if i < n_del else "u", k) for i, k in enumerate(old)]
     rng.shuffle(plan)
@@ -82,10 +89,10 @@ def one_size(spark, work: str, size: int, o: dict, say: Callable[[str], None]) -
     dv: dict[str, Any] = {"deletion_vectors": o["deletion_vectors"]}
     stats = land(spark, lake, register=False, log=lambda m: None, **dv)
     path = f"{lake}/mirrors/bench/bench.t0"
-    if o["optimize"]:
-        from delta.tables import DeltaTable
+    if o["optimize"]:  # as the maintenance job compacts a mirror (its default file size)
+        from airflow_provider_dblog.spark.maintenance import optimize_mirror
 
-        DeltaTable.forPath(spark, path).optimize().executeZOrderBy("id")
+        optimize_mirror(spark, path)
     files = spark.read.format("delta").load(path).inputFiles()
     say(
         f"{size:,}-row mirror built in {time.perf_counter() - t0:.0f} s ({stats['events']:,} events, {len(files)} files)"
@@ -95,7 +102,7 @@ def one_size(spark, work: str, size: int, o: dict, say: Callable[[str], None]) -
     rounds = []
     next_key = size
     for r in range(o["rounds"]):
-        b.append(change_plan(o["changes"], size, next_key, rng))
+        b.append(change_plan(o["changes"], size, next_key, rng, recent=o["keys"] == "recent"))
         next_key += o["changes"] // 5
         app = append_job(spark, lake, os.path.join(work, f"m{size}", "append"))
         t0 = time.perf_counter()
@@ -141,6 +148,7 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
             "rounds": o["rounds"],
             "deletion_vectors": o["deletion_vectors"],
             "optimize": o["optimize"],
+            "keys": o["keys"],
             "sizes": sizes,
             "large_over_small": round(sizes[-1]["land_s"] / sizes[0]["land_s"], 2),
         }
@@ -157,8 +165,9 @@ def markdown(results: dict) -> str:
         return "\n".join(lines + [f"**Failed:** `{results}`", ""])
     r = ok[0]
     lines += [
-        f"{_n(r['changes'])} changes (20 % inserts, 70 % updates, 10 % deletes, keys uniform over the "
-        f"mirror) landed by the job into one mirror of each size, median of {r['rounds']} rounds, "
+        f"{_n(r['changes'])} changes (20 % inserts, 70 % updates, 10 % deletes, old keys "
+        + ("among the newest " + _n(RECENT * r["changes"]) if r.get("keys") == "recent" else "uniform over the mirror")
+        + f") landed by the job into one mirror of each size, median of {r['rounds']} rounds, "
         f"`{r['master']}`, Spark {r['spark']}; deletion vectors {'on' if r.get('deletion_vectors') else 'off'}, "
         f"mirror {'Z-ordered by key' if r.get('optimize') else 'as landed'}. Baseline: a plain Delta append of the same changelog rows "
         f"(same streaming read). Large / small landing time: **{r['large_over_small']:.2f}×** (goal ≤ 2×).",
@@ -187,7 +196,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         default=DEFAULTS["deletion_vectors"],
         help="mirrors with deletion vectors (the job's default) or without (copy-on-write MERGEs)",
     )
-    p.add_argument("--optimize", action="store_true", help="OPTIMIZE ZORDER BY id after building each mirror")
+    p.add_argument(
+        "--optimize",
+        action="store_true",
+        help="compact each mirror after its build as the maintenance job does (ZORDER BY id)",
+    )
+    p.add_argument(
+        "--keys",
+        choices=["uniform", "recent"],
+        default=DEFAULTS["keys"],
+        help=f"old keys changed: uniform over the mirror, or among its newest {RECENT} x --changes",
+    )
     args = p.parse_args(argv)
     opts = {
         "sizes": args.sizes,
@@ -195,6 +214,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "rounds": args.rounds,
         "deletion_vectors": args.deletion_vectors,
         "optimize": args.optimize,
+        "keys": args.keys,
     }
     workdir = tempfile.mkdtemp(prefix="dblog-bench-landing-scale-")
     try:

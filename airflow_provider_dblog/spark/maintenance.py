@@ -1,7 +1,7 @@
 """Maintenance of a DBLog lake: compaction and tombstone vacuum, runnable on a schedule.
 
     python -m airflow_provider_dblog.spark.maintenance --lake /data/lake \\
-        [--tombstone-horizon-hours 168] [--vacuum-retain-hours 168]
+        [--tombstone-horizon-hours 168] [--vacuum-retain-hours 168] [--mirror-file-mb 64]
 
 * **Compaction** (``OPTIMIZE``) of the changelog, the schema store and every mirror: the
   capture commits once per flush and the landing job once per table per micro-batch, so all
@@ -9,6 +9,9 @@
   read of the changelog skips it. A mirror whose first key column is an integer is compacted
   ``ZORDER BY`` that column: its files then hold narrow key ranges, so the landing's MERGE
   (which bounds the target by the batch's key range) skips every file outside a change.
+  Mirrors are compacted into files of at most ``--mirror-file-mb`` (64 MB, not Delta's 1 GB:
+  a mirror is rewritten by MERGEs all the time, and a 10M-row mirror in one file would be
+  read whole by every MERGE however narrow its change).
 * **Tombstone vacuum**: a deleted key keeps a tombstone row (``_deleted``) so that an older
   event landed later cannot resurrect it. Tombstones landed more than the *horizon* ago are
   removed. The horizon must exceed the time within which an older event of that key can
@@ -25,7 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from airflow_provider_dblog.spark.land_changelog import list_mirrors
 from airflow_provider_dblog.spark.session import get_session
@@ -39,6 +42,7 @@ def maintain(
     vacuum_retain_hours: Optional[float] = None,
     compact_changelog: bool = True,
     log=print,
+    mirror_file_mb: int = 64,
 ) -> dict:
     from delta.tables import DeltaTable
 
@@ -58,9 +62,7 @@ def maintain(
             log(f"{path}: removed {removed} tombstones older than {tombstone_horizon_hours} h")
     targets = ([f"{lake}/changelog", f"{lake}/schemas"] if compact_changelog else []) + tables
     for path in targets:
-        order = zorder_column(spark, path) if path in tables else None
-        optimize = DeltaTable.forPath(spark, path).optimize()
-        m = (optimize.executeZOrderBy(order) if order else optimize.executeCompaction()).first()
+        m = optimize_mirror(spark, path, mirror_file_mb) if path in tables else optimize_table(spark, path)
         metrics = m.metrics if m is not None else None
         report["compacted"].append(path)
         log(
@@ -75,6 +77,32 @@ def maintain(
             DeltaTable.forPath(spark, path).vacuum(vacuum_retain_hours)
             report["vacuumed"].append(path)
     return report
+
+
+def optimize_table(spark, path: str) -> Any:
+    """OPTIMIZE (bin-packing) with Delta's own file size; the result row (its metrics)."""
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
+
+
+def optimize_mirror(spark, path: str, max_file_mb: int = 64) -> Any:
+    """OPTIMIZE a mirror ZORDER BY its integer first key column (else bin-packing) into files
+    of at most ``max_file_mb``; the result row (its metrics)."""
+    from delta.tables import DeltaTable
+
+    conf = "spark.databricks.delta.optimize.maxFileSize"
+    saved = spark.conf.get(conf, None)
+    spark.conf.set(conf, str(int(max_file_mb) * 2**20))
+    try:
+        order = zorder_column(spark, path)
+        optimize = DeltaTable.forPath(spark, path).optimize()
+        return (optimize.executeZOrderBy(order) if order else optimize.executeCompaction()).first()
+    finally:
+        if saved is None:
+            spark.conf.unset(conf)
+        else:
+            spark.conf.set(conf, saved)
 
 
 def zorder_column(spark, path: str) -> Optional[str]:
@@ -97,6 +125,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--tombstone-horizon-hours", type=float, default=168)
     p.add_argument("--vacuum-retain-hours", type=float, help="also VACUUM files older than this (default: no vacuum)")
     p.add_argument("--skip-changelog", action="store_true", help="compact only the mirrors")
+    p.add_argument(
+        "--mirror-file-mb", type=int, default=64, help="largest file a mirror's compaction writes (default 64)"
+    )
     p.add_argument("--master")
     args = p.parse_args(argv)
     spark = get_session("dblog-maintenance", master=args.master)
@@ -108,6 +139,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.vacuum_retain_hours,
         not args.skip_changelog,
         log=lambda m: print(m, flush=True),
+        mirror_file_mb=args.mirror_file_mb,
     )
     print(json.dumps(report), flush=True)
     return 0

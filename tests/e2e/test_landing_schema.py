@@ -146,3 +146,37 @@ def test_with_deletion_vectors_a_merge_copies_far_fewer_rows_than_the_mirror_hol
 
     assert (dv("s.t"), dv("s.off")) == ("true", "unset")
     assert rows(spark, tmp_path, src, off) == log.expected("s.off")
+
+
+def test_maintenance_lays_a_mirror_out_in_key_ranges_that_a_merge_of_recent_keys_prunes(spark, tmp_path):  # noqa: F811
+    """A first landing writes hash-partitioned files (each spans every key); the maintenance
+    compaction rewrites the mirror ZORDER BY its key into files of at most --mirror-file-mb,
+    each a key range of its own, so a MERGE of recent keys opens only the newest files."""
+    from airflow_provider_dblog.spark.maintenance import maintain
+
+    src = "lay_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    v1 = log.schema("s.t", [("id", "bigint"), ("v", "text")])
+    noise = [uuid.uuid4().hex + uuid.uuid4().hex + uuid.uuid4().hex for _ in range(40_000)]  # ~2.5 MB compressed
+    log.append(*[log.ev(v1, "r", {"id": i, "v": noise[i]}, origin="dump") for i in range(40_000)])
+    land(spark, tmp_path)
+    path = mirror(tmp_path, src, "s.t")
+    maintain(spark, str(tmp_path), compact_changelog=False, log=lambda m: None, mirror_file_mb=1)
+    files = spark.read.format("delta").load(path).inputFiles()
+    spans = sorted(
+        tuple(spark.read.parquet(f).agg({"id": "min"}).first())
+        + tuple(spark.read.parquet(f).agg({"id": "max"}).first())
+        for f in files
+    )
+    assert len(spans) >= 2, spans
+    # key ranges of their own (Z-order's range partitioning lets neighbours overlap a little)
+    assert all(hi - lo < 40_000 * 0.6 for lo, hi in spans), spans
+    # Shown as in the test above: the files without the changed keys are gone from disk, and
+    # the MERGE (which would fail opening one) never needs them.
+    for f in files:
+        if spark.read.parquet(f).agg({"id": "max"}).first()[0] < 39_990:
+            os.remove(f.removeprefix("file:"))
+    log.append(*[log.ev(v1, "u", {"id": i, "v": "y"}) for i in range(39_990, 40_000)])
+    assert land(spark, tmp_path)["events"] == 10
+    got = {r.id: r.v for r in spark.read.format("delta").load(path).where("id >= 39990").collect()}
+    assert got == {i: "y" for i in range(39_990, 40_000)}
