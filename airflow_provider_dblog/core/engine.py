@@ -602,8 +602,8 @@ class Engine:
         )
 
     def _dump_step(self, writer: Writer) -> None:
-        if self.window.busy:
-            return
+        if self.window.busy or not writer.has_room():
+            return  # a chunk selected now would only wait for the writer, in memory
         plan = self.scheduler.next_chunk()
         if plan is None:
             return

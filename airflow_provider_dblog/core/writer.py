@@ -122,8 +122,14 @@ class Writer:
             self._buffered_bytes += nbytes
             self._cond.notify_all()
 
+    def has_room(self) -> bool:
+        """Whether a put would go through now. The engine selects no dump chunk while there
+        is none: a chunk selected only to wait in ``put`` is one more chunk in memory."""
+        with self._cond:
+            return not self._full()
+
     def _full(self) -> bool:
-        """Room for one more put? (One put may overshoot: it is never split or refused.)"""
+        """No room for one more put? (One put may overshoot: it is never split or refused.)"""
         if self._buffered_events >= self.max_buffer:
             return True
         return self.max_buffer_bytes is not None and self._buffered_bytes >= self.max_buffer_bytes
