@@ -160,10 +160,11 @@ def test_wide_rows_are_held_back_by_the_byte_budget(budget):
         assert len(put) == 10
     else:
         assert 1 <= len(put) < 4 and w.buffered_bytes() >= budget  # ~4 MB per chunk
+        assert not w.has_room()  # the engine selects no chunk now
     gate.set()
     t.join(10)
     w.close()
-    assert len(put) == 10 and w.buffered() == 0 and w.buffered_bytes() == 0
+    assert len(put) == 10 and w.buffered() == 0 and w.buffered_bytes() == 0 and w.has_room()
     assert sum(len(b) for b in out.batches) == 10_000
 
 
