@@ -149,7 +149,9 @@ class Engine:
         self._resets: dict[str, TableSchema] = {}  # watermark uuid -> new schema (key changed)
         self._resetting: set[str] = set()  # tables whose reset is not durable yet
         self.toast_known = ToastKnown()  # keys whose full row this process emitted (core/toast.py)
-        self.toast_repairs = ToastRepairs(self.state, self.source_id, superseded=self.scheduler.superseded)
+        self.toast_repairs = ToastRepairs(
+            self.state, self.source_id, superseded=self.scheduler.superseded, ended=self.scheduler.ended
+        )
         self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
         self._warned: set[str] = set()
 

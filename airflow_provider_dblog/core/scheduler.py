@@ -244,6 +244,10 @@ class DumpScheduler:
             self.state.set_status(marker.dump_id, DumpStatus.DONE)
             self.wake()
 
+    def ended(self, dump_id: str) -> bool:
+        """Whether this scheduler ended ``dump_id`` (done, cancelled, failed, superseded)."""
+        return dump_id in self._finished
+
     def superseded(self, dump_id: str) -> None:
         """``dump_id`` was cancelled because a newer dump lists its keys too (core/toast.py):
         never hand out its chunks, even before the next read shows its status."""

@@ -129,10 +129,12 @@ class ToastRepairs:
         chunk_size: int = 1_000,
         max_keys: int = 10_000,
         superseded: Callable[[str], None] = lambda dump_id: None,
+        ended: Callable[[str], bool] = lambda dump_id: False,
     ):
         self.state, self.source_id = state, source_id
         self.chunk_size, self.max_keys = chunk_size, max_keys
         self._superseded = superseded  # the scheduler forgets a cancelled waiting dump
+        self._ended = ended  # cancelled or failed before any chunk (by a user, say)
         self._waiting: dict[str, tuple[DumpSpec, set[Key]]] = {}  # table -> dump, its keys
 
     def queue(self, hits: Iterable[tuple[str, Key]]) -> list[DumpSpec]:
@@ -143,6 +145,8 @@ class ToastRepairs:
         specs = []
         for table, keys in sorted(by_table.items()):
             waiting = self._waiting.get(table)
+            if waiting is not None and self._ended(waiting[0].dump_id):
+                waiting = None  # it will never read its keys: queue them anew
             new = [k for k in keys if waiting is None or k not in waiting[1]]
             if not new:
                 continue  # the waiting dump lists them all

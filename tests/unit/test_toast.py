@@ -185,4 +185,11 @@ def test_a_waiting_repair_dump_is_replaced_by_one_listing_the_new_keys_too(tmp_p
     # Handed out: a change of its key now may fall into its chunk's window, so it queues again
     repairs.started(third[0].dump_id)
     assert [d.keys for d in repairs.queue([(T, (4,))])] == [((4,),)]
+    # A waiting dump that ended without a chunk (a user cancelled it) no longer covers its keys
+    ended: set[str] = set()
+    repairs = ToastRepairs(state, SOURCE_ID, ended=ended.__contains__)
+    (waiting,) = repairs.queue([(T, (6,))])
+    assert repairs.queue([(T, (6,))]) == []
+    ended.add(waiting.dump_id)
+    assert [d.keys for d in repairs.queue([(T, (6,))])] == [((6,),)]
     state.close()
