@@ -292,15 +292,18 @@ def changelog_batch(events: Sequence[ChangeEvent], epoch: Optional[int]) -> pa.T
 
 
 def _json_columns(keys: Sequence, befores: Sequence, afters: Sequence) -> tuple[list, list, list]:
-    """Keys and row images as JSON: orjson's UTF-8 bytes (Arrow takes them as strings after
-    its own UTF-8 check), saving a decode and a Python call per value. A value orjson refuses
-    (an integer beyond 64 bits) sends the whole block through ``dumps``' fallback."""
+    """Keys and row images as JSON text (orjson). Each bytes object orjson returns is decoded
+    to ``str`` at once: kept as bytes, each held several kB beyond its length (orjson 3.13) and
+    encoding a 20,000-row batch took 3.6 µs (narrow rows) to 8.5 µs (30 columns) per row,
+    against 0.5 and 1.1 µs decoded (``Arrow`` then reads the str's UTF-8 in place). A value
+    orjson refuses (an integer beyond 64 bits) sends the whole block through ``dumps``'
+    fallback."""
     try:
         enc = orjson.dumps
         return (
-            [enc(k) for k in keys],
-            [None if b is None else enc(b) for b in befores],
-            [None if a is None else enc(a) for a in afters],
+            [enc(k).decode() for k in keys],
+            [None if b is None else enc(b).decode() for b in befores],
+            [None if a is None else enc(a).decode() for a in afters],
         )
     except (orjson.JSONEncodeError, TypeError):
         return ([dumps(list(k)) for k in keys], [dumps_row(b) for b in befores], [dumps_row(a) for a in afters])
