@@ -109,6 +109,8 @@ class DumpScheduler:
         self._backoff = 0.0
         self._rate_base: dict[str, tuple[float, int]] = {}  # dump id -> (first seen, rows then)
         self._pacers: dict[str, Pacer] = {}  # adaptive dumps' pace, per dump id
+        # dump id -> the waiting dumps it superseded (core/toast.py): done when it is done
+        self._covers: dict[str, list[str]] = {}
 
     # -- reading requests -------------------------------------------------------------------
     def wake(self) -> None:
@@ -157,6 +159,7 @@ class DumpScheduler:
             if dump.control.cancelled:
                 self._set_status(dump, DumpStatus.CANCELLED)
                 self._finished.add(dump.dump_id)
+                self._release(dump.dump_id)
                 continue
             if dump.control.paused:
                 if dump.status is not DumpStatus.PAUSED:
@@ -208,6 +211,7 @@ class DumpScheduler:
         log.error("dump %s failed: %s", plan.dump_id, exc)
         self.state.set_status(plan.dump_id, DumpStatus.FAILED, str(exc))
         self._finished.add(plan.dump_id)
+        self._release(plan.dump_id)
         self.wake()
 
     def aborted(self, table: str, reason: str) -> None:
@@ -242,17 +246,26 @@ class DumpScheduler:
         self.state.save_progress(marker.dump_id, marker.table, marker.progress)
         if marker.dump_done:
             self.state.set_status(marker.dump_id, DumpStatus.DONE)
+            for covered in self._covers.pop(marker.dump_id, ()):  # their keys came with it
+                self.state.set_status(covered, DumpStatus.DONE)
             self.wake()
 
     def ended(self, dump_id: str) -> bool:
         """Whether this scheduler ended ``dump_id`` (done, cancelled, failed, superseded)."""
         return dump_id in self._finished
 
-    def superseded(self, dump_id: str) -> None:
-        """``dump_id`` was cancelled because a newer dump lists its keys too (core/toast.py):
-        never hand out its chunks, even before the next read shows its status."""
+    def superseded(self, dump_id: str, by: str) -> None:
+        """``dump_id`` (a waiting repair dump, core/toast.py) is covered by the newer ``by``,
+        which lists its keys too: never hand out its chunks; it becomes done when ``by`` does
+        (a crash before that leaves it pending, and the next run performs it)."""
         self._finished.add(dump_id)
+        self._covers.setdefault(by, []).extend([dump_id, *self._covers.pop(dump_id, [])])
         self.wake()
+
+    def _release(self, dump_id: str) -> None:
+        """``dump_id`` ended without its rows: the dumps it covered are performed after all."""
+        for covered in self._covers.pop(dump_id, ()):
+            self._finished.discard(covered)
 
     # -- reporting --------------------------------------------------------------------------
     def health(self) -> dict[str, dict[str, Any]]:

@@ -22,7 +22,7 @@ import bisect
 import collections
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from .dumps import DumpControl, DumpSpec, DumpStatus
+from .dumps import DumpControl, DumpSpec
 from .events import ChangeEvent, Key, Op, Position, Row
 from .protocols import StateStore
 
@@ -118,7 +118,8 @@ class ToastRepairs:
     a placeholder of a key it lists needs nothing more, because its chunk, selected later,
     reads the row after this change (a change inside the chunk's window drops the chunk's row
     but arrives after ``started``, so it is queued anew). New keys replace the waiting dump by
-    one listing both (recorded first, then the old one is cancelled), up to ``max_keys``. So
+    one listing both (recorded first; the old one is never performed and becomes done with the
+    new one), up to ``max_keys``. So
     after a restart or failover, when every key is unknown, an update workload queues a few
     growing dumps, not one dump of a key or two per log step (each a watermark window)."""
 
@@ -128,12 +129,12 @@ class ToastRepairs:
         source_id: str,
         chunk_size: int = 1_000,
         max_keys: int = 10_000,
-        superseded: Callable[[str], None] = lambda dump_id: None,
+        superseded: Callable[[str, str], None] = lambda dump_id, by: None,
         ended: Callable[[str], bool] = lambda dump_id: False,
     ):
         self.state, self.source_id = state, source_id
         self.chunk_size, self.max_keys = chunk_size, max_keys
-        self._superseded = superseded  # the scheduler forgets a cancelled waiting dump
+        self._superseded = superseded  # the scheduler skips a superseded waiting dump
         self._ended = ended  # cancelled or failed before any chunk (by a user, say)
         self._waiting: dict[str, tuple[DumpSpec, set[Key]]] = {}  # table -> dump, its keys
 
@@ -157,10 +158,7 @@ class ToastRepairs:
             spec = DumpSpec.new(self.source_id, [table], new)
             self.state.add_dump(spec, DumpControl(chunk_size=self.chunk_size))
             if old is not None:
-                self.state.set_status(
-                    old.dump_id, DumpStatus.CANCELLED, f"superseded by dump {spec.dump_id}, which lists its keys too"
-                )
-                self._superseded(old.dump_id)
+                self._superseded(old.dump_id, spec.dump_id)
             self._waiting[table] = (spec, set(new))
             specs.append(spec)
         return specs

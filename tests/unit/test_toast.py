@@ -164,21 +164,19 @@ def test_a_key_whose_full_row_was_emitted_needs_no_repair_dump(tmp_path):
 def test_a_waiting_repair_dump_is_replaced_by_one_listing_the_new_keys_too(tmp_path):
     """After a restart every key is unknown: an update workload must not queue one dump per
     log step (each a watermark window). A dump whose chunks have not started takes the next
-    keys (a new dump listing both; the old one cancelled and never handed out); keys it lists
+    keys (a new dump listing both; the old one is never handed out and is done with the new
+    one: the scheduler test below); keys it lists
     already queue nothing; once its chunk is handed out, a later placeholder queues anew."""
     state = LocalStateStore(str(tmp_path / "state.db"))
     gone: list[str] = []
-    repairs = ToastRepairs(state, SOURCE_ID, max_keys=4, superseded=gone.append)
+    repairs = ToastRepairs(state, SOURCE_ID, max_keys=4, superseded=lambda old, by: gone.append(old))
     first = repairs.queue([(T, (1,)), (T, (2,)), (T, (1,))])
     assert [d.keys for d in first] == [((1,), (2,))]
     assert repairs.queue([(T, (2,)), (T, (1,))]) == []  # listed by the waiting dump
     second = repairs.queue([(T, (3,)), ("app.other", (9,))])
     assert sorted(d.keys for d in second) == [((1,), (2,), (3,)), ((9,),)]
     assert gone == [first[0].dump_id]
-    by_id = {d.dump_id: d for d in state.list_dumps(SOURCE_ID)}
-    assert by_id[first[0].dump_id].status is DumpStatus.CANCELLED
-    assert "superseded" in (by_id[first[0].dump_id].error or "")
-    assert sum(d.status is DumpStatus.PENDING for d in by_id.values()) == 2
+
     # Full (max_keys 4): the next keys start a dump of their own, the full one stays
     third = repairs.queue([(T, (4,)), (T, (5,))])
     assert [d.keys for d in third] == [((4,), (5,))] and len(gone) == 1
@@ -192,4 +190,37 @@ def test_a_waiting_repair_dump_is_replaced_by_one_listing_the_new_keys_too(tmp_p
     assert repairs.queue([(T, (6,))]) == []
     ended.add(waiting.dump_id)
     assert [d.keys for d in repairs.queue([(T, (6,))])] == [((6,),)]
+    state.close()
+
+
+def test_a_superseded_dump_is_skipped_and_done_with_the_dump_that_covers_it(tmp_path):
+    from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, TableProgress
+    from airflow_provider_dblog.core.markers import ChunkProgress
+    from airflow_provider_dblog.core.scheduler import DumpScheduler
+
+    state = LocalStateStore(str(tmp_path / "state.db"))
+    sched = DumpScheduler(state, SOURCE_ID, lambda: [T], lambda t: 0)
+    a, b, c = (DumpSpec.new(SOURCE_ID, [T], [(k,)]) for k in (1, 2, 3))
+    for spec in (a, b, c):
+        state.add_dump(spec)
+    sched.superseded(a.dump_id, b.dump_id)
+    sched.superseded(b.dump_id, c.dump_id)  # c now covers a too
+    plan = sched.next_chunk()
+    assert plan is not None and plan.dump_id == c.dump_id  # a and b are never handed out
+    sched.durable(ChunkProgress(c.dump_id, T, TableProgress(chunks=1, done=True, keys_done=1), True))
+    assert {d.dump_id: d.status for d in state.list_dumps(SOURCE_ID)} == {
+        a.dump_id: DumpStatus.DONE,
+        b.dump_id: DumpStatus.DONE,
+        c.dump_id: DumpStatus.DONE,
+    }
+    # Had the covering dump been cancelled, the covered one would be performed after all
+    d, e = (DumpSpec.new(SOURCE_ID, [T], [(k,)]) for k in (4, 5))
+    for spec in (d, e):
+        state.add_dump(spec)
+    sched.superseded(d.dump_id, e.dump_id)
+    state.set_control(e.dump_id, DumpControl(cancelled=True))
+    sched.wake()
+    assert sched.next_chunk() is None  # e is cancelled here, which releases d
+    plan = sched.next_chunk()
+    assert plan is not None and plan.dump_id == d.dump_id
     state.close()
