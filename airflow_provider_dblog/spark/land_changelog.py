@@ -261,7 +261,8 @@ class Lander:
                 for s, gs in sources.items()
             }
             for (source_id, table), gs in sorted(tables.items()):
-                n = sum(g["count"] for g in gs)
+                facts = TableFacts.of(gs)
+                n = facts.count
                 t0 = time.time()
                 path = mirror_path(self.mirrors, source_id, table)
                 reason = self._stopped_reason(path)
@@ -274,7 +275,7 @@ class Lander:
                             [g.schema_id for g in gs],
                             truncated_at=max((g.truncated_at for g in gs if g.truncated_at), default=None),
                             commit=commits[source_id],
-                            facts=TableFacts.of(gs),
+                            facts=facts,
                         )
                     except mt.IncompatibleSchemaChange as exc:
                         reason = str(exc)
