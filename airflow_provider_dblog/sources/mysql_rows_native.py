@@ -16,6 +16,7 @@ logged once. ``DBLOG_NATIVE_ROWS=0`` turns the decoder off (benchmarks, differen
 from __future__ import annotations
 
 import codecs
+import functools
 import logging
 import os
 from typing import Any, Optional, Sequence
@@ -81,6 +82,23 @@ def _codec(tm: Any) -> Optional[str]:
     return None if canonical == "utf-8" else encoding
 
 
+@functools.lru_cache(maxsize=None)
+def _single_byte_table(encoding: str) -> Optional[str]:
+    """The 256 characters a single-byte codec decodes each byte to ('\ufffe' where it refuses
+    the byte, as Python's charmap tables mark it), or None for a multi-byte codec: the
+    extension then decodes such text without calling the codec per value."""
+    chars = []
+    for b in range(256):
+        try:
+            ch = codecs.getincrementaldecoder(encoding)("strict").decode(bytes([b]), final=False)
+        except UnicodeDecodeError:
+            ch = "\ufffe"
+        if len(ch) != 1:  # '' is the lead byte of a longer sequence
+            return None
+        chars.append(ch)
+    return "".join(chars)
+
+
 def _string_spec(name: str, kind: str, length: Optional[int], tm: Any) -> tuple:
     prefix = tm.length_size if tm.type == FIELD_TYPE.BLOB else (2 if tm.max_length > 255 else 1)
     codec = _codec(tm)
@@ -91,7 +109,8 @@ def _string_spec(name: str, kind: str, length: Optional[int], tm: Any) -> tuple:
     if kind == "json" and codec == "":
         raise Unsupported(f"column {name}: JSON in a column without a known character set")
     # A text column without a known codec comes back as bytes, which from_binlog reads as UTF-8.
-    return (STRING, prefix, AS_JSON if kind == "json" else AS_TEXT, 0, codec or None)
+    extra = (codec, _single_byte_table(codec)) if codec else None
+    return (STRING, prefix, AS_JSON if kind == "json" else AS_TEXT, 0, extra)
 
 
 def column_spec(column: Column, tm: Any) -> tuple:

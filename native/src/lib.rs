@@ -107,8 +107,9 @@ enum Cell {
     F(f64),
     Utf8(usize, usize),  // validated UTF-8 slice of the packet
     Codec(usize, usize), // slice decoded with the column's Python codec
-    Json(usize, usize),  // validated UTF-8 slice, parsed by json.loads
+    Json(usize, usize),  // validated UTF-8 slice, parsed as JSON (Plan::json)
     JsonCodec(usize, usize),
+    JsonText(String), // JSON text decoded through a single-byte table
     Text(String),
     B64(String),
     Label(usize),
@@ -131,8 +132,12 @@ struct Plan {
     cols: Vec<Col>,
     names: Vec<Py<PyString>>,
     codecs: Vec<Option<std::ffi::CString>>,
+    /// A single-byte character set's 256 characters (UNDEFINED where the codec refuses the
+    /// byte), so that its text is decoded in phase 1 without a Python codec call.
+    tables: Vec<Option<ByteTable>>,
     labels: Vec<Vec<Py<PyString>>>,
     json_loads: Py<PyAny>,
+    orjson_loads: Option<Py<PyAny>>,
     b64_key: Py<PyString>,
 }
 
@@ -152,9 +157,11 @@ impl Plan {
         }
         let mut cols = Vec::with_capacity(specs.len());
         let mut codecs = Vec::with_capacity(specs.len());
+        let mut tables = Vec::with_capacity(specs.len());
         let mut labels = Vec::with_capacity(specs.len());
         for (i, (code, a, b, c, extra)) in specs.into_iter().enumerate() {
             let mut codec = None;
+            let mut table = None;
             let mut col_labels: Vec<Py<PyString>> = Vec::new();
             let col = match code {
                 INT => {
@@ -181,9 +188,21 @@ impl Plan {
                     if !(1..=4).contains(&a) || !(AS_TEXT..=AS_JSON).contains(&b) || c < 0 {
                         return Err(spec_err(i, "bad string spec"));
                     }
+                    // extra: None (UTF-8), the codec's name, or (name, its 256 characters).
                     if !extra.is_none() {
-                        let name: String = extra.extract()?;
+                        let (name, chars): (String, Option<String>) = match extra.extract::<String>() {
+                            Ok(name) => (name, None),
+                            Err(_) => extra.extract()?,
+                        };
                         codec = Some(std::ffi::CString::new(name).map_err(|_| spec_err(i, "bad codec name"))?);
+                        if let Some(chars) = chars {
+                            let chars: Vec<char> = chars.chars().collect();
+                            if chars.len() != 256 {
+                                return Err(spec_err(i, "a single-byte table needs 256 characters"));
+                            }
+                            let ascii = chars[..128].iter().enumerate().all(|(b, &ch)| ch as usize == b);
+                            table = Some(ByteTable { chars, ascii });
+                        }
                     }
                     Col::Str {
                         prefix: a as usize,
@@ -253,16 +272,24 @@ impl Plan {
             };
             cols.push(col);
             codecs.push(codec);
+            tables.push(table);
             labels.push(col_labels);
         }
         let names = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
         let json_loads = py.import("json")?.getattr("loads")?.unbind();
+        let orjson_loads = py
+            .import("orjson")
+            .and_then(|m| m.getattr("loads"))
+            .ok()
+            .map(Bound::unbind);
         Ok(Plan {
             cols,
             names,
             codecs,
+            tables,
             labels,
             json_loads,
+            orjson_loads,
             b64_key: PyString::intern(py, "$b64").unbind(),
         })
     }
@@ -510,6 +537,18 @@ impl Plan {
                 let raw = rd.take(len)?;
                 match *out {
                     AS_BINARY => Cell::B64(base64(raw, *pad)),
+                    _ if *codec && self.tables[i].is_some() => {
+                        let table = self.tables[i].as_ref().expect("a table column");
+                        let text = table
+                            .text(raw)
+                            .ok_or_else(|| Fail::Unsupported(format!("column {i}: a value its character set cannot decode")))?;
+                        match (text, *out == AS_JSON) {
+                            (None, false) => Cell::Utf8(at, len), // ASCII: the bytes are the text
+                            (None, true) => Cell::Json(at, len),
+                            (Some(t), false) => Cell::Text(t),
+                            (Some(t), true) => Cell::JsonText(t),
+                        }
+                    }
                     _ if *codec => {
                         if *out == AS_JSON {
                             Cell::JsonCodec(at, len)
@@ -719,6 +758,7 @@ impl Plan {
                 let text = self.codec_text(py, buf, c, *at, *len)?;
                 self.json(py, c, text.into_any())?
             }
+            Cell::JsonText(t) => self.json(py, c, PyString::new(py, t).into_any())?,
             Cell::Text(t) => PyString::new(py, t).into_any(),
             Cell::B64(t) => {
                 let d = PyDict::new(py);
@@ -758,12 +798,68 @@ impl Plan {
         Ok(unsafe { Bound::from_owned_ptr(py, obj) })
     }
 
+    /// The value json.loads gives (mysql_values.py's canonical JSON value). orjson.loads is
+    /// the same but several times faster, except that it reads an integer beyond 64 bits as a
+    /// float and refuses what is not strict JSON: a text with 19 digits in a row, or one orjson
+    /// refuses, goes to json.loads.
     fn json<'py>(&self, py: Python<'py>, c: usize, text: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(fast) = &self.orjson_loads {
+            let s = text.downcast::<PyString>()?.to_str()?;
+            if !long_digit_run(s.as_bytes()) {
+                if let Ok(v) = fast.bind(py).call1((&text,)) {
+                    return Ok(v);
+                }
+            }
+        }
         self.json_loads
             .bind(py)
             .call1((text,))
             .map_err(|_| Unsupported::new_err(format!("column {c}: a value that is not JSON")))
     }
+}
+
+/// Undefined bytes of a single-byte table (Python's charmap codecs use the same marker).
+const UNDEFINED: char = '\u{FFFE}';
+
+/// A single-byte character set: the character of each byte.
+struct ByteTable {
+    chars: Vec<char>,
+    ascii: bool, // bytes below 0x80 are themselves
+}
+
+impl ByteTable {
+    /// `raw` decoded: Some(None) when it is ASCII the table maps to itself (the bytes are the
+    /// text), None when a byte is undefined in the character set.
+    fn text(&self, raw: &[u8]) -> Option<Option<String>> {
+        if self.ascii && raw.is_ascii() {
+            return Some(None);
+        }
+        let mut out = String::with_capacity(raw.len() + raw.len() / 2);
+        for &b in raw {
+            let ch = self.chars[b as usize];
+            if ch == UNDEFINED {
+                return None;
+            }
+            out.push(ch);
+        }
+        Some(Some(out))
+    }
+}
+
+/// Whether `s` has 19 or more ASCII digits in a row (an integer that may not fit 64 bits).
+fn long_digit_run(s: &[u8]) -> bool {
+    let mut run = 0;
+    for &b in s {
+        if b.is_ascii_digit() {
+            run += 1;
+            if run >= 19 {
+                return true;
+            }
+        } else {
+            run = 0;
+        }
+    }
+    false
 }
 
 /// The fractional seconds that follow DATETIME2/TIMESTAMP2/TIME2, in microseconds, read as

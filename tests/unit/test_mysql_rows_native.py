@@ -34,6 +34,7 @@ from airflow_provider_dblog.sources.mysql_rows_native import (  # noqa: E402
     TIMESTAMP2,
     NativeRows,
     Unsupported,
+    _single_byte_table,
     column_spec,
 )
 
@@ -119,19 +120,34 @@ def test_temporal_values():
     assert row["d"] is None and row["dt"] is None and row["ts"] is None
 
 
-def test_binary_json_enum_and_set():
+CP1252 = _single_byte_table("cp1252")
+
+
+@pytest.mark.parametrize("latin1", ["cp1252", ("cp1252", CP1252)], ids=["python codec", "single-byte table"])
+def test_binary_json_enum_and_set(latin1):
     plan = native.Plan(
-        ["bn", "j", "e", "s", "l1"],
+        ["bn", "j", "e", "s", "l1", "lj"],
         [
             (STRING, 1, AS_BINARY, 4, None),
             (STRING, 4, AS_JSON, 0, None),
             (ENUM, 1, 0, 0, ["", "x", "Y z"]),
             (SET, 1, 0, 0, [(2, "c"), (0, "a")]),  # catalog order, bit of each member
-            (STRING, 2, AS_TEXT, 0, "cp1252"),
+            (STRING, 2, AS_TEXT, 0, latin1),
+            (STRING, 1, AS_JSON, 0, latin1),
         ],
     )
+    # The integer beyond 64 bits stays exact (orjson would read it as a float).
     doc = b'{"k": [1, 2.5, null], "n": 123456789012345678901234567890}'
-    body = image([False] * 5, var(b"ab"), struct.pack("<I", len(doc)) + doc, b"\x02", b"\x05", b"\x05\x00caf\xe9\x80")
+    latin_doc = b'{"\xe9": [1e2, "\x80"]}'
+    body = image(
+        [False] * 6,
+        var(b"ab"),
+        struct.pack("<I", len(doc)) + doc,
+        b"\x02",
+        b"\x05",
+        b"\x05\x00caf\xe9\x80",
+        var(latin_doc),
+    )
     ((_, row),) = decode(plan, body)
     assert row == {
         "bn": {"$b64": "YWIAAA=="},
@@ -139,7 +155,9 @@ def test_binary_json_enum_and_set():
         "e": "Y z",
         "s": "c,a",
         "l1": "café€",
+        "lj": {"é": [100.0, "€"]},
     }
+    assert type(row["j"]["n"]) is int
 
 
 def test_truncated_body_is_a_clear_error():
@@ -165,9 +183,18 @@ def test_values_it_does_not_reproduce_ask_for_the_python_path():
     date = native.Plan(["d"], [(DATE, 0, 0, 0, None)])
     with pytest.raises(native.Unsupported, match="no calendar date"):
         decode(date, image([False], (2023 << 9 | 2 << 5 | 30).to_bytes(3, "little")))
-    latin = native.Plan(["l"], [(STRING, 1, AS_TEXT, 0, "cp1252")])
-    with pytest.raises(native.Unsupported, match="character set cannot decode"):
-        decode(latin, image([False], var(b"\x81")))  # undefined in cp1252, as in Python
+    for extra in ("cp1252", ("cp1252", CP1252)):
+        latin = native.Plan(["l"], [(STRING, 1, AS_TEXT, 0, extra)])
+        with pytest.raises(native.Unsupported, match="character set cannot decode"):
+            decode(latin, image([False], var(b"\x81")))  # undefined in cp1252, as in Python
+
+
+def test_single_byte_tables_are_made_for_single_byte_character_sets_only():
+    assert CP1252 == bytes(range(256)).decode("cp1252", "replace").replace("\ufffd", "\ufffe")
+    assert _single_byte_table("iso8859-1") == "".join(map(chr, range(256)))
+    assert _single_byte_table("gbk") is None and _single_byte_table("utf-16") is None
+    with pytest.raises(ValueError, match="256 characters"):
+        native.Plan(["l"], [(STRING, 1, AS_TEXT, 0, ("cp1252", "abc"))])
 
 
 def test_bad_specs_are_refused():
@@ -201,7 +228,7 @@ def test_column_specs_follow_the_catalog_kind():
         2,
         AS_TEXT,
         0,
-        "cp1252",
+        ("cp1252", CP1252),
     )
     assert column_spec(Column("s", "set('a','b')"), tm(FIELD_TYPE.SET, size=1, set_values=["b", "a"]))[4] == [
         (1, "a"),
