@@ -50,6 +50,7 @@ from .events import (
     split_key_update,
 )
 from .fencing import FencedOutput
+from .gc_threshold import raised_gc_threshold
 from .key_types import orders_like_python
 from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .pacing import PaceSignals
@@ -94,6 +95,9 @@ class EngineConfig:
     schema_check_interval: float = 10.0
     # Adaptive dumps read the source's replicas' lag at most this often (seconds).
     replica_lag_interval: float = 2.0
+    # Python's generation-0 GC threshold while the engine runs (core/gc_threshold.py; None or
+    # 0: leave the interpreter's 700).
+    gc_threshold: Optional[int] = 50_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +177,8 @@ class Engine:
             self.source.take_over(self.lease.check, self._previous_log_status())
             log.info("capture of %s: leader with epoch %d", self.source_id, epoch)
         try:
-            self._run(stop, deadline)
+            with raised_gc_threshold(self.config.gc_threshold):
+                self._run(stop, deadline)
         except StaleEpochError:
             raise
         except WriterFailed as exc:
