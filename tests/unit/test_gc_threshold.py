@@ -56,4 +56,3 @@ def test_an_engine_runs_with_the_raised_threshold(default_threshold, state):
     thread.join(30)
     assert seen[0] == 40_000
     assert gc.get_threshold() == (700, 10, 10)
-
