@@ -35,6 +35,7 @@ from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent
 from ..core.toast import fill_from_before, unchanged_columns
 from . import pgoutput
 from .pgoutput import Relation  # annotations: the name `pgoutput` is also a method below
+from .pgoutput_native import NativePgRows
 from .postgres_catalog import TableInfo, quote_table, type_label
 from .postgres_values import (
     UNCHANGED_TOAST_VALUE,
@@ -45,6 +46,9 @@ from .postgres_values import (
     timestamp_us,
     wal2json_text,
 )
+
+_ROW_CHANGE = (b"I", b"U", b"D")
+_OP_OF_TAG = {ord("I"): Op.CREATE, ord("U"): Op.UPDATE, ord("D"): Op.DELETE}
 
 
 def make_position(commit_lsn: int, index: int) -> Position:
@@ -111,6 +115,7 @@ class LogDecoder:
         self.unchanged_toast: list[tuple[str, tuple, Position]] = []
         # (partition, root, position) of TRUNCATEs of partitions without their root.
         self.partial_truncates: list[tuple[str, str, Position]] = []
+        self._native = NativePgRows(self._type_name)
 
     def _target(self, name: str) -> Optional[str]:
         """The captured table (or the watermark table) a change of ``name`` belongs to: the
@@ -121,6 +126,8 @@ class LogDecoder:
 
     # -- pgoutput ---------------------------------------------------------------------
     def pgoutput(self, payload: bytes) -> None:
+        if payload[:1] in _ROW_CHANGE and self._native.on and self._native_change(payload):
+            return
         # pgoutput converts text to the client encoding, which the source sets to UTF8.
         m = pgoutput.decode(payload, "utf-8")
         if isinstance(m, pgoutput.Begin):
@@ -160,6 +167,25 @@ class LogDecoder:
             # One message names every table of a multi-table or CASCADE truncate.
             self._truncate([self._relation(r).qualified_name for r in m.relids])
         # Origin, Type and logical Message carry nothing DBLog needs.
+
+    def _native_change(self, payload: bytes) -> bool:
+        """An Insert/Update/Delete through the compiled decoder, with the same effects as the
+        Python path below; False: nothing done, decode it in Python."""
+        rel = self._relations.get(int.from_bytes(payload[1:5], "big"))
+        if rel is None or self._txn is None:
+            return False  # the Python path names the error
+        table = self._target(rel.qualified_name)
+        if table is None:
+            self._txn.next_position()  # numbered like every change of the transaction
+            return True
+        decoded = self._native.change(rel, payload)
+        if decoded is None:
+            return False
+        tag, _, before, after = decoded
+        txn = self._txn
+        op = _OP_OF_TAG[tag]
+        self._change(table, op, before, after, txn.next_position(), txn)
+        return True
 
     def _relation(self, relid: int) -> Relation:
         rel = self._relations.get(relid)

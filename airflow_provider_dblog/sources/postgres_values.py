@@ -99,33 +99,53 @@ def keep_text(text: str) -> str:
 _keep = keep_text  # the text is already canonical
 
 
+# How a type's text becomes canonical, by kind; native/src/pgoutput.rs numbers them in this order.
+PG_KINDS = ("text", "int", "float", "bool", "bytea", "timestamp", "timestamptz", "uuid", "json")
+
+
 @functools.lru_cache(maxsize=1024)
-def converter(type_name: str) -> Callable[[str], Any]:
-    """The text -> canonical function for a type, by its (base) type name."""
+def pg_kind(type_name: str) -> str:
+    """The kind (PG_KINDS) of a type, by its (base) type name."""
     base = _base_name(type_name)
     if base.endswith("[]"):
-        return _keep
+        return "text"
     if base in _INT:
-        return int
-    if base == "numeric":
-        return _keep
+        return "int"
     if base in _FLOAT:
-        return _float
+        return "float"
     if base == "boolean":
-        return _bool
-    if base in _TEXT:
-        return _keep
+        return "bool"
     if base == "bytea":
-        return _bytea
+        return "bytea"
     if base == "timestamp without time zone":
-        return lambda t: _timestamp(t, with_zone=False)
+        return "timestamp"
     if base == "timestamp with time zone":
-        return lambda t: _timestamp(t, with_zone=True)
+        return "timestamptz"
     if base == "uuid":
-        return str.lower
+        return "uuid"
     if base in ("json", "jsonb"):
-        return json.loads
-    return _keep  # date ('YYYY-MM-DD' under DateStyle ISO), time, interval, inet, ...
+        return "json"
+    # numeric (its exact text), character types, date ('YYYY-MM-DD' under DateStyle ISO),
+    # time, interval, inet, ...
+    return "text"
+
+
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "text": _keep,
+    "int": int,
+    "float": _float,
+    "bool": _bool,
+    "bytea": _bytea,
+    "timestamp": lambda t: _timestamp(t, with_zone=False),
+    "timestamptz": lambda t: _timestamp(t, with_zone=True),
+    "uuid": str.lower,
+    "json": json.loads,
+}
+
+
+def converter(type_name: str) -> Callable[[str], Any]:
+    """The text -> canonical function for a type, by its (base) type name."""
+    return _CONVERTERS[pg_kind(type_name)]
 
 
 def from_pg_text(type_name: str, text: Optional[str]) -> Any:

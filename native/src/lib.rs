@@ -18,6 +18,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::fmt::Write as _;
 
+mod pgoutput;
+
 create_exception!(
     airflow_provider_dblog._rows_native,
     RowsDecodeError,
@@ -438,7 +440,7 @@ fn iso_datetime(out: &mut String, (y, mo, d): (i64, i64, i64), (h, mi, s): (i64,
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-fn base64(raw: &[u8], pad_to: usize) -> String {
+pub(crate) fn base64(raw: &[u8], pad_to: usize) -> String {
     let mut bytes = raw.to_vec();
     if bytes.len() < pad_to {
         bytes.resize(pad_to, 0); // BINARY(n) is zero-padded; the binlog drops the padding
@@ -803,17 +805,8 @@ impl Plan {
     /// float and refuses what is not strict JSON: a text with 19 digits in a row, or one orjson
     /// refuses, goes to json.loads.
     fn json<'py>(&self, py: Python<'py>, c: usize, text: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        if let Some(fast) = &self.orjson_loads {
-            let s = text.downcast::<PyString>()?.to_str()?;
-            if !long_digit_run(s.as_bytes()) {
-                if let Ok(v) = fast.bind(py).call1((&text,)) {
-                    return Ok(v);
-                }
-            }
-        }
-        self.json_loads
-            .bind(py)
-            .call1((text,))
+        let text = text.downcast_into::<PyString>()?;
+        loads_json(py, self.orjson_loads.as_ref(), &self.json_loads, text)
             .map_err(|_| Unsupported::new_err(format!("column {c}: a value that is not JSON")))
     }
 }
@@ -844,6 +837,23 @@ impl ByteTable {
         }
         Some(Some(out))
     }
+}
+
+/// json.loads(text), through orjson.loads when it gives the same value (see Plan::json).
+pub(crate) fn loads_json<'py>(
+    py: Python<'py>,
+    fast: Option<&Py<PyAny>>,
+    slow: &Py<PyAny>,
+    text: Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(fast) = fast {
+        if !long_digit_run(text.to_str()?.as_bytes()) {
+            if let Ok(v) = fast.bind(py).call1((&text,)) {
+                return Ok(v);
+            }
+        }
+    }
+    slow.bind(py).call1((text,))
 }
 
 /// Whether `s` has 19 or more ASCII digits in a row (an integer that may not fit 64 bits).
@@ -924,6 +934,7 @@ fn decimal(rd: &mut Rd<'_>, precision: usize, scale: usize) -> R<String> {
 #[pymodule]
 fn _rows_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
+    m.add_class::<pgoutput::PgRowPlan>()?;
     m.add("RowsDecodeError", m.py().get_type::<RowsDecodeError>())?;
     m.add("Unsupported", m.py().get_type::<Unsupported>())?;
     Ok(())

@@ -1,0 +1,59 @@
+"""Row changes of pgoutput messages decoded by the compiled extension (native/src/pgoutput.rs).
+
+The Python decoder (pgoutput.py, then ``LogDecoder._pg_row`` with postgres_values'
+converters) stays the reference and takes every message this one hands back: a relation
+whose plan cannot be made, and any message the extension says it does not reproduce exactly
+(an unchanged-TOAST column, a timestamp in another form than the UTC ISO one, ...). The
+kinds of values come from ``postgres_values.pg_kind``, the one classification both paths use.
+``DBLOG_NATIVE_ROWS=0`` turns it off, like the binlog rows decoder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Optional
+
+from .pgoutput import Relation
+from .postgres_values import PG_KINDS, pg_kind
+
+try:
+    from .. import _rows_native  # type: ignore[attr-defined]
+except ImportError:  # built without a Rust toolchain
+    _rows_native = None
+
+log = logging.getLogger(__name__)
+
+
+def enabled() -> bool:
+    return _rows_native is not None and os.environ.get("DBLOG_NATIVE_ROWS", "1") != "0"
+
+
+class NativePgRows:
+    """One plan per Relation message; ``change`` gives (tag, old kind, before, after) of an
+    Insert/Update/Delete message, or None: decode it in Python."""
+
+    def __init__(self, type_name: Callable[[int], str]):
+        self._type_name = type_name  # type OID -> its name
+        self._plans: dict[int, tuple[Relation, Any]] = {}
+        self._logged: set[str] = set()
+        self.on = enabled()
+
+    def plan(self, rel: Relation) -> Any:
+        cached = self._plans.get(rel.relid)
+        if cached is not None and cached[0] is rel:
+            return cached[1]
+        kinds = [PG_KINDS.index(pg_kind(self._type_name(c.type_oid))) for c in rel.columns]
+        plan = _rows_native.PgRowPlan([c.name for c in rel.columns], kinds, [c.is_key for c in rel.columns])
+        self._plans[rel.relid] = (rel, plan)
+        return plan
+
+    def change(self, rel: Relation, payload: bytes) -> Optional[tuple]:
+        try:
+            return self.plan(rel).change(payload)
+        except _rows_native.Unsupported as exc:
+            reason = f"{rel.qualified_name}: {exc}"
+            if reason not in self._logged:
+                self._logged.add(reason)
+                log.info("a change of %s is decoded in Python (logged once)", reason)
+            return None

@@ -1,0 +1,270 @@
+//! Decodes the row changes of pgoutput (protocol version 1) messages, Insert, Update and
+//! Delete, straight into DBLog's canonical values (airflow_provider_dblog/sources/
+//! postgres_values.py: the column kinds are `pg_kind`'s, the Python glue is
+//! sources/pgoutput_native.py).
+//!
+//! Python keeps the stream, the transactions, the Relation messages and every other message;
+//! for a row change of a relation it hands over the message and gets (tag, old kind, before,
+//! after) back. What this decoder does not reproduce exactly (a timestamp in another form than
+//! the UTC ISO one, an unchanged-TOAST column, binary values, text that is no number of its
+//! kind, ...) raises `Unsupported`, and that message is decoded in Python instead.
+
+use crate::{base64, loads_json, Unsupported};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+
+// Column kinds (postgres_values.PG_KINDS has the same list, in this order).
+const TEXT: u8 = 0; // canonical as PostgreSQL prints it
+const INT: u8 = 1;
+const FLOAT: u8 = 2;
+const BOOL: u8 = 3;
+const BYTEA: u8 = 4;
+const TIMESTAMP: u8 = 5;
+const TIMESTAMPTZ: u8 = 6;
+const UUID: u8 = 7;
+const JSON: u8 = 8;
+
+type U<T> = Result<T, String>; // Err: why the message goes to the Python decoder
+
+#[pyclass(frozen, module = "airflow_provider_dblog._rows_native")]
+pub struct PgRowPlan {
+    names: Vec<Py<PyString>>,
+    kinds: Vec<u8>,
+    is_key: Vec<bool>,
+    b64_key: Py<PyString>,
+    json_loads: Py<PyAny>,
+    orjson_loads: Option<Py<PyAny>>,
+}
+
+struct Rd<'a> {
+    d: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Rd<'a> {
+    fn take(&mut self, n: usize) -> U<&'a [u8]> {
+        if self.d.len() - self.pos < n {
+            return Err(format!("message truncated at offset {}", self.pos));
+        }
+        let s = &self.d[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    fn byte(&mut self) -> U<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn be(&mut self, n: usize) -> U<u64> {
+        Ok(self.take(n)?.iter().fold(0u64, |acc, &b| (acc << 8) | b as u64))
+    }
+}
+
+#[pymethods]
+impl PgRowPlan {
+    /// PgRowPlan(names, kinds, is_key): one relation's columns in Relation-message order.
+    #[new]
+    fn new(py: Python<'_>, names: Vec<String>, kinds: Vec<u8>, is_key: Vec<bool>) -> PyResult<Self> {
+        if names.len() != kinds.len() || names.len() != is_key.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "names, kinds and is_key must be of one length",
+            ));
+        }
+        if let Some(k) = kinds.iter().find(|&&k| k > JSON) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown column kind {k}")));
+        }
+        Ok(PgRowPlan {
+            names: names.iter().map(|n| PyString::intern(py, n).unbind()).collect(),
+            kinds,
+            is_key,
+            b64_key: PyString::intern(py, "$b64").unbind(),
+            json_loads: py.import("json")?.getattr("loads")?.unbind(),
+            orjson_loads: py.import("orjson").and_then(|m| m.getattr("loads")).ok().map(Bound::unbind),
+        })
+    }
+
+    /// One Insert ('I'), Update ('U') or Delete ('D') message: (tag, old kind, before, after),
+    /// the old kind b'K' / b'O' or None, an image None where the message has none. A 'K' old
+    /// tuple gives the key columns only (the others are NULL fillers).
+    fn change<'py>(&self, py: Python<'py>, msg: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
+        let d = msg.as_bytes();
+        self.decode(py, d).map_err(Unsupported::new_err)
+    }
+}
+
+impl PgRowPlan {
+    fn decode<'py>(&self, py: Python<'py>, d: &[u8]) -> U<Bound<'py, PyAny>> {
+        let mut rd = Rd { d, pos: 0 };
+        let tag = rd.byte()?;
+        rd.be(4)?; // the relation id: the caller chose this plan by it
+        let none = || py.None().into_bound(py);
+        let (old_kind, before, after) = match tag {
+            b'I' => {
+                if rd.byte()? != b'N' {
+                    return Err("Insert without a new tuple".into());
+                }
+                (None, none(), self.tuple(py, &mut rd, false)?)
+            }
+            b'U' => {
+                let mut kind = rd.byte()?;
+                let mut old = (None, none());
+                if kind == b'K' || kind == b'O' {
+                    old = (Some(kind), self.tuple(py, &mut rd, kind == b'K')?);
+                    kind = rd.byte()?;
+                }
+                if kind != b'N' {
+                    return Err("Update without a new tuple".into());
+                }
+                (old.0, old.1, self.tuple(py, &mut rd, false)?)
+            }
+            b'D' => {
+                let kind = rd.byte()?;
+                if kind != b'K' && kind != b'O' {
+                    return Err("Delete without an old tuple".into());
+                }
+                (Some(kind), self.tuple(py, &mut rd, kind == b'K')?, none())
+            }
+            _ => return Err(format!("message type {tag} is no row change")),
+        };
+        if rd.pos != d.len() {
+            return Err("trailing bytes after the row change".into());
+        }
+        let old_kind = match old_kind {
+            Some(k) => PyBytes::new(py, &[k]).into_any(),
+            None => none(),
+        };
+        (tag, old_kind, before, after)
+            .into_pyobject(py)
+            .map(|t| t.into_any())
+            .map_err(|e| e.to_string())
+    }
+
+    fn tuple<'py>(&self, py: Python<'py>, rd: &mut Rd<'_>, key_only: bool) -> U<Bound<'py, PyAny>> {
+        let count = rd.be(2)? as usize;
+        if count != self.kinds.len() {
+            return Err(format!("{count} columns in the tuple, {} in the relation", self.kinds.len()));
+        }
+        let row = PyDict::new(py);
+        for c in 0..count {
+            let value = match rd.byte()? {
+                b'n' => None,
+                b't' => {
+                    let n = rd.be(4)? as usize;
+                    Some(rd.take(n)?)
+                }
+                b'u' => return Err("an unchanged TOAST value".into()),
+                k => return Err(format!("tuple column kind {k}")),
+            };
+            if key_only && !self.is_key[c] {
+                continue;
+            }
+            let obj = match value {
+                None => py.None().into_bound(py),
+                Some(raw) => self.value(py, c, raw)?,
+            };
+            row.set_item(self.names[c].bind(py), obj).map_err(|e| e.to_string())?;
+        }
+        Ok(row.into_any())
+    }
+
+    fn value<'py>(&self, py: Python<'py>, c: usize, raw: &[u8]) -> U<Bound<'py, PyAny>> {
+        let text = std::str::from_utf8(raw).map_err(|_| format!("column {c}: text that is not UTF-8"))?;
+        let bad = |what: &str| format!("column {c}: {what}");
+        Ok(match self.kinds[c] {
+            TEXT => PyString::new(py, text).into_any(),
+            INT => {
+                let v: i64 = text.parse().map_err(|_| bad("an integer beyond 64 bits"))?;
+                v.into_pyobject(py).map_err(|e| e.to_string())?.into_any()
+            }
+            FLOAT => match text {
+                "NaN" | "Infinity" | "-Infinity" => PyString::new(py, text).into_any(),
+                _ => {
+                    let v: f64 = text.parse().map_err(|_| bad("a float it cannot read"))?;
+                    if !v.is_finite() {
+                        return Err(bad("a float spelled unlike PostgreSQL"));
+                    }
+                    v.into_pyobject(py).map_err(|e| e.to_string())?.into_any()
+                }
+            },
+            BOOL => match text {
+                "t" | "true" => true.into_pyobject(py).map_err(|e| e.to_string())?.to_owned().into_any(),
+                "f" | "false" => false.into_pyobject(py).map_err(|e| e.to_string())?.to_owned().into_any(),
+                _ => return Err(bad("not a boolean")),
+            },
+            BYTEA => {
+                let hex = text.strip_prefix("\\x").ok_or_else(|| bad("bytea not in hex format"))?;
+                let bytes = unhex(hex.as_bytes()).ok_or_else(|| bad("bytea with an odd hex digit"))?;
+                let d = PyDict::new(py);
+                d.set_item(self.b64_key.bind(py), base64(&bytes, 0)).map_err(|e| e.to_string())?;
+                d.into_any()
+            }
+            TIMESTAMP | TIMESTAMPTZ => {
+                let iso = iso_timestamp(text, self.kinds[c] == TIMESTAMPTZ)
+                    .ok_or_else(|| bad("a timestamp not in UTC ISO form"))?;
+                PyString::new(py, &iso).into_any()
+            }
+            UUID => PyString::new(py, &text.to_ascii_lowercase()).into_any(),
+            JSON => loads_json(py, self.orjson_loads.as_ref(), &self.json_loads, PyString::new(py, text))
+                .map_err(|_| bad("a value that is not JSON"))?,
+            _ => unreachable!("kinds are checked in new()"),
+        })
+    }
+}
+
+fn unhex(h: &[u8]) -> Option<Vec<u8>> {
+    if h.len() % 2 != 0 {
+        return None;
+    }
+    let digit = |b: u8| (b as char).to_digit(16).map(|v| v as u8);
+    h.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
+}
+
+/// postgres_values._timestamp for the one form a UTC session prints ('2024-01-02
+/// 03:04:05[.123][+00]'), None for any other (the Python path decides those).
+fn iso_timestamp(t: &str, with_zone: bool) -> Option<String> {
+    let b = t.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b.get(r.clone()).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
+    let shape = b.len() >= 19
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b' '
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    if !shape {
+        return None;
+    }
+    let mut pos = 19;
+    let mut frac = "";
+    if b.get(pos) == Some(&b'.') {
+        let n = b[pos + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if !(1..=6).contains(&n) {
+            return None;
+        }
+        frac = &t[pos + 1..pos + 1 + n];
+        pos += 1 + n;
+    }
+    let offset = &t[pos..];
+    if !matches!(offset, "" | "+00" | "+00:00" | "-00") {
+        return None;
+    }
+    if !with_zone && !offset.is_empty() {
+        return None; // Python drops it; never printed for timestamp without time zone
+    }
+    let mut out = String::with_capacity(32);
+    out.push_str(&t[..10]);
+    out.push('T');
+    out.push_str(&t[11..19]);
+    if !frac.is_empty() {
+        out.push('.');
+        out.push_str(frac);
+        out.extend(std::iter::repeat_n('0', 6 - frac.len()));
+    }
+    if with_zone {
+        out.push_str("+00:00");
+    }
+    Some(out)
+}

@@ -1,0 +1,126 @@
+"""The compiled pgoutput row decoder (native/src/pgoutput.rs) against the Python decoder, on
+hand-built protocol-1 messages (no server): every event equal, and the messages it hands
+back (unchanged TOAST, odd timestamps, binary values) decoded by the Python path."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_dblog.core.events import Column, TableSchema
+from airflow_provider_dblog.sources import pgoutput, pgoutput_native
+from airflow_provider_dblog.sources.pgoutput import UNCHANGED_TOAST
+from airflow_provider_dblog.sources.postgres_catalog import TableInfo
+from airflow_provider_dblog.sources.postgres_log import LogDecoder
+
+from .test_pgoutput import begin, commit, delete, insert, relation, update
+
+pytestmark = pytest.mark.skipif(not pgoutput_native.enabled(), reason="native/ was not built")
+
+# (name, type OID, type name): one column of each kind, and some that keep their text.
+COLUMNS = [
+    ("id", 23, "integer"),
+    ("b", 20, "bigint"),
+    ("n", 1700, "numeric"),
+    ("t", 25, "text"),
+    ("bo", 16, "boolean"),
+    ("d", 1082, "date"),
+    ("ts", 1114, "timestamp without time zone"),
+    ("tsz", 1184, "timestamp with time zone"),
+    ("u", 2950, "uuid"),
+    ("j", 114, "json"),
+    ("jb", 3802, "jsonb"),
+    ("by", 17, "bytea"),
+    ("f", 701, "double precision"),
+    ("r", 700, "real"),
+    ("arr", 1007, "integer[]"),
+    ("ip", 869, "inet"),
+]
+TABLE = "public.every"
+SCHEMA = TableSchema(TABLE, tuple(Column(n, t, n != "id") for n, _, t in COLUMNS), ("id",))
+REL = relation(300, "public", "every", [(1 if n == "id" else 0, n, oid, -1) for n, oid, _ in COLUMNS])
+TYPES = {oid: name for _, oid, name in COLUMNS}
+
+ROW = (
+    "1",
+    "9007199254740993",
+    "12.30",
+    'héllo "q" \\ ✓',
+    "t",
+    "2024-02-29",
+    "2024-01-02 03:04:05.12",
+    "2024-01-02 01:04:05.123456+00",
+    "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
+    '{"a": [1, 2.5, null], "big": 123456789012345678901234567890}',
+    '{"a": {"k": 0.1}, "z": 1}',
+    "\\xdeadbeef00",
+    "-1e+300",
+    "1.5",
+    "{1,NULL,3}",
+    "10.0.0.1",
+)
+NULLS = ("2",) + (None,) * (len(COLUMNS) - 1)
+SPECIAL = ("3", None, "NaN", "", "false", None, "infinity", "2024-01-02 03:04:05", None, "[]", "null", "\\x")
+SPECIAL += ("Infinity", "-Infinity", "{}", "::1")
+# What the Python path decides: a timestamp with another offset, BC dates, a binary value,
+# an unchanged TOAST column.
+ODD_TS = ("4",) + (None,) * 6 + ("2024-01-02 03:04:05+02", None, None, None, None, None, None, None, None)
+BC = ("5",) + (None,) * 5 + ("0044-03-15 12:00:00 BC", None, None, None, None, None, None, None, None, None)
+BINARY = ("6", b"\x00\x00\x00\x00\x00\x00\x00\x07") + (None,) * (len(COLUMNS) - 2)
+
+
+def _decoder() -> LogDecoder:
+    info = TableInfo(SCHEMA, 1, {n: t for n, _, t in COLUMNS}, "d", ("id",))
+    return LogDecoder(
+        "src1", "dblog.watermarks", {TABLE}, lambda t, refresh=False: info, TYPES.__getitem__, lambda o, m: TYPES[o]
+    )
+
+
+MESSAGES = [
+    begin(0x900, 10, 5),
+    REL,
+    insert(300, *ROW),
+    insert(300, *NULLS),
+    insert(300, *SPECIAL),
+    update(300, new=ROW[:1] + ("7",) + ROW[2:], old=("1",) + (None,) * (len(COLUMNS) - 1)),
+    update(300, new=ROW, old=ROW, kind="O"),
+    update(300, new=("2",) + (UNCHANGED_TOAST,) + NULLS[2:]),
+    insert(300, *ODD_TS),
+    insert(300, *BC),
+    delete(300, ("1",) + (None,) * (len(COLUMNS) - 1)),
+    delete(300, SPECIAL, kind="O"),
+    commit(0x900, 0x930, 10),
+]
+
+
+def _events(native: bool, monkeypatch) -> tuple[list, int]:
+    calls = []
+    real = pgoutput.decode
+    monkeypatch.setattr(pgoutput, "decode", lambda data, enc="utf-8": calls.append(data[:1]) or real(data, enc))
+    dec = _decoder()
+    dec._native.on = native
+    for m in MESSAGES:
+        dec.pgoutput(m)
+    monkeypatch.setattr(pgoutput, "decode", real)
+    return list(dec.pending), sum(c in (b"I", b"U", b"D") for c in calls)
+
+
+def test_the_native_decoder_gives_the_python_decoders_events(monkeypatch):
+    python, python_rows = _events(False, monkeypatch)
+    native, fallbacks = _events(True, monkeypatch)
+    assert python_rows == 10
+    assert len(native) == 11 and native == python
+    # To the Python path: the unchanged TOAST update, the +02 offset, the BC timestamp and the
+    # two changes with an 'infinity' timestamp.
+    assert fallbacks == 5
+    first = native[1]
+    assert first.after["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    assert first.after["j"]["big"] == 123456789012345678901234567890  # exact: not orjson's float
+    assert first.after["ts"] == "2024-01-02T03:04:05.120000" and first.after["by"] == {"$b64": "3q2+7wA="}
+
+
+def test_a_binary_value_is_refused_by_the_python_path_as_before(monkeypatch):
+    dec = _decoder()
+    dec.pgoutput(begin(0x900, 10, 5))
+    dec.pgoutput(REL)
+    with pytest.raises(pgoutput.DecodeError, match="binary tuple data"):
+        dec.pgoutput(insert(300, *BINARY))
