@@ -175,9 +175,22 @@ def cleanup(db, consumers=tuple(CONSUMERS)) -> None:
         c.close()
 
 
-def run(db, consumer: str, table: str, n_events: int, timeout: float, say: Callable[[str], None] = print) -> dict:
+def run(
+    db,
+    consumer: str,
+    table: str,
+    n_events: int,
+    timeout: float,
+    say: Callable[[str], None] = print,
+    snapshot_of: Optional[str] = None,
+) -> dict:
     """One Debezium run over the range the benchmark wrote into ``table`` (n_events, then the
-    sentinel row: Debezium stops at the (n_events + 1)-th change event of the table)."""
+    sentinel row: Debezium stops at the (n_events + 1)-th change event of the table).
+
+    ``snapshot_of``: instead, a snapshot (``snapshot.mode=initial``) of ``table``'s n_events
+    rows, through that publication on PostgreSQL (the slot is created by Debezium and dropped
+    by ``cleanup``); MariaDB/MySQL snapshot without locks (``snapshot.locking.mode=none``, as
+    our dumps take none). It stops at the n_events-th read event."""
     cp = classpath(say)
     work = tempfile.mkdtemp(prefix="dblog-bench-debezium-")
     try:
@@ -187,13 +200,19 @@ def run(db, consumer: str, table: str, n_events: int, timeout: float, say: Calla
             f"port={db.port}",
             f"user={db.user}",
             f"table={table}",
-            f"events={n_events + 1}",
+            f"events={n_events + (0 if snapshot_of else 1)}",
             f"timeout={timeout}",
             f"workdir={work}",
         ]
+        if snapshot_of:
+            args += ["dbz.snapshot.mode=initial"]
         if db.kind == "postgres":
             args += ["connector=postgres", f"database={db.db}", f"slot={_slot(db, consumer)}"]
-            args += [f"publication={db.raw_name}"]
+            args += [f"publication={snapshot_of or db.raw_name}"]
+        elif snapshot_of:
+            mariadb = "mariadb" in str(db._run("SELECT VERSION()")[0][0]).lower()
+            args += [f"connector={'mariadb' if mariadb else 'mysql'}", "dbz.snapshot.locking.mode=none"]
+            args += [f"server_id={5_400_000 + os.getpid() % 100_000}"]
         else:
             mariadb = "mariadb" in str(db._run("SELECT VERSION()")[0][0]).lower()
             args += [f"connector={'mariadb' if mariadb else 'mysql'}"]

@@ -54,6 +54,7 @@ TARGETS = {
 }
 # Scenario modules, in run order: name -> module (each has DEFAULTS, run, markdown, plot).
 SCENARIOS = {
+    "vs_debezium": "bench.vs_debezium",
     "wide": "bench.wide",
     "memory": "bench.memory",
     "dumps": "bench.dumps",

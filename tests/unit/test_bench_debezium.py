@@ -67,3 +67,31 @@ def test_wide_markdown_shows_debezium_rows_only_when_measured():
     md = wide.markdown({"pg": dbz})
     assert "#### Against Debezium (same run)" in md
     assert "| ″ | Debezium embedded, count-only consumer | 1,000 | 3.0 | 3000.0 | 0.5 | 2.00× | 2.00× |" in md
+
+
+def test_vs_debezium_table_marks_each_workload_against_the_two_times_goal():
+    from bench import vs_debezium
+
+    def workload(ours, count, js):
+        d = {
+            "count": {"events_per_s": count, "cpu_us_per_event": 40.0},
+            "json": {"events_per_s": js, "cpu_us_per_event": 80.0},
+        }
+        for v in d.values():
+            v["ratio"] = debezium.ratio(ours, v["events_per_s"])
+        return {"units": 1000, "ours": {"per_s": ours, "cpu_us": 10.0}, "debezium": d}
+
+    results = {
+        "pg": {
+            "workloads": {
+                "capture_wide": workload(40_000, 13_200, 10_000),
+                "dump_narrow": workload(250_000, 56_000, 200_000),
+            }
+        },
+        "mysql": {"error": "RuntimeError: boom"},
+    }
+    text = vs_debezium.markdown(results)
+    capture, dump = [line for line in text.splitlines() if line.startswith("| PostgreSQL")]
+    assert "3.03× | 4.00× |" in capture and capture.endswith("| met |")
+    assert "4.46× | 1.25× |" in dump and dump.endswith("| **missed** |")
+    assert "| MariaDB: failed: RuntimeError: boom |" in text

@@ -38,7 +38,8 @@ import org.apache.kafka.connect.storage.OffsetStorageWriter;
  * {@code publication} (both created before the load, so the slot starts where the load
  * starts). MySQL/MariaDB (Debezium's MariaDB connector for a MariaDB server): {@code binlog_file}, {@code binlog_pos} (the position before the
  * load; written into the offset store before the engine starts), {@code server_id}, for
- * MariaDB also {@code binlog_gtids} (the GTID position at that file/position). Any {@code dbz.NAME=VALUE}
+ * MariaDB also {@code binlog_gtids} (the GTID position at that file/position); without
+ * {@code binlog_file} nothing is seeded (a snapshot run). Any {@code dbz.NAME=VALUE}
  * is passed to the engine as {@code NAME=VALUE}. Everything else is Debezium's default.
  *
  * <p>Consumers: {@code count} counts the change events in a {@code notifying} batch handler
@@ -150,7 +151,8 @@ public final class DebeziumBench {
                 p.setProperty(e.getKey().substring(4), e.getValue());
             }
         }
-        if (!connector.equals("postgres")) {
+        // Without binlog_file the connector starts afresh (a snapshot run: dbz.snapshot.mode=initial).
+        if (!connector.equals("postgres") && a.containsKey("binlog_file")) {
             seedBinlogOffset(p, need(a, "binlog_file"), Long.parseLong(need(a, "binlog_pos")), a.get("binlog_gtids"));
         }
 
