@@ -36,7 +36,14 @@ from .dbs import DATABASES
 from .engine_runs import SENTINEL_KEY, InProcessCapture
 from .wide import WIDE
 
-DEFAULTS = {"events": 200_000, "narrow_rows": 1_000_000, "wide_rows": 200_000, "chunk_size": 10_000}
+DEFAULTS = {
+    "events": 200_000,
+    "narrow_rows": 1_000_000,
+    "wide_rows": 200_000,
+    "chunk_size": 10_000,
+    "workloads": "capture_narrow,capture_wide,dump_narrow,dump_wide",
+    "debezium": True,  # False: ours only (a quick before/after of one change)
+}
 WORKLOADS = (("capture", "narrow"), ("capture", "wide"), ("dump", "narrow"), ("dump", "wide"))
 GOAL = 2.0
 
@@ -45,15 +52,15 @@ def _factory(kind: str, width: str) -> Callable[[], Any]:
     return DATABASES[kind] if width == "narrow" else WIDE[kind]
 
 
-def _theirs(db, table: str, n: int, timeout: float, say, snapshot_of: Optional[str] = None) -> dict:
-    out = {}
-    for consumer in debezium.CONSUMERS:
+def _theirs(db, table: str, n: int, timeout: float, say, with_dbz: bool, snapshot_of: Optional[str] = None) -> dict:
+    out: dict = {}
+    for consumer in debezium.CONSUMERS if with_dbz else ():
         res = debezium.run(db, consumer, table, n, timeout, say, snapshot_of=snapshot_of)
         out[consumer] = dict(name=res["name"], **debezium.rate(res, n))
     return out
 
 
-def _capture(kind: str, width: str, n: int, workdir: str, say) -> dict:
+def _capture(kind: str, width: str, n: int, workdir: str, say, with_dbz: bool) -> dict:
     db = _factory(kind, width)()
     sid = db.source_ids(["vsdbz"])["vsdbz"]
     timeout = max(300.0, n / 500)
@@ -74,12 +81,12 @@ def _capture(kind: str, width: str, n: int, workdir: str, say) -> dict:
         cap.stop()
         ours = {"per_s": round(r["events_per_s"], 1), "cpu_us": round(cpu / n * 1e6, 2), "seconds": r["seconds"]}
         say(f"{kind} capture {width}: ours {ours['per_s']:,.0f} events/s; Debezium next")
-        return {"units": n, "ours": ours, "debezium": _theirs(db, db.event_table, n, timeout, say)}
+        return {"units": n, "ours": ours, "debezium": _theirs(db, db.event_table, n, timeout, say, with_dbz)}
     finally:
         _cleanup(db, cap, sid, say)
 
 
-def _dump(kind: str, width: str, rows: int, chunk_size: int, workdir: str, say) -> dict:
+def _dump(kind: str, width: str, rows: int, chunk_size: int, workdir: str, say, with_dbz: bool) -> dict:
     db = _factory(kind, width)()
     sid = db.source_ids(["vsdbz"])["vsdbz"]
     timeout = max(300.0, rows / 2_000)
@@ -105,7 +112,7 @@ def _dump(kind: str, width: str, rows: int, chunk_size: int, workdir: str, say) 
         if db.kind == "postgres":
             db._run(f"CREATE PUBLICATION {publication} FOR TABLE {table}")
         snap = publication if db.kind == "postgres" else table
-        return {"units": n, "ours": ours, "debezium": _theirs(db, table, n, timeout, say, snapshot_of=snap)}
+        return {"units": n, "ours": ours, "debezium": _theirs(db, table, n, timeout, say, with_dbz, snapshot_of=snap)}
     finally:
         if db.kind == "postgres":
             try:
@@ -135,12 +142,14 @@ def _cleanup(db, cap: Optional[InProcessCapture], sid: str, say) -> None:
 def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
     o = {**DEFAULTS, **(opts or {})}
     out: dict = {"label": NAMES.get(kind, kind), "workloads": {}}
-    for what, width in WORKLOADS:
+    with_dbz = bool(o["debezium"])
+    chosen = str(o["workloads"]).split(",")
+    for what, width in [w for w in WORKLOADS if f"{w[0]}_{w[1]}" in chosen]:
         if what == "capture":
-            r = _capture(kind, width, int(o["events"]), workdir, say)
+            r = _capture(kind, width, int(o["events"]), workdir, say, with_dbz)
         else:
             rows = int(o["narrow_rows"] if width == "narrow" else o["wide_rows"])
-            r = _dump(kind, width, rows, int(o["chunk_size"]), workdir, say)
+            r = _dump(kind, width, rows, int(o["chunk_size"]), workdir, say, with_dbz)
         for d in r["debezium"].values():
             d["ratio"] = debezium.ratio(r["ours"]["per_s"], d["events_per_s"])
             d["cpu_ratio"] = debezium.cpu_ratio(r["ours"]["cpu_us"], d["cpu_us_per_event"])
@@ -175,8 +184,15 @@ def markdown(results: dict) -> str:
             lines.append(f"| {name}: failed: {r['error']} | | | | | | | | |")
             continue
         for key, w in r["workloads"].items():
-            c, j, ours = w["debezium"]["count"], w["debezium"]["json"], w["ours"]
             unit = "events/s" if key.startswith("capture") else "rows/s"
+            ours = w["ours"]
+            if not w["debezium"]:
+                lines.append(
+                    f"| {name} {_WHAT[key]} | {w['units']:,} | – | – | {_k(ours['per_s'])} {unit} "
+                    f"| – | – | – / – / {ours['cpu_us']:.1f} | – |"
+                )
+                continue
+            c, j = w["debezium"]["count"], w["debezium"]["json"]
             met = "met" if min(c["ratio"] or 0, j["ratio"] or 0) >= GOAL else "**missed**"
             lines.append(
                 f"| {name} {_WHAT[key]} | {w['units']:,} | {_k(c['events_per_s'])} {unit} | "
@@ -198,9 +214,13 @@ def plot(results: dict, path: str) -> Optional[str]:
     labels, count, js = [], [], []
     for kind, r in ok.items():
         for key, w in r["workloads"].items():
+            if not w["debezium"]:
+                continue
             labels.append(f"{NAMES.get(kind, kind)}\n{_WHAT[key]}")
             count.append(w["debezium"]["count"]["ratio"] or 0)
             js.append(w["debezium"]["json"]["ratio"] or 0)
+    if not labels:
+        return None
     fig, ax = plt.subplots(figsize=(2 + 1.3 * len(labels), 4.5))
     xs = range(len(labels))
     ax.bar([x - 0.2 for x in xs], count, 0.4, label="ours / Debezium count-only", color="#1f77b4")
@@ -229,9 +249,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--events", type=int, default=DEFAULTS["events"], help="log events (default %(default)s)")
     p.add_argument("--narrow-rows", type=int, default=DEFAULTS["narrow_rows"], help="default %(default)s")
     p.add_argument("--wide-rows", type=int, default=DEFAULTS["wide_rows"], help="default %(default)s")
+    p.add_argument("--workloads", default=DEFAULTS["workloads"], help="comma-separated, default %(default)s")
+    p.add_argument("--no-debezium", action="store_true", help="ours only: a quick before/after of one change")
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
     args = p.parse_args(argv)
-    opts = {"events": args.events, "narrow_rows": args.narrow_rows, "wide_rows": args.wide_rows}
+    unknown = set(args.workloads.split(",")) - {f"{a}_{b}" for a, b in WORKLOADS}
+    if unknown:
+        p.error(f"unknown workload(s) {', '.join(sorted(unknown))}")
+    opts = {
+        "events": args.events,
+        "narrow_rows": args.narrow_rows,
+        "wide_rows": args.wide_rows,
+        "workloads": args.workloads,
+        "debezium": not args.no_debezium,
+    }
     return standalone(
         "vs_debezium", sys.modules[__name__], [args.only] if args.only else list(DATABASES), opts, args.plot
     )

@@ -33,20 +33,40 @@ class NativePgRows:
     """One plan per Relation message; ``change`` gives (tag, old kind, before, after) of an
     Insert/Update/Delete message, or None: decode it in Python."""
 
-    def __init__(self, type_name: Callable[[int], str]):
-        self._type_name = type_name  # type OID -> its name
+    def __init__(self, type_name: Optional[Callable[[int], str]] = None):
+        self._type_name = type_name  # type OID -> its name (for plan())
         self._plans: dict[int, tuple[Relation, Any]] = {}
         self._logged: set[str] = set()
+        self._chunk_plans: dict[tuple, Any] = {}
         self.on = enabled()
 
     def plan(self, rel: Relation) -> Any:
         cached = self._plans.get(rel.relid)
         if cached is not None and cached[0] is rel:
             return cached[1]
+        assert self._type_name is not None, "a decoder of changes needs the type names"
         kinds = [PG_KINDS.index(pg_kind(self._type_name(c.type_oid))) for c in rel.columns]
         plan = _rows_native.PgRowPlan([c.name for c in rel.columns], kinds, [c.is_key for c in rel.columns])
         self._plans[rel.relid] = (rel, plan)
         return plan
+
+    def chunk_rows(self, names: list[str], kinds: list[str], convert: list[bool], raw: list) -> Optional[list]:
+        """A chunk SELECT's rows as canonical dicts (``kinds``: each column's pg_kind,
+        ``convert``: which columns' text still needs its kind's conversion), or None: convert
+        them in Python (a value the extension hands back, such as an 'infinity' timestamp)."""
+        key = (tuple(names), tuple(kinds))
+        plan = self._chunk_plans.get(key)
+        if plan is None:
+            plan = _rows_native.PgRowPlan(names, [PG_KINDS.index(k) for k in kinds], [False] * len(names))
+            self._chunk_plans[key] = plan
+        try:
+            return plan.rows(raw, convert)
+        except _rows_native.Unsupported as exc:
+            reason = f"chunk: {exc}"
+            if reason not in self._logged:
+                self._logged.add(reason)
+                log.info("a chunk's rows are converted in Python: %s (logged once)", reason)
+            return None
 
     def change(self, rel: Relation, payload: bytes) -> Optional[tuple]:
         try:

@@ -55,6 +55,7 @@ from ..core.events import Key, LogItem, Position, Row, TableSchema
 from ..core.protocols import ChunkResult
 from .connection_loss import on_connection_loss
 from .dump_errors import filter_errors, postgres_dump_errors
+from .pgoutput_native import NativePgRows
 from .postgres_catalog import (
     TableInfo,
     captured_ancestor,
@@ -73,7 +74,7 @@ from .postgres_errors import ErrorContext, first_line, translate
 from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, make_position, parse_lsn
 from .postgres_partitions import Partitions
 from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
-from .postgres_values import RAW_TEXT_OIDS, converter, keep_text
+from .postgres_values import RAW_TEXT_OIDS, converter, pg_kind
 from .tls import TLSSettings, tls_error_fix
 
 # Connection failures a later attempt may not see (SQLSTATE classes 08 connection exception,
@@ -174,6 +175,7 @@ class PostgresSource:
         self._label_cache: dict[tuple[int, int], str] = {}
         self._slot_created = False
         self._encoding = "utf-8"
+        self._native_rows = NativePgRows()  # chunk rows made canonical by the extension
         self._lease_check: Optional[Callable[[], None]] = None  # set by take_over
         # Kept across reopen(): a partition attached or detached while reconnecting is noticed.
         self._partitions = Partitions(self._cur, self._partition_keys, self._log_end_position, partition_check_interval)
@@ -733,12 +735,14 @@ class PostgresSource:
         """Rows as dicts of canonical values (the server's text as the log carries it)."""
         info = self._info(schema.table)
         names = [c.name for c in schema.columns]
+        kinds = [pg_kind(info.base_types.get(n, c.type)) for n, c in zip(names, schema.columns)]
         # Per column, not per value: which columns still need a text -> canonical step.
-        todo = []
-        for n, c, oid in zip(names, schema.columns, oids):
-            conv = converter(info.base_types.get(n, c.type))
-            if oid not in _C_CANONICAL_OIDS and conv is not keep_text:
-                todo.append((n, conv))
+        convert = [oid not in _C_CANONICAL_OIDS and k != "text" for oid, k in zip(oids, kinds)]
+        if self._native_rows.on:
+            native = self._native_rows.chunk_rows(names, kinds, convert, raw)
+            if native is not None:
+                return native
+        todo = [(n, converter(info.base_types.get(n, c.type))) for n, c, f in zip(names, schema.columns, convert) if f]
         rows = [dict(zip(names, r)) for r in raw]
         for n, conv in todo:
             for row in rows:

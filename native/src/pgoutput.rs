@@ -11,7 +11,7 @@
 
 use crate::{base64, loads_json, Unsupported};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 // Column kinds (postgres_values.PG_KINDS has the same list, in this order).
 const TEXT: u8 = 0; // canonical as PostgreSQL prints it
@@ -87,6 +87,36 @@ impl PgRowPlan {
     fn change<'py>(&self, py: Python<'py>, msg: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
         let d = msg.as_bytes();
         self.decode(py, d).map_err(Unsupported::new_err)
+    }
+
+    /// A chunk SELECT's rows (tuples in column order, values as psycopg2 gave them) as
+    /// {name: value} dicts, the text of the columns ``convert`` marks made canonical like
+    /// the log's; the others are taken as they are (bool/int columns psycopg2 already cast,
+    /// text that is canonical).
+    fn rows<'py>(&self, py: Python<'py>, raw: &Bound<'py, PyList>, convert: Vec<bool>) -> PyResult<Bound<'py, PyList>> {
+        let n = self.kinds.len();
+        if convert.len() != n {
+            return Err(pyo3::exceptions::PyValueError::new_err("one convert flag per column"));
+        }
+        let out = PyList::empty(py);
+        for row in raw.iter() {
+            let row = row.downcast_into::<PyTuple>()?;
+            if row.len() != n {
+                return Err(Unsupported::new_err(format!("a row of {} columns, {n} planned", row.len())));
+            }
+            let dict = PyDict::new(py);
+            for (c, v) in row.iter().enumerate() {
+                let value = if convert[c] && !v.is_none() {
+                    let text = v.downcast::<PyString>()?.to_str()?;
+                    self.value(py, c, text.as_bytes()).map_err(Unsupported::new_err)?
+                } else {
+                    v
+                };
+                dict.set_item(self.names[c].bind(py), value)?;
+            }
+            out.append(dict)?;
+        }
+        Ok(out)
     }
 }
 

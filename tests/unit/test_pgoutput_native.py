@@ -124,3 +124,27 @@ def test_a_binary_value_is_refused_by_the_python_path_as_before(monkeypatch):
     dec.pgoutput(REL)
     with pytest.raises(pgoutput.DecodeError, match="binary tuple data"):
         dec.pgoutput(insert(300, *BINARY))
+
+
+def test_chunk_rows_equal_the_python_converters_and_hand_back_what_they_cannot_make():
+    from airflow_provider_dblog.sources.postgres_values import converter, pg_kind
+
+    names = [n for n, _, _ in COLUMNS]
+    types = [t for _, _, t in COLUMNS]
+    kinds = [pg_kind(t) for t in types]
+    # psycopg2 casts bool and the integers itself (no conversion left); the rest is text.
+    convert = [k not in ("text", "int", "bool") for k in kinds]
+    cast = {"int": int, "bool": lambda t: t == "t"}
+
+    def as_fetched(row):
+        return tuple(None if v is None else cast.get(k, str)(v) for k, v in zip(kinds, row))
+
+    raw = [as_fetched(r) for r in (ROW, NULLS, SPECIAL[:6] + ("2024-01-02 03:04:05",) + SPECIAL[7:])]
+    expected = [
+        {n: (converter(t)(v) if f and v is not None else v) for n, t, f, v in zip(names, types, convert, r)}
+        for r in raw
+    ]
+    native = pgoutput_native.NativePgRows()
+    assert native.chunk_rows(names, kinds, convert, raw) == expected
+    assert native.chunk_rows(names, kinds, convert, [as_fetched(SPECIAL)]) is None  # 'infinity': Python's
+    assert native.chunk_rows(names, kinds, convert, [as_fetched(BC)]) is None
