@@ -51,6 +51,7 @@ from .mysql_checks import StartupChecks
 from .mysql_gtid import History, decode_gtid_coord, era_after, is_gtid_coord
 from .mysql_gtid_resume import history_at, resume_point, server_history
 from .mysql_log import BinlogReader, Failure, decode_coord, file_number
+from .mysql_select_native import NativeSelect, pymysql_rows
 from .mysql_values import select_converters, select_expression, to_param
 from .tls import TLSSettings
 
@@ -154,6 +155,7 @@ class MySQLSource:
         # One TLS setting for every connection (catalog, chunks, watermarks, binlog stream).
         first = self._endpoints[0]
         self._settings = ConnectionSettings(first[0], first[1], user, password, connect_timeout, tls or TLSSettings())
+        self._native_select = NativeSelect()  # chunk rows made canonical by the extension
         self._databases = list(databases) if databases is not None else None
         self._configured_tables = list(tables) if tables is not None else None
         self.server_id = server_id if server_id is not None else default_server_id(source_id)
@@ -532,6 +534,13 @@ class MySQLSource:
         if where is not None:
             with filter_errors(schema.table, where, self.lost):
                 raw = session.read_only_query(sql, list(params))  # a list: %% is formatted
+        elif self._native_select.on and self._native_select.plan(schema) is not None:
+            with mysql_dump_errors(schema.table, self._settings.user):
+                result, encoding = session.query_packets(sql, params or None)
+            canonical = self._native_select.rows(schema, encoding, result)
+            if canonical is not None:
+                return ChunkResult(canonical)
+            raw = pymysql_rows(encoding, result)
         else:
             with mysql_dump_errors(schema.table, self._settings.user):
                 raw = session.query(sql, params or None)

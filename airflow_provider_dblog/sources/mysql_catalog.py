@@ -18,6 +18,7 @@ import pymysql
 
 from ..core.errors import ConfigurationError, RequestError, SourceUnavailable
 from ..core.events import Column, TableSchema
+from .mysql_select_native import query_packets
 from .tls import TLSSettings, tls_error_fix
 
 # Connection lost / server gone away: safe to reconnect and retry a read or an idempotent write.
@@ -129,6 +130,20 @@ class Session:
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         return self.run(sql, params)[0]
+
+    def query_packets(self, sql: str, params: Sequence[Any] | None = None) -> tuple[Any, str]:
+        """Like ``query``, with the rows left as the packets' payloads (mysql_select_native):
+        (the result, the connection's encoding). Retried once on a lost connection."""
+        with self.lock:
+            for attempt in (0, 1):
+                try:
+                    conn = self.conn()
+                    return query_packets(conn, sql, params), conn.encoding
+                except pymysql.err.OperationalError as exc:
+                    if attempt or not exc.args or exc.args[0] not in _LOST:
+                        raise
+                    self.close()
+            raise AssertionError("unreachable")
 
     def read_only_query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         """One statement in a READ ONLY transaction (a filtered dump's operator-given SQL),

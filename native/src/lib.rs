@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::fmt::Write as _;
 
+mod mysql_text;
 mod pgoutput;
 
 create_exception!(
@@ -408,7 +409,7 @@ fn unsupported<T>(msg: String) -> R<T> {
 
 const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
 
-fn days_in_month(y: i64, m: i64) -> i64 {
+pub(crate) fn days_in_month(y: i64, m: i64) -> i64 {
     match m {
         2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
         2 => 28,
@@ -935,6 +936,7 @@ fn decimal(rd: &mut Rd<'_>, precision: usize, scale: usize) -> R<String> {
 fn _rows_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
     m.add_class::<pgoutput::PgRowPlan>()?;
+    m.add_class::<mysql_text::MyTextPlan>()?;
     m.add("RowsDecodeError", m.py().get_type::<RowsDecodeError>())?;
     m.add("Unsupported", m.py().get_type::<Unsupported>())?;
     Ok(())

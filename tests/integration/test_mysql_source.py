@@ -572,3 +572,47 @@ def test_a_server_without_the_checkpoints_transaction_stops_with_the_fix(root, d
 def test_a_host_list_needs_gtid_positions(env, make_source):
     with pytest.raises(ConfigurationError, match="use_gtid"):
         make_source(host=f"127.0.0.1:{env['DBLOG_MYSQL_PORT']},127.0.0.1:1")
+
+
+# The columns of TYPES the compiled chunk-row converter handles (not SET, TIME, UUID, INET6).
+NATIVE_TYPES = """
+    id int PRIMARY KEY, i int, ub bigint unsigned, d decimal(12,2), dn decimal(20,10),
+    vc varchar(20), tx text, b1 tinyint(1), dt date, dtm datetime(6), dt0 datetime,
+    ts timestamp(6) NULL DEFAULT NULL, j json, bl blob, db double, f float,
+    e enum('x','Y z'), bt bit(10), bn binary(4), y year, ch char(5), lt text CHARACTER SET latin1
+"""
+NATIVE_ROWS = [
+    "(1, -2147483648, 18446744073709551615, 12.30, -0.0000000001, 'héllo ✓', 'long text 🚀', 2,"
+    " '2024-02-29', '2024-01-02 03:04:05.123456', '1999-12-31 23:59:59', '2024-01-02 03:04:05.5',"
+    ' \'{"k": [1, 2.5, "x", null, {"n": true}], "big": 123456789012345678901234567890}\', x\'00ff80fe\','
+    " 0.1, 0.1234567, 'Y z', b'1000000001', 'ab', 2024, 'ab  ', 'café €')",
+    "(2, 0, 0, -99.99, 0, '', '', 0, '1000-01-01', '2000-01-01 00:00:00', '2000-01-01 00:00:00',"
+    " '1970-01-01 00:00:01', '[]', x'', 1.7976931348623157e308, 3.4e38, 'x', b'0', x'00', 0, '', '')",
+    # Zero dates (sql_mode allows them here): None on both paths.
+    "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '0000-00-00', '0000-00-00 00:00:00',"
+    " '0000-00-00 00:00:00', NULL, NULL, NULL, -0.0, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    "(4" + ", NULL" * 21 + ")",
+]
+
+
+def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, caplog):
+    sql(root, f"CREATE TABLE `{db}`.t ({NATIVE_TYPES})")
+    src = started(make_source(tables=[f"{db}.t"]))
+    schema = src.table_schema(f"{db}.t")
+    sql(root, "SET SESSION sql_mode = ''")
+    for row in NATIVE_ROWS:
+        sql(root, f"INSERT INTO `{db}`.t VALUES {row}")
+    src.write_watermark("done")
+    logged = {e.key[0]: e.after for e in changes(collect(src, has_watermark("done")))}
+    assert src._native_select.on and src._native_select.plan(schema) is not None
+    with caplog.at_level("INFO", logger="airflow_provider_dblog.sources.mysql_select_native"):
+        native = src.select_chunk(schema, None, 100).rows
+    assert not [r for r in caplog.records if "converted in Python" in r.getMessage()]
+    src._native_select.on = False
+    python = src.select_chunk(schema, None, 100).rows
+    assert native == python
+    assert {r["id"]: r for r in native} == logged
+    one = native[0]
+    assert one["j"]["big"] == 123456789012345678901234567890 and one["bn"] == {"$b64": "YWIAAA=="}
+    assert one["dtm"] == "2024-01-02T03:04:05.123456" and one["ts"] == "2024-01-02T03:04:05.500000+00:00"
+    assert native[1]["dt0"] == "2000-01-01T00:00:00" and native[2]["dt"] is None and native[2]["dtm"] is None

@@ -1,0 +1,139 @@
+"""A chunk SELECT's rows made canonical by the compiled extension (native/src/mysql_text.rs).
+
+PyMySQL reads every row and converts each value in Python (an int, a Decimal, a datetime),
+and ``from_select`` then turns most of them back into text: on 30-column rows that was most of
+a dump's time. Here PyMySQL still sends the query and reads the packets (framing, sequence
+numbers, errors, the column descriptions), but each row is kept as its raw payload, which the
+extension decodes straight into the canonical values ``from_select`` gives (unit and
+integration tests compare both on the same rows). A table with a column of another kind
+(TIME, SET, MariaDB's UUID/INET types, ...), a result whose columns do not look as planned, and
+any value the extension hands back go through PyMySQL's converters and ``from_select`` as
+before. ``DBLOG_NATIVE_ROWS=0`` turns it off, like the binlog rows decoder.
+
+This subclasses PyMySQL's ``MySQLResult`` and calls ``Connection._execute_command``, which are
+not public API: tests/integration/test_mysql_select_native.py exercises them against the
+installed PyMySQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Optional, Sequence
+
+from pymysql.connections import MysqlPacket, MySQLResult
+from pymysql.constants import COMMAND
+
+from ..core.events import Column
+from .mysql_values import column_kind
+
+try:
+    from .. import _rows_native  # type: ignore[attr-defined]
+except ImportError:  # built without a Rust toolchain
+    _rows_native = None
+
+log = logging.getLogger(__name__)
+
+# The kinds the extension converts, in its numbering (native/src/mysql_text.rs).
+TEXT_KINDS = (
+    "int",
+    "decimal",
+    "double",
+    "float",
+    "text",
+    "binary",
+    "bit",
+    "year",
+    "date",
+    "datetime",
+    "timestamp",
+    "json",
+)
+_BINARY_CHARSET = 63  # the protocol's charset number of binary strings (and numbers)
+
+
+def enabled() -> bool:
+    return _rows_native is not None and os.environ.get("DBLOG_NATIVE_ROWS", "1") != "0"
+
+
+def text_kind(column: Column) -> Optional[str]:
+    """The extension's kind for a column, or None when it does not convert that type."""
+    if column.type.lower().startswith("inet4"):
+        return None  # a text kind in the catalog, but PyMySQL returns bytes
+    kind = column_kind(column.type)[0]
+    kind = "text" if kind == "enum" else kind
+    return kind if kind in TEXT_KINDS else None
+
+
+class _RawRows(MySQLResult):
+    """A result whose rows are the packets' payloads, not converted values."""
+
+    def _read_row_from_packet(self, packet: MysqlPacket) -> bytes:
+        return packet._data
+
+
+def query_packets(conn: Any, sql: str, params: Optional[Sequence[Any]]) -> Any:
+    """Run one statement as ``Connection.query`` does; the result's ``rows`` are raw payloads."""
+    with conn.cursor() as cur:
+        query = cur.mogrify(sql, params)
+    conn._execute_command(COMMAND.COM_QUERY, query.encode(conn.encoding))
+    conn._result = None
+    result = _RawRows(conn)
+    result.read()
+    conn._result = result
+    if result.server_status is not None:
+        conn.server_status = result.server_status
+    conn._affected_rows = result.affected_rows
+    return result
+
+
+def pymysql_rows(encoding: str, result: Any) -> list[tuple]:
+    """The raw rows converted as PyMySQL would have (its converters, per the result's columns)."""
+    return [MySQLResult._read_row_from_packet(result, MysqlPacket(d, encoding)) for d in result.rows or ()]
+
+
+class NativeSelect:
+    """One plan per table schema; ``rows`` gives canonical dicts or None (use PyMySQL's)."""
+
+    def __init__(self) -> None:
+        self.on = enabled()
+        self._plans: dict[str, tuple[Any, Any]] = {}  # schema id -> (plan or None, kinds)
+        self._logged: set[str] = set()
+
+    def plan(self, schema: Any) -> Optional[Any]:
+        sid = schema.schema_id()
+        cached = self._plans.get(sid)
+        if cached is None:
+            kinds = [text_kind(c) for c in schema.columns]
+            plan = None
+            if all(kinds):
+                names = [c.name for c in schema.columns]
+                plan = _rows_native.MyTextPlan(names, [TEXT_KINDS.index(k) for k in kinds])
+            else:
+                self._once(f"{schema.table}: a column of a kind it does not convert")
+            cached = self._plans[sid] = (plan, kinds)
+        return cached[0]
+
+    def rows(self, schema: Any, encoding: str, result: Any) -> Optional[list[dict]]:
+        """The result's rows as canonical dicts, or None when the columns do not look as
+        planned or a value does not convert (then ``pymysql_rows`` and ``from_select``)."""
+        plan, kinds = self._plans[schema.schema_id()]
+        fields = result.fields or []
+        as_planned = (
+            len(fields) == len(kinds)
+            and encoding in ("utf8", "utf-8")
+            and all(f.charsetnr == _BINARY_CHARSET for f, k in zip(fields, kinds) if k in ("binary", "bit"))
+        )
+        if not as_planned:
+            self._once(f"{schema.table}: the result's columns differ from the plan")
+            return None
+        try:
+            return plan.rows(result.rows or ())
+        except _rows_native.Unsupported as exc:
+            self._once(f"{schema.table}: {exc}")
+            return None
+
+    def _once(self, reason: str) -> None:
+        if reason not in self._logged:
+            self._logged.add(reason)
+            log.info("chunk rows of %s are converted in Python (logged once)", reason)
