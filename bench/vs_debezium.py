@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from . import debezium
 from .common import NAMES, standalone
@@ -43,13 +43,20 @@ DEFAULTS = {
     "chunk_size": 10_000,
     "workloads": "capture_narrow,capture_wide,dump_narrow,dump_wide",
     "debezium": True,  # False: ours only (a quick before/after of one change)
+    # Our MariaDB sslmode: None keeps our default (PyMySQL negotiates TLS when the server
+    # offers it); 'disable' matches Debezium's MariaDB connector default (database.ssl.mode).
+    "mysql_sslmode": None,
 }
 WORKLOADS = (("capture", "narrow"), ("capture", "wide"), ("dump", "narrow"), ("dump", "wide"))
 GOAL = 2.0
 
 
-def _factory(kind: str, width: str) -> Callable[[], Any]:
-    return DATABASES[kind] if width == "narrow" else WIDE[kind]
+def _db(kind: str, width: str, sslmode: Optional[str]) -> Any:
+    db = (DATABASES[kind] if width == "narrow" else WIDE[kind])()
+    if sslmode and db.kind != "postgres":
+        config = db.source_config
+        db.source_config = lambda sid: {**config(sid), "sslmode": sslmode}
+    return db
 
 
 def _theirs(db, table: str, n: int, timeout: float, say, with_dbz: bool, snapshot_of: Optional[str] = None) -> dict:
@@ -60,8 +67,8 @@ def _theirs(db, table: str, n: int, timeout: float, say, with_dbz: bool, snapsho
     return out
 
 
-def _capture(kind: str, width: str, n: int, workdir: str, say, with_dbz: bool) -> dict:
-    db = _factory(kind, width)()
+def _capture(kind: str, width: str, n: int, workdir: str, say, with_dbz: bool, sslmode: Optional[str]) -> dict:
+    db = _db(kind, width, sslmode)
     sid = db.source_ids(["vsdbz"])["vsdbz"]
     timeout = max(300.0, n / 500)
     cap: Optional[InProcessCapture] = None
@@ -86,8 +93,10 @@ def _capture(kind: str, width: str, n: int, workdir: str, say, with_dbz: bool) -
         _cleanup(db, cap, sid, say)
 
 
-def _dump(kind: str, width: str, rows: int, chunk_size: int, workdir: str, say, with_dbz: bool) -> dict:
-    db = _factory(kind, width)()
+def _dump(
+    kind: str, width: str, rows: int, chunk_size: int, workdir: str, say, with_dbz: bool, sslmode: Optional[str]
+) -> dict:
+    db = _db(kind, width, sslmode)
     sid = db.source_ids(["vsdbz"])["vsdbz"]
     timeout = max(300.0, rows / 2_000)
     cap: Optional[InProcessCapture] = None
@@ -146,10 +155,10 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
     chosen = str(o["workloads"]).split(",")
     for what, width in [w for w in WORKLOADS if f"{w[0]}_{w[1]}" in chosen]:
         if what == "capture":
-            r = _capture(kind, width, int(o["events"]), workdir, say, with_dbz)
+            r = _capture(kind, width, int(o["events"]), workdir, say, with_dbz, o["mysql_sslmode"])
         else:
             rows = int(o["narrow_rows"] if width == "narrow" else o["wide_rows"])
-            r = _dump(kind, width, rows, int(o["chunk_size"]), workdir, say, with_dbz)
+            r = _dump(kind, width, rows, int(o["chunk_size"]), workdir, say, with_dbz, o["mysql_sslmode"])
         for d in r["debezium"].values():
             d["ratio"] = debezium.ratio(r["ours"]["per_s"], d["events_per_s"])
             d["cpu_ratio"] = debezium.cpu_ratio(r["ours"]["cpu_us"], d["cpu_us_per_event"])
@@ -251,6 +260,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--wide-rows", type=int, default=DEFAULTS["wide_rows"], help="default %(default)s")
     p.add_argument("--workloads", default=DEFAULTS["workloads"], help="comma-separated, default %(default)s")
     p.add_argument("--no-debezium", action="store_true", help="ours only: a quick before/after of one change")
+    p.add_argument(
+        "--mysql-sslmode",
+        choices=["disable", "require"],
+        help="our MariaDB source's sslmode (default: ours, TLS when offered; Debezium's MariaDB default is no TLS)",
+    )
     p.add_argument("--plot", metavar="PNG", help="also write the plot here")
     args = p.parse_args(argv)
     unknown = set(args.workloads.split(",")) - {f"{a}_{b}" for a, b in WORKLOADS}
@@ -262,6 +276,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "wide_rows": args.wide_rows,
         "workloads": args.workloads,
         "debezium": not args.no_debezium,
+        "mysql_sslmode": args.mysql_sslmode,
     }
     return standalone(
         "vs_debezium", sys.modules[__name__], [args.only] if args.only else list(DATABASES), opts, args.plot
