@@ -118,7 +118,7 @@ def _dump(
         cap.stop()
         ours = {"per_s": round(d["rows_per_s"], 1), "cpu_us": round(cpu / n * 1e6, 2), "seconds": d["seconds"]}
         say(f"{kind} dump {width}: ours {ours['per_s']:,.0f} rows/s; Debezium next")
-        if db.kind == "postgres":
+        if db.kind == "postgres" and with_dbz:
             db._run(f"CREATE PUBLICATION {publication} FOR TABLE {table}")
         snap = publication if db.kind == "postgres" else table
         return {"units": n, "ours": ours, "debezium": _theirs(db, table, n, timeout, say, with_dbz, snapshot_of=snap)}

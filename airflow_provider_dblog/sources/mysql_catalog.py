@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import re
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import pymysql
 
@@ -101,6 +101,9 @@ def connect(settings: ConnectionSettings) -> pymysql.connections.Connection:
     return conn
 
 
+_T = TypeVar("_T")
+
+
 class Session:
     """One PyMySQL connection with reconnect-and-retry on connection loss. One thread each."""
 
@@ -114,19 +117,27 @@ class Session:
             self._conn = connect(self.settings)
         return self._conn
 
-    def run(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[tuple], int]:
-        """Execute one statement; (rows, rowcount). Retried once on a lost connection."""
+    def _retried(self, work: Callable[[pymysql.connections.Connection], _T]) -> _T:
+        """``work(connection)``, once more on a new connection if the connection was lost."""
         with self.lock:
             for attempt in (0, 1):
                 try:
-                    with self.conn().cursor() as cur:
-                        cur.execute(sql, params)
-                        return list(cur.fetchall()), cur.rowcount
+                    return work(self.conn())
                 except pymysql.err.OperationalError as exc:
                     if attempt or not exc.args or exc.args[0] not in _LOST:
                         raise
                     self.close()
             raise AssertionError("unreachable")
+
+    def run(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[tuple], int]:
+        """Execute one statement; (rows, rowcount). Retried once on a lost connection."""
+
+        def execute(conn: pymysql.connections.Connection) -> tuple[list[tuple], int]:
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                return list(cur.fetchall()), cur.rowcount
+
+        return self._retried(execute)
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         return self.run(sql, params)[0]
@@ -134,16 +145,7 @@ class Session:
     def query_packets(self, sql: str, params: Sequence[Any] | None = None) -> tuple[Any, str]:
         """Like ``query``, with the rows left as the packets' payloads (mysql_select_native):
         (the result, the connection's encoding). Retried once on a lost connection."""
-        with self.lock:
-            for attempt in (0, 1):
-                try:
-                    conn = self.conn()
-                    return query_packets(conn, sql, params), conn.encoding
-                except pymysql.err.OperationalError as exc:
-                    if attempt or not exc.args or exc.args[0] not in _LOST:
-                        raise
-                    self.close()
-            raise AssertionError("unreachable")
+        return self._retried(lambda conn: (query_packets(conn, sql, params), conn.encoding))
 
     def read_only_query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         """One statement in a READ ONLY transaction (a filtered dump's operator-given SQL),

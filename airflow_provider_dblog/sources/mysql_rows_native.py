@@ -18,7 +18,6 @@ from __future__ import annotations
 import codecs
 import functools
 import logging
-import os
 from typing import Any, Optional, Sequence
 
 from pymysqlreplication.constants import FIELD_TYPE
@@ -26,16 +25,9 @@ from pymysqlreplication.row_event import RowsEvent
 
 from ..core.events import Column
 from .mysql_values import column_kind, set_members
+from .native import IMPORT_ERROR, LogOnce, enabled, extension
 
 log = logging.getLogger(__name__)
-
-try:
-    from .. import _rows_native  # type: ignore[attr-defined]
-
-    _IMPORT_ERROR: Optional[str] = None
-except ImportError as exc:  # not built (no Rust toolchain at install time)
-    _rows_native = None
-    _IMPORT_ERROR = str(exc)
 
 # Column spec codes, the same list as native/src/lib.rs.
 INT, DECIMAL, DOUBLE, FLOAT, STRING, YEAR, BIT, DATE, DATETIME2, TIMESTAMP2, TIME2, ENUM, SET = range(1, 14)
@@ -61,10 +53,6 @@ _TEMPORAL = {
 
 class Unsupported(Exception):
     """A table the native decoder does not handle (the reason names the column)."""
-
-
-def enabled() -> bool:
-    return _rows_native is not None and os.environ.get("DBLOG_NATIVE_ROWS", "1") != "0"
 
 
 def _codec(tm: Any) -> Optional[str]:
@@ -148,16 +136,11 @@ class NativeRows:
 
     def __init__(self) -> None:
         self._plans: dict[str, Any] = {}  # table -> Plan, or the reason it has none
-        self._logged: set[str] = set()
+        self._once = LogOnce(log)
 
     def forget(self, table: str) -> None:
         """The table map of ``table`` changed: its plan is made again on its next rows."""
         self._plans.pop(table, None)
-
-    def _once(self, key: str, message: str, *args: Any) -> None:
-        if key not in self._logged:
-            self._logged.add(key)
-            log.info(message, *args)
 
     def _plan(self, table: str, columns: Sequence[Column], tm_columns: list) -> Any:
         plan = self._plans.get(table)
@@ -166,7 +149,7 @@ class NativeRows:
                 if len(tm_columns) != len(columns):
                     raise Unsupported(f"the table map has {len(tm_columns)} columns, the schema {len(columns)}")
                 specs = [column_spec(c, tm) for c, tm in zip(columns, tm_columns)]
-                plan = _rows_native.Plan([c.name for c in columns], specs)
+                plan = extension.Plan([c.name for c in columns], specs)
             except (Unsupported, ValueError, TypeError) as exc:
                 plan = str(exc)
             self._plans[table] = plan
@@ -179,7 +162,7 @@ class NativeRows:
         """The event's rows as (before, after) images of canonical values, or None when the
         event must be decoded by mysql-replication (the reason is logged once)."""
         if not enabled():
-            self._once("off", "binlog rows are decoded in Python: %s", _IMPORT_ERROR or "DBLOG_NATIVE_ROWS=0")
+            self._once("off", "binlog rows are decoded in Python: %s", IMPORT_ERROR or "DBLOG_NATIVE_ROWS=0")
             return None
         kind = _KIND_OF_EVENT.get(ev.event_type)
         if kind is None:
@@ -197,8 +180,8 @@ class NativeRows:
         present_after = getattr(ev, "columns_present_bitmap2", None) if kind == UPDATE else None
         try:
             return plan.decode(raw._data, start, end, kind, ev.columns_present_bitmap, present_after)
-        except _rows_native.Unsupported as exc:
+        except extension.Unsupported as exc:
             self._once(f"value:{table}:{exc}", "a rows event of %s is decoded in Python: %s", table, exc)
-        except _rows_native.RowsDecodeError as exc:
+        except extension.RowsDecodeError as exc:
             log.warning("the native decoder rejected a rows event of %s (%s); decoding it in Python", table, exc)
         return None

@@ -18,7 +18,6 @@ installed PyMySQL.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Optional, Sequence
 
 from pymysql.connections import MysqlPacket, MySQLResult
@@ -26,11 +25,7 @@ from pymysql.constants import COMMAND
 
 from ..core.events import Column
 from .mysql_values import column_kind
-
-try:
-    from .. import _rows_native  # type: ignore[attr-defined]
-except ImportError:  # built without a Rust toolchain
-    _rows_native = None
+from .native import LogOnce, enabled, extension
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +45,6 @@ TEXT_KINDS = (
     "json",
 )
 _BINARY_CHARSET = 63  # the protocol's charset number of binary strings (and numbers)
-
-
-def enabled() -> bool:
-    return _rows_native is not None and os.environ.get("DBLOG_NATIVE_ROWS", "1") != "0"
 
 
 def text_kind(column: Column) -> Optional[str]:
@@ -98,7 +89,7 @@ class NativeSelect:
     def __init__(self) -> None:
         self.on = enabled()
         self._plans: dict[str, tuple[Any, Any]] = {}  # schema id -> (plan or None, kinds)
-        self._logged: set[str] = set()
+        self._log_once = LogOnce(log)
 
     def plan(self, schema: Any) -> Optional[Any]:
         sid = schema.schema_id()
@@ -108,7 +99,7 @@ class NativeSelect:
             plan = None
             if all(kinds):
                 names = [c.name for c in schema.columns]
-                plan = _rows_native.MyTextPlan(names, [TEXT_KINDS.index(k) for k in kinds])
+                plan = extension.MyTextPlan(names, [TEXT_KINDS.index(k) for k in kinds])
             else:
                 self._once(f"{schema.table}: a column of a kind it does not convert")
             cached = self._plans[sid] = (plan, kinds)
@@ -129,11 +120,9 @@ class NativeSelect:
             return None
         try:
             return plan.rows(result.rows or ())
-        except _rows_native.Unsupported as exc:
+        except extension.Unsupported as exc:
             self._once(f"{schema.table}: {exc}")
             return None
 
     def _once(self, reason: str) -> None:
-        if reason not in self._logged:
-            self._logged.add(reason)
-            log.info("chunk rows of %s are converted in Python (logged once)", reason)
+        self._log_once(reason, "chunk rows of %s are converted in Python (logged once)", reason)

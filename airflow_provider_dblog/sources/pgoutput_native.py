@@ -11,32 +11,23 @@ kinds of values come from ``postgres_values.pg_kind``, the one classification bo
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Callable, Optional
 
+from .native import LogOnce, enabled, extension
 from .pgoutput import Relation
 from .postgres_values import PG_KINDS, pg_kind
-
-try:
-    from .. import _rows_native  # type: ignore[attr-defined]
-except ImportError:  # built without a Rust toolchain
-    _rows_native = None
 
 log = logging.getLogger(__name__)
 
 
-def enabled() -> bool:
-    return _rows_native is not None and os.environ.get("DBLOG_NATIVE_ROWS", "1") != "0"
-
-
 class NativePgRows:
-    """One plan per Relation message; ``change`` gives (tag, old kind, before, after) of an
+    """One plan per Relation message; ``change`` gives (tag, before, after) of an
     Insert/Update/Delete message, or None: decode it in Python."""
 
     def __init__(self, type_name: Optional[Callable[[int], str]] = None):
         self._type_name = type_name  # type OID -> its name (for plan())
         self._plans: dict[int, tuple[Relation, Any]] = {}
-        self._logged: set[str] = set()
+        self._once = LogOnce(log)
         self._chunk_plans: dict[tuple, Any] = {}
         self.on = enabled()
 
@@ -46,7 +37,7 @@ class NativePgRows:
             return cached[1]
         assert self._type_name is not None, "a decoder of changes needs the type names"
         kinds = [PG_KINDS.index(pg_kind(self._type_name(c.type_oid))) for c in rel.columns]
-        plan = _rows_native.PgRowPlan([c.name for c in rel.columns], kinds, [c.is_key for c in rel.columns])
+        plan = extension.PgRowPlan([c.name for c in rel.columns], kinds, [c.is_key for c in rel.columns])
         self._plans[rel.relid] = (rel, plan)
         return plan
 
@@ -57,23 +48,18 @@ class NativePgRows:
         key = (tuple(names), tuple(kinds))
         plan = self._chunk_plans.get(key)
         if plan is None:
-            plan = _rows_native.PgRowPlan(names, [PG_KINDS.index(k) for k in kinds], [False] * len(names))
+            plan = extension.PgRowPlan(names, [PG_KINDS.index(k) for k in kinds], [False] * len(names))
             self._chunk_plans[key] = plan
         try:
             return plan.rows(raw, convert)
-        except _rows_native.Unsupported as exc:
-            reason = f"chunk: {exc}"
-            if reason not in self._logged:
-                self._logged.add(reason)
-                log.info("a chunk's rows are converted in Python: %s (logged once)", reason)
+        except extension.Unsupported as exc:
+            self._once(f"chunk: {exc}", "a chunk's rows are converted in Python: %s (logged once)", exc)
             return None
 
     def change(self, rel: Relation, payload: bytes) -> Optional[tuple]:
         try:
             return self.plan(rel).change(payload)
-        except _rows_native.Unsupported as exc:
+        except extension.Unsupported as exc:
             reason = f"{rel.qualified_name}: {exc}"
-            if reason not in self._logged:
-                self._logged.add(reason)
-                log.info("a change of %s is decoded in Python (logged once)", reason)
+            self._once(reason, "a change of %s is decoded in Python (logged once)", reason)
             return None

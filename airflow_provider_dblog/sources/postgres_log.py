@@ -181,10 +181,8 @@ class LogDecoder:
         decoded = self._native.change(rel, payload)
         if decoded is None:
             return False
-        tag, _, before, after = decoded
-        txn = self._txn
-        op = _OP_OF_TAG[tag]
-        self._change(table, op, before, after, txn.next_position(), txn)
+        tag, before, after = decoded
+        self._change(table, _OP_OF_TAG[tag], before, after, self._txn.next_position(), self._txn)
         return True
 
     def _relation(self, relid: int) -> Relation:

@@ -4,8 +4,8 @@
 //! sources/pgoutput_native.py).
 //!
 //! Python keeps the stream, the transactions, the Relation messages and every other message;
-//! for a row change of a relation it hands over the message and gets (tag, old kind, before,
-//! after) back. What this decoder does not reproduce exactly (a timestamp in another form than
+//! for a row change of a relation it hands over the message and gets (tag, before, after)
+//! back. What this decoder does not reproduce exactly (a timestamp in another form than
 //! the UTC ISO one, an unchanged-TOAST column, binary values, text that is no number of its
 //! kind, ...) raises `Unsupported`, and that message is decoded in Python instead.
 
@@ -81,9 +81,9 @@ impl PgRowPlan {
         })
     }
 
-    /// One Insert ('I'), Update ('U') or Delete ('D') message: (tag, old kind, before, after),
-    /// the old kind b'K' / b'O' or None, an image None where the message has none. A 'K' old
-    /// tuple gives the key columns only (the others are NULL fillers).
+    /// One Insert ('I'), Update ('U') or Delete ('D') message: (tag, before, after), an image
+    /// None where the message has none. A 'K' old tuple gives the key columns only (the others
+    /// are NULL fillers).
     fn change<'py>(&self, py: Python<'py>, msg: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
         let d = msg.as_bytes();
         self.decode(py, d).map_err(Unsupported::new_err)
@@ -126,42 +126,38 @@ impl PgRowPlan {
         let tag = rd.byte()?;
         rd.be(4)?; // the relation id: the caller chose this plan by it
         let none = || py.None().into_bound(py);
-        let (old_kind, before, after) = match tag {
+        let (before, after) = match tag {
             b'I' => {
                 if rd.byte()? != b'N' {
                     return Err("Insert without a new tuple".into());
                 }
-                (None, none(), self.tuple(py, &mut rd, false)?)
+                (none(), self.tuple(py, &mut rd, false)?)
             }
             b'U' => {
                 let mut kind = rd.byte()?;
-                let mut old = (None, none());
+                let mut old = none();
                 if kind == b'K' || kind == b'O' {
-                    old = (Some(kind), self.tuple(py, &mut rd, kind == b'K')?);
+                    old = self.tuple(py, &mut rd, kind == b'K')?;
                     kind = rd.byte()?;
                 }
                 if kind != b'N' {
                     return Err("Update without a new tuple".into());
                 }
-                (old.0, old.1, self.tuple(py, &mut rd, false)?)
+                (old, self.tuple(py, &mut rd, false)?)
             }
             b'D' => {
                 let kind = rd.byte()?;
                 if kind != b'K' && kind != b'O' {
                     return Err("Delete without an old tuple".into());
                 }
-                (Some(kind), self.tuple(py, &mut rd, kind == b'K')?, none())
+                (self.tuple(py, &mut rd, kind == b'K')?, none())
             }
             _ => return Err(format!("message type {tag} is no row change")),
         };
         if rd.pos != d.len() {
             return Err("trailing bytes after the row change".into());
         }
-        let old_kind = match old_kind {
-            Some(k) => PyBytes::new(py, &[k]).into_any(),
-            None => none(),
-        };
-        (tag, old_kind, before, after)
+        (tag, before, after)
             .into_pyobject(py)
             .map(|t| t.into_any())
             .map_err(|e| e.to_string())
