@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Iterator, Optional, Union, overload
+from typing import Any, Iterator, Optional, Union, overload
 
-from .events import ChangeEvent, Key, Op, Origin, Position, Row
+from .events import ChangeEvent, Key, Op, Origin, Position
+from .row_text import loads_row
 
 
 @dataclasses.dataclass(slots=True)
 class DumpRows:
-    """Rows ``keys[i]``/``rows[i]`` of one chunk at positions ``hw.first_sub + i`` (op r)."""
+    """Rows ``keys[i]``/``rows[i]`` of one chunk at positions ``hw.first_sub + i`` (op r).
+    With ``texts`` each row is its changelog JSON text (core/row_text.py); ``event`` and
+    ``events`` give dicts either way."""
 
     source_id: str
     table: str
@@ -28,7 +31,8 @@ class DumpRows:
     hw: Position
     first_sub: int
     keys: list[Key]
-    rows: list[Row]
+    rows: list[Any]  # Row dicts, or their JSON texts (``texts``)
+    texts: bool = False
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -57,7 +61,7 @@ class DumpRows:
             Op.READ,
             self.keys[i],
             None,
-            self.rows[i],
+            loads_row(self.rows[i]) if self.texts else self.rows[i],
             self.hw.with_sub(self.first_sub + i),
             None,
             None,
@@ -69,9 +73,10 @@ class DumpRows:
     def events(self) -> list[ChangeEvent]:
         sid, table, dump_id, schema_id = self.source_id, self.table, self.dump_id, self.schema_id
         read, origin = Op.READ, Origin.DUMP
+        rows = map(loads_row, self.rows) if self.texts else self.rows
         return [
             ChangeEvent(sid, table, read, key, None, row, pos, None, None, origin, dump_id, schema_id)
-            for key, row, pos in zip(self.keys, self.rows, self.positions())
+            for key, row, pos in zip(self.keys, rows, self.positions())
         ]
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import inspect
 import json
 import logging
 import os
@@ -57,6 +58,7 @@ from .pacing import PaceSignals
 from .parallel import combine, split_points
 from .protocols import ChunkResult, LeaderLease, Output, Source, StateStore
 from .requests import status_key
+from .row_text import encode_rows
 from .scheduler import ChunkPlan, DumpScheduler
 from .schema_watch import SchemaWatch, describe
 from .toast import ToastKnown, ToastRepairs
@@ -109,6 +111,7 @@ class _OpenChunk:
     plan: ChunkPlan
     progress: TableProgress
     schema: TableSchema
+    texts: bool = False  # the rows are their changelog JSON texts (core/row_text.py)
 
 
 class Engine:
@@ -143,6 +146,7 @@ class Engine:
         self.position_recoveries = 0  # lost positions recovered by a full dump (opt-in)
         self.parallel_reads = 0  # chunks read by more than one connection (--readers)
         self.writer: Optional[Writer] = None  # set once the source and output are open
+        self._reads_texts: Optional[bool] = None  # see _source_reads_texts
         self._skip_until: Optional[Position] = None
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
         self._replica_lag: Optional[float] = None  # the source's replicas' lag (adaptive dumps)
@@ -558,6 +562,7 @@ class Engine:
             1,
             done.keys,
             done.rows,
+            chunk.texts,
         )
         out: list[Any] = [self._range_event(done, chunk)] if self._repairs(plan, chunk.schema) else []
         return out + [rows, self.scheduler.emitted(plan, chunk.progress, len(rows))]
@@ -644,8 +649,12 @@ class Engine:
         self.source.write_watermark(lw)
         selecting = time.monotonic()
         short: Optional[bool] = None
+        texts = bool(getattr(self.output, "takes_row_text", False))
         if plan.keys is None and plan.selects_rows and plan.readers > 1:
             result, short = self._select_parallel(schema, plan)
+        elif plan.keys is None and plan.selects_rows and texts and self._source_reads_texts():
+            args = (schema, plan.start.last_key, plan.size, plan.upper_key, plan.where)
+            result = self.source.select_chunk(*args, texts=True)
         elif plan.keys is None and plan.selects_rows:
             result = self.source.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key, plan.where)
         elif plan.keys:
@@ -656,8 +665,16 @@ class Engine:
         self.source.write_watermark(hw)
         selected = result.rows if result is not None else []
         invisible = result.invisible_txids if result is not None else frozenset()
-        chunk = _OpenChunk(plan, plan.progress_after(selected, schema, short), schema)
-        opened = self.window.open(lw, hw, plan.table, zip(schema.keys_of(selected), selected), invisible, chunk)
+        if result is not None and result.texts and result.keys is not None:
+            keys = result.keys
+        else:
+            keys = schema.keys_of(selected)
+            if texts:  # what waits for HW and for the writer is the rows' text (core/row_text.py)
+                selected = selected if isinstance(selected, list) else list(selected)
+                encode_rows(selected)
+        progress = plan.progress_of(len(keys), keys[-1] if keys else None, short)
+        chunk = _OpenChunk(plan, progress, schema, texts)
+        opened = self.window.open(lw, hw, plan.table, zip(keys, selected), invisible, chunk)
         aborted = [em for em in opened if isinstance(em, ChunkAborted)]
         if aborted:
             self.scheduler.aborted(plan.table, aborted[0].reason)
@@ -665,6 +682,18 @@ class Engine:
             self.scheduler.opened()
             if result is not None and self.scheduler.adaptive(plan):  # signals cost a query: adaptive dumps only
                 self.scheduler.observe(plan, self._pace_signals(select_seconds, len(selected)))
+
+    def _source_reads_texts(self) -> bool:
+        """Whether the source's ``select_chunk`` takes ``texts`` (a wrapper or subclass that
+        overrides it without the parameter gets dicts asked for, and the engine encodes)."""
+        if self._reads_texts is None:
+            try:
+                params = inspect.signature(self.source.select_chunk).parameters.values()
+            except (TypeError, ValueError):  # no signature to read: dicts, as always
+                self._reads_texts = False
+            else:
+                self._reads_texts = any(p.name == "texts" or p.kind is p.VAR_KEYWORD for p in params)
+        return self._reads_texts
 
     def _select_parallel(self, schema: TableSchema, plan: ChunkPlan) -> tuple[ChunkResult, bool]:
         """The chunk of a dump with several readers (core/parallel.py): its key ranges cut

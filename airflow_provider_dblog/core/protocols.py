@@ -11,7 +11,7 @@ import threading
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
 from .dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
-from .events import ChangeEvent, Key, LogItem, Position, Row, TableSchema
+from .events import ChangeEvent, Key, LogItem, Position, TableSchema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,10 +21,15 @@ class ChunkResult:
     ``invisible_txids``: transactions the SELECT's snapshot did not see although they may
     commit before the high watermark (PostgreSQL's commit order in the WAL and visibility
     order can differ). Their log events remove keys from the chunk like window events do.
+
+    ``texts``: the rows are their changelog JSON texts and ``keys`` their keys, in order
+    (``select_chunk(..., texts=True)``; core/row_text.py).
     """
 
-    rows: list[Row]
+    rows: list[Any]  # Row dicts, or JSON texts (texts)
     invisible_txids: frozenset[str] = frozenset()
+    keys: Optional[list[Key]] = None
+    texts: bool = False
 
 
 @runtime_checkable
@@ -95,11 +100,16 @@ class Source(Protocol):
         limit: int,
         upper_key: Optional[Key] = None,
         where: Optional[str] = None,
+        texts: bool = False,
     ) -> ChunkResult:
         """``WHERE key > after_key AND key <= upper_key ORDER BY key LIMIT limit`` as its own
         autocommit statement (None: no such bound); with ``where`` also ``AND (where)``, in a
         read-only transaction. RequestError when the table or a column is gone or no longer
-        readable, or the filter fails (that dump fails, the capture goes on)."""
+        readable, or the filter fails (that dump fails, the capture goes on).
+
+        ``texts`` is passed only to a ``select_chunk`` whose signature has it: the source
+        may then return the rows as their JSON texts with their keys (``ChunkResult.texts``),
+        made a few thousand rows at a time (core/row_text.py)."""
 
     def max_key(self, schema: TableSchema) -> Optional[Key]:
         """The table's greatest key now (``ORDER BY key DESC LIMIT 1``), canonical like the
@@ -142,7 +152,9 @@ class Output(Protocol):
 
         The engine's writer passes a ``core.batch.EventBatch``: iterate it like any sequence
         of ChangeEvents (dump rows are made into events on the fly), or read its
-        ``segments`` to handle a chunk's rows as one block."""
+        ``segments`` to handle a chunk's rows as one block. An output whose class says
+        ``takes_row_text = True`` gets those blocks' rows as their changelog JSON text
+        (``DumpRows.texts``, core/row_text.py), which is what it stores anyway."""
 
     def last_position(self, source_id: str) -> Optional[Position]:
         """The highest durable position of this source (None when nothing is written)."""

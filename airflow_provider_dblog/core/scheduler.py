@@ -74,13 +74,17 @@ class ChunkPlan:
         themselves are counted when the chunk's high watermark arrives. A table is done when
         a chunk comes back short (``short``; by default fewer rows than ``size``) or reaches
         the upper bound."""
+        return self.progress_of(len(rows), schema.key_of(rows[-1]) if rows else None, short)
+
+    def progress_of(self, count: int, last_key: Optional[Key], short: Optional[bool] = None) -> TableProgress:
+        """``progress_after`` from the chunk's row count and last key (None: no rows)."""
         p = self.start
         if self.keys is not None:
             done = p.keys_done + len(self.keys)
             return TableProgress(p.last_key, p.rows, p.chunks + 1, done >= self.keys_total, done)
-        last_key = schema.key_of(rows[-1]) if rows else p.last_key
+        last_key = last_key if count else p.last_key
         reached = p.upper_key is not None and last_key == p.upper_key
-        done = (len(rows) < self.size if short is None else short) or reached
+        done = (count < self.size if short is None else short) or reached
         return TableProgress(last_key, p.rows, p.chunks + 1, done, 0, p.upper_key, p.bound_at)
 
 

@@ -44,11 +44,13 @@ class WriterFailed(RuntimeError):
 _EVENT_OVERHEAD = 300
 
 
-def approx_bytes(row: Optional[dict[str, Any]]) -> int:
+def approx_bytes(row: Optional[dict[str, Any]] | str) -> int:
     """A row image's approximate size in memory: the dict and its values (not what nested
-    values hold)."""
+    values hold), or its JSON text (a chunk's rows, core/row_text.py)."""
     if not row:
         return 0
+    if isinstance(row, str):
+        return sys.getsizeof(row)
     return sys.getsizeof(row) + sum(map(sys.getsizeof, row.values()))
 
 

@@ -1,4 +1,5 @@
-"""Pieces shared by the outputs: the public JSON encoding, retry skipping and epoch fencing.
+"""Pieces shared by the outputs: the public JSON encoding (core/row_text.py), retry skipping
+and epoch fencing.
 
 The changelog format is public (docs/changelog-format.md), so every output encodes keys and
 row images the same way: compact JSON, UTF-8 kept as is.
@@ -7,14 +8,12 @@ row images the same way: compact JSON, UTF-8 kept as is.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from typing import Any, Iterable, Optional, Sequence
-
-import orjson
 
 from ..core.batch import spans_of
 from ..core.errors import StaleEpochError
 from ..core.events import ChangeEvent, Op, Origin, Position
+from ..core.row_text import dumps  # noqa: F401 - the outputs' encoding, defined in core
 
 # Column order of the changelog (Delta columns, JSON lines field names).
 CHANGELOG_FIELDS = (
@@ -41,19 +40,6 @@ EPOCH_KEY = "dblog.epoch"
 
 _UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MICRO = _dt.timedelta(microseconds=1)
-
-
-def dumps(value: Any) -> str:
-    """The one JSON encoding of keys and row images (public format: keep it stable).
-
-    orjson gives the same compact UTF-8 JSON as ``json.dumps(separators=(",", ":"),
-    ensure_ascii=False)`` several times faster (it was the writer's main cost); values it
-    refuses (integers beyond 64 bits) fall back to the standard library.
-    """
-    try:
-        return orjson.dumps(value).decode()
-    except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def dumps_row(row: Optional[dict]) -> Optional[str]:

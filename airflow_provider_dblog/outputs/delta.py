@@ -89,6 +89,8 @@ class DeltaChangelogOutput:
     """``Output``/``ReadableOutput`` over a Delta changelog table (see module docstring)."""
 
     reload_every = 100  # commits between fresh loads of the changelog table (see _catch_up)
+    # A chunk's rows may come as their JSON text (core/row_text.py): that is what is stored.
+    takes_row_text = True
 
     def __init__(self, root: str, storage_options: Optional[dict] = None):
         root = str(root)
@@ -334,7 +336,9 @@ def _events_table(events: Sequence[ChangeEvent], epoch: Optional[int], written_a
 def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> pa.Table:
     """One chunk's rows: constant columns repeated, positions ``HW.sub`` built by Arrow."""
     n = len(block)
-    keys, _, afters = _json_columns(block.keys, (), block.rows)
+    keys, _, afters = _json_columns(block.keys, (), () if block.texts else block.rows)
+    if block.texts:  # the rows' JSON already (core/row_text.py)
+        afters = block.rows
     subs = pc.utf8_lpad(
         pc.cast(pa.array(range(block.first_sub, block.first_sub + n), pa.int64()), pa.string()),
         width=SUB_WIDTH,

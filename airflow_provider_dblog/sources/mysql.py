@@ -42,6 +42,7 @@ from ..core.chunks import MYSQL, chunk_query, key_range, keys_query, max_key_que
 from ..core.errors import ConfigurationError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position, Row, TableSchema
 from ..core.protocols import ChunkResult
+from ..core.row_text import PART_ROWS, ChunkTexts
 from . import mysql_catalog as catalog
 from . import mysql_digest
 from .connection_loss import on_connection_loss
@@ -525,11 +526,13 @@ class MySQLSource:
         params: Sequence[Any],
         where: Optional[str] = None,
         session: Optional[Session] = None,
+        texts: bool = False,
     ) -> ChunkResult:
         # Its own autocommit READ COMMITTED statement: sees every commit before it (DESIGN
         # "Non-stale read"); no transaction is ever left open on this connection. A filtered
         # chunk: a READ ONLY transaction of its own, just as fresh. ``session``: a parallel
-        # reader's connection (chunk_readers).
+        # reader's connection (chunk_readers). ``texts``: the rows as JSON texts, made a part
+        # at a time (core/row_text.py): a chunk's dicts are never all in memory at once.
         session = session or self._require_session()
         if where is not None:
             with filter_errors(schema.table, where, self.lost):
@@ -537,13 +540,24 @@ class MySQLSource:
         elif self._native_select.on and self._native_select.plan(schema) is not None:
             with mysql_dump_errors(schema.table, self._settings.user):
                 result, encoding = session.query_packets(sql, params or None)
-            canonical = self._native_select.rows(schema, encoding, result)
+            collected = ChunkTexts(schema) if texts else None
+            canonical = self._native_select.rows(schema, encoding, result, collected)
             if canonical is not None:
-                return ChunkResult(canonical)
+                return ChunkResult(canonical, keys=collected.keys, texts=True) if collected else ChunkResult(canonical)
             raw = pymysql_rows(encoding, result)
         else:
             with mysql_dump_errors(schema.table, self._settings.user):
                 raw = session.query(sql, params or None)
+        if not texts:
+            return ChunkResult(self._from_select(schema, raw))
+        collected = ChunkTexts(schema)
+        for at in range(0, len(raw), PART_ROWS):
+            collected.add(self._from_select(schema, raw[at : at + PART_ROWS]))
+        return ChunkResult(collected.rows, keys=collected.keys, texts=True)
+
+    @staticmethod
+    def _from_select(schema: TableSchema, raw: Sequence[Sequence[Any]]) -> list[Row]:
+        """PyMySQL's rows as dicts of canonical values."""
         names = [c.name for c in schema.columns]
         rows = [dict(zip(names, r)) for r in raw]
         # Per column, not per value: only the columns PyMySQL does not return canonical.
@@ -553,7 +567,7 @@ class MySQLSource:
                     v = row[name]
                     if v is not None:
                         row[name] = conv(v)
-        return ChunkResult(rows)
+        return rows
 
     def _select_list(self, schema: TableSchema) -> list[str]:
         return [select_expression(MYSQL.quote, c) for c in schema.columns]
@@ -572,8 +586,9 @@ class MySQLSource:
         limit: int,
         upper_key: Optional[Key] = None,
         where: Optional[str] = None,
+        texts: bool = False,
     ) -> ChunkResult:
-        return self._select_chunk_on(None, schema, after_key, limit, upper_key, where)
+        return self._select_chunk_on(None, schema, after_key, limit, upper_key, where, texts)
 
     def chunk_readers(self, n: int) -> list[Callable[..., ChunkResult]]:
         """``n`` more ways to run ``select_chunk``, each on a connection of its own (opened
@@ -587,11 +602,11 @@ class MySQLSource:
     def _read_on(self, session, schema, after_key, limit, upper_key=None, where=None) -> ChunkResult:
         return self._select_chunk_on(session, schema, after_key, limit, upper_key, where)
 
-    def _select_chunk_on(self, session, schema, after_key, limit, upper_key, where) -> ChunkResult:
+    def _select_chunk_on(self, session, schema, after_key, limit, upper_key, where, texts=False) -> ChunkResult:
         after = self._key_params(schema, after_key) if after_key is not None else None
         upper = self._key_params(schema, upper_key) if upper_key is not None else None
         sql, params = chunk_query(MYSQL, schema, self._select_list(schema), after, limit, upper, where)
-        return self._rows(schema, sql, params, where, session)
+        return self._rows(schema, sql, params, where, session, texts)
 
     @on_connection_loss
     def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:

@@ -24,6 +24,7 @@ from pymysql.connections import MysqlPacket, MySQLResult
 from pymysql.constants import COMMAND
 
 from ..core.events import Column
+from ..core.row_text import PART_ROWS, ChunkTexts
 from .mysql_values import column_kind
 from .native import LogOnce, enabled, extension
 
@@ -105,9 +106,11 @@ class NativeSelect:
             cached = self._plans[sid] = (plan, kinds)
         return cached[0]
 
-    def rows(self, schema: Any, encoding: str, result: Any) -> Optional[list[dict]]:
+    def rows(self, schema: Any, encoding: str, result: Any, into: Optional[ChunkTexts] = None) -> Optional[list]:
         """The result's rows as canonical dicts, or None when the columns do not look as
-        planned or a value does not convert (then ``pymysql_rows`` and ``from_select``)."""
+        planned or a value does not convert (then ``pymysql_rows`` and ``from_select``).
+        With ``into``, the rows are added to it a part at a time and its texts returned (on
+        None, what it holds is partial: the caller starts again)."""
         plan, kinds = self._plans[schema.schema_id()]
         fields = result.fields or []
         as_planned = (
@@ -118,8 +121,13 @@ class NativeSelect:
         if not as_planned:
             self._once(f"{schema.table}: the result's columns differ from the plan")
             return None
+        packets = result.rows or ()
         try:
-            return plan.rows(result.rows or ())
+            if into is None:
+                return plan.rows(packets)
+            for at in range(0, len(packets), PART_ROWS):
+                into.add(plan.rows(packets[at : at + PART_ROWS]))
+            return into.rows
         except extension.Unsupported as exc:
             self._once(f"{schema.table}: {exc}")
             return None

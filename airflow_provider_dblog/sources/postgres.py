@@ -53,6 +53,7 @@ from ..core.chunks import POSTGRES, chunk_query, key_range, keys_query, max_key_
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position, Row, TableSchema
 from ..core.protocols import ChunkResult
+from ..core.row_text import PART_ROWS, ChunkTexts
 from .connection_loss import on_connection_loss
 from .dump_errors import filter_errors, postgres_dump_errors
 from .pgoutput_native import NativePgRows
@@ -614,8 +615,9 @@ class PostgresSource:
         limit: int,
         upper_key: Optional[Key] = None,
         where: Optional[str] = None,
+        texts: bool = False,
     ) -> ChunkResult:
-        return self._select_chunk_on(None, schema, after_key, limit, upper_key, where)
+        return self._select_chunk_on(None, schema, after_key, limit, upper_key, where, texts)
 
     @on_connection_loss
     def range_digest(self, schema, after_key: Optional[Key], upper_key: Optional[Key]) -> tuple[int, int]:
@@ -647,13 +649,13 @@ class PostgresSource:
     def _read_on(self, conn, schema, after_key, limit, upper_key=None, where=None) -> ChunkResult:
         return self._select_chunk_on(conn, schema, after_key, limit, upper_key, where)
 
-    def _select_chunk_on(self, conn, schema, after_key, limit, upper_key, where) -> ChunkResult:
+    def _select_chunk_on(self, conn, schema, after_key, limit, upper_key, where, texts=False) -> ChunkResult:
         sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), after_key, limit, upper_key, where)
         if where is not None:
             with filter_errors(schema.table, where, self.lost):
-                return self._select(schema, sql, params, read_only=True, conn=conn)
+                return self._select(schema, sql, params, read_only=True, conn=conn, texts=texts)
         with postgres_dump_errors(schema.table, self._dsn["user"]):
-            return self._select(schema, sql, params, conn=conn)
+            return self._select(schema, sql, params, conn=conn, texts=texts)
 
     @on_connection_loss
     def replication_lag(self) -> Optional[float]:
@@ -702,7 +704,7 @@ class PostgresSource:
     def _select_list(schema) -> list[str]:
         return [POSTGRES.quote(c.name) for c in schema.columns]
 
-    def _select(self, schema, sql: str, params: list, read_only: bool = False, conn=None) -> ChunkResult:
+    def _select(self, schema, sql: str, params: list, read_only: bool = False, conn=None, texts=False) -> ChunkResult:
         """One REPEATABLE READ snapshot for the chunk, plus the transactions it cannot see.
 
         PostgreSQL's WAL commit order and visibility order may differ: a transaction whose
@@ -711,7 +713,10 @@ class PostgresSource:
         (ChunkResult). Invisible are the snapshot's in-progress list (xip) and every xid
         from its xmax on; the latter cannot be listed from the snapshot, so the statement
         also takes an xid of its own, N: every transaction running at the snapshot has an
-        xid below N, and [xmax, N) covers them. ``conn``: a parallel reader's connection."""
+        xid below N, and [xmax, N) covers them. ``conn``: a parallel reader's connection.
+        ``texts``: the rows as JSON texts, made a part at a time (core/row_text.py) from a
+        cursor of the same transaction, so that the chunk is never in memory all at once as
+        the server's result, tuples or dicts (only its texts are)."""
         with (conn or self._conn).cursor() as cur:
             # Keep every value but bool/ints as the server's text: from_pg_text then treats
             # it exactly like the text the log carries.
@@ -723,13 +728,28 @@ class PostgresSource:
                 snapshot, own = cur.fetchone()
                 if read_only:  # a filtered chunk runs operator-given SQL: it may write nothing
                     cur.execute("SET TRANSACTION READ ONLY")
-                cur.execute(sql, [_to_param(p) for p in params])
-                raw = cur.fetchall()
-                oids = [d.type_code for d in cur.description]
+                if texts:
+                    collected = ChunkTexts(schema)
+                    # A cursor by SQL: psycopg2's named cursors refuse an autocommit connection,
+                    # and this transaction is begun by hand.
+                    cur.execute(f"DECLARE dblog_chunk NO SCROLL CURSOR FOR {sql}", [_to_param(p) for p in params])
+                    while True:
+                        cur.execute(f"FETCH FORWARD {PART_ROWS} FROM dblog_chunk")
+                        part = cur.fetchall()
+                        if not part:
+                            break
+                        collected.add(self._canonical(schema, part, [d.type_code for d in cur.description]))
+                else:
+                    cur.execute(sql, [_to_param(p) for p in params])
+                    raw = cur.fetchall()
+                    oids = [d.type_code for d in cur.description]
             finally:
                 # Nothing was written: ROLLBACK ends it (and also clears an error).
                 cur.execute("ROLLBACK")
-        return ChunkResult(self._canonical(schema, raw, oids), invisible_xids(snapshot, int(own)))
+        invisible = invisible_xids(snapshot, int(own))
+        if texts:
+            return ChunkResult(collected.rows, invisible, collected.keys, texts=True)
+        return ChunkResult(self._canonical(schema, raw, oids), invisible)
 
     def _canonical(self, schema, raw: list, oids: list) -> list[dict]:
         """Rows as dicts of canonical values (the server's text as the log carries it)."""

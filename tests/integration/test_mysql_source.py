@@ -19,6 +19,9 @@ pytest.importorskip("pymysqlreplication")
 
 from airflow_provider_dblog.core.errors import ConfigurationError, PositionLostError, RequestError  # noqa: E402
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, SchemaEvent, WatermarkEvent  # noqa: E402
+from airflow_provider_dblog.core.row_text import loads_row  # noqa: E402
+from airflow_provider_dblog.sources import mysql as mysql_module  # noqa: E402
+from airflow_provider_dblog.sources import mysql_select_native  # noqa: E402
 from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -595,7 +598,7 @@ NATIVE_ROWS = [
 ]
 
 
-def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, caplog):
+def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, caplog, monkeypatch):
     sql(root, f"CREATE TABLE `{db}`.t ({NATIVE_TYPES})")
     src = started(make_source(tables=[f"{db}.t"]))
     schema = src.table_schema(f"{db}.t")
@@ -616,3 +619,14 @@ def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, ca
     assert one["j"]["big"] == 123456789012345678901234567890 and one["bn"] == {"$b64": "YWIAAA=="}
     assert one["dtm"] == "2024-01-02T03:04:05.123456" and one["ts"] == "2024-01-02T03:04:05.500000+00:00"
     assert native[1]["dt0"] == "2000-01-01T00:00:00" and native[2]["dt"] is None and native[2]["dtm"] is None
+    # As JSON texts (the Delta output's chunks, core/row_text.py), made two rows at a time: the
+    # same rows and keys, by the extension, by PyMySQL, and for a filtered chunk.
+    for module in (mysql_module, mysql_select_native):
+        monkeypatch.setattr(module, "PART_ROWS", 2)
+    for on in (True, False):
+        src._native_select.on = on
+        texted = src.select_chunk(schema, None, 100, texts=True)
+        assert texted.texts and [loads_row(t) for t in texted.rows] == native
+        assert texted.keys == schema.keys_of(native) and len(native) > 2
+    filtered = src.select_chunk(schema, None, 100, where="id >= 2", texts=True)
+    assert [loads_row(t) for t in filtered.rows] == [r for r in native if r["id"] >= 2]

@@ -17,6 +17,8 @@ from airflow_provider_dblog.core.errors import (  # noqa: E402
     RequestError,
 )
 from airflow_provider_dblog.core.events import ChangeEvent, Op, SchemaEvent, WatermarkEvent  # noqa: E402
+from airflow_provider_dblog.core.row_text import loads_row  # noqa: E402
+from airflow_provider_dblog.sources import postgres as postgres_module  # noqa: E402
 from airflow_provider_dblog.sources.postgres import PostgresSource  # noqa: E402
 from airflow_provider_dblog.sources.postgres_log import commit_lsn_of, parse_lsn  # noqa: E402
 
@@ -247,7 +249,7 @@ ROWS = [
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
-def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns):
+def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns, monkeypatch):
     t = f"{ns}.types"
     run(db, f"CREATE TABLE {t} ({ALL_TYPES})")
     src = make_source([t], plugin)
@@ -281,6 +283,14 @@ def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns
     assert [tuple([r["id"]]) for r in dumped] == sorted(logged)
     for row in dumped:
         assert logged[(row["id"],)] == row, f"log and chunk differ for id {row['id']}"
+    # As JSON texts (the Delta output's chunks, core/row_text.py), fetched two rows at a time
+    # from a cursor: the same rows and keys, also for a filtered chunk.
+    monkeypatch.setattr(postgres_module, "PART_ROWS", 2)
+    texted = src.select_chunk(schema, None, 100, texts=True)
+    assert texted.texts and [loads_row(t) for t in texted.rows] == dumped and len(dumped) > 2
+    assert texted.keys == schema.keys_of(dumped)
+    filtered = src.select_chunk(schema, None, 100, where="id >= 2", texts=True)
+    assert [loads_row(t) for t in filtered.rows] == [r for r in dumped if r["id"] >= 2]
     one = logged[(1,)]
     assert one["b"] == 9007199254740993 and one["n"] == "12.30" and one["ch"] == "ab   "
     assert one["t"] == 'héllo "q" \\\\ ✓' and one["bo"] is True and one["d"] == "2024-02-29"
@@ -415,6 +425,8 @@ def test_chunk_reports_transactions_its_snapshot_cannot_see(make_source, db, env
         result = src.select_chunk(src.table_schema(t), None, 10)
         assert [r["id"] for r in result.rows] == [8]
         assert {str(xid_early), str(xid_late)} <= result.invisible_txids
+        texted = src.select_chunk(src.table_schema(t), None, 10, texts=True)  # through a cursor
+        assert texted.rows == ['{"id":8}'] and {str(xid_early), str(xid_late)} <= texted.invisible_txids
         early.commit()
         late.commit()
     finally:

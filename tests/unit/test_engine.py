@@ -10,10 +10,13 @@ import time
 
 import pytest
 
+from airflow_provider_dblog.core.batch import DumpRows
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import DBLogError, PositionLostError
 from airflow_provider_dblog.core.events import Column, Op, Origin, TableSchema, WatermarkEvent
+from airflow_provider_dblog.core.protocols import ChunkResult
+from airflow_provider_dblog.core.row_text import ChunkTexts
 from airflow_provider_dblog.core.schema_watch import schema_key
 from airflow_provider_dblog.core.verify import replay
 
@@ -604,3 +607,75 @@ def test_a_dump_with_parallel_readers_covers_every_key_once_in_unbroken_ranges(s
     dumped = [e.key for e in out.events if e.op is Op.READ]
     assert len(dumped) == len(set(dumped))  # no key twice
     assert state.get_dump(spec.dump_id).to_dict()["readers"] == 3
+
+
+class _TextChangelog(MemoryChangelog):
+    """The Delta changelog's promise: dump blocks may come as their rows' JSON texts."""
+
+    takes_row_text = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block_texts: list[bool] = []
+
+    def write(self, events, epoch=None):
+        self.block_texts += [s.texts for s in getattr(events, "segments", ()) if isinstance(s, DumpRows)]
+        super().write(events, epoch)
+
+
+class _TextSource(MemorySource):
+    """A source that reads chunks as texts itself, a part at a time (core/row_text.py)."""
+
+    def select_chunk(self, schema, after_key, limit, upper_key=None, where=None, texts=False):
+        result = super().select_chunk(schema, after_key, limit, upper_key, where)
+        if not texts:
+            return result
+        self.texted = getattr(self, "texted", 0) + 1
+        collected = ChunkTexts(schema)
+        for at in range(0, len(result.rows), 5):
+            collected.add(result.rows[at : at + 5])
+        return ChunkResult(collected.rows, result.invisible_txids, collected.keys, texts=True)
+
+
+@pytest.mark.parametrize("source_texts", [False, True], ids=["engine-encodes", "source-encodes"])
+def test_chunk_rows_reach_an_output_that_takes_texts_as_texts_and_converge(db, state, source_texts):
+    """Rows of chunks wait as JSON text for an output that stores that text (issue 13's memory),
+    encoded by the source or else by the engine; window writes still remove their keys."""
+    source = _TextSource(db) if source_texts else MemorySource(db)
+    out = _TextChangelog()
+
+    def concurrent_writes(schema, selected):
+        if selected:
+            db.upsert(TABLE, {"id": selected[0]["id"], "v": "updated in window"})
+            db.delete(TABLE, (selected[-1]["id"],))
+
+    run = Running(source, out, state)
+    wait_until(lambda: source.opens == 1, what="the engine to open the source")
+    source.in_window = concurrent_writes
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=17))
+    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    run.stop()
+
+    assert out.block_texts and all(out.block_texts)
+    assert getattr(source, "texted", 0) == (12 if source_texts else 0)  # 200 rows, 17 a chunk
+    assert replay(out.events) == db.snapshot(TABLE)
+    dumped = [e for e in out.events if e.origin is Origin.DUMP and e.op is Op.READ]
+    assert dumped and all(isinstance(e.after, dict) for e in dumped)
+
+
+def test_chunk_rows_stay_dicts_for_an_output_that_does_not_take_texts(db, state):
+    source, out = _TextSource(db), MemoryChangelog()
+    seen: list[bool] = []
+    write = out.write
+    out.write = lambda events, epoch=None: (  # type: ignore[method-assign]
+        seen.extend(s.texts for s in getattr(events, "segments", ()) if isinstance(s, DumpRows)),
+        write(events, epoch),
+    )
+    run = Running(source, out, state)
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=50))
+    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    run.stop()
+    assert seen and not any(seen) and not getattr(source, "texted", 0)
+    assert replay(out.events) == db.snapshot(TABLE)
