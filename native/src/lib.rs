@@ -142,6 +142,9 @@ struct Plan {
     json_loads: Py<PyAny>,
     orjson_loads: Option<Py<PyAny>>,
     b64_key: Py<PyString>,
+    /// {name: None} for every column: each image is a copy of it with the values set, so
+    /// that no image dict grows (and rehashes) three times on its way to 30 entries.
+    template: Py<PyDict>,
 }
 
 fn spec_err(i: usize, msg: &str) -> PyErr {
@@ -278,7 +281,11 @@ impl Plan {
             tables.push(table);
             labels.push(col_labels);
         }
-        let names = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
+        let names: Vec<Py<PyString>> = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
+        let template = PyDict::new(py);
+        for name in &names {
+            template.set_item(name.bind(py), py.None())?;
+        }
         let json_loads = py.import("json")?.getattr("loads")?.unbind();
         let orjson_loads = py
             .import("orjson")
@@ -294,6 +301,7 @@ impl Plan {
             json_loads,
             orjson_loads,
             b64_key: PyString::intern(py, "$b64").unbind(),
+            template: template.unbind(),
         })
     }
 
@@ -431,11 +439,41 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// `v` in decimal, zero-padded to at least `width` digits: what `{v:0width$}` writes, without
+/// core::fmt's machinery (which was most of the cost of a formatted date or decimal).
+pub(crate) fn push_digits(out: &mut String, mut v: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let start = i.min(buf.len() - width.min(buf.len()));
+    // SAFETY: ASCII digits only.
+    out.push_str(unsafe { std::str::from_utf8_unchecked(&buf[start..]) });
+}
+
 /// 'YYYY-MM-DDTHH:MM:SS[.ffffff]', as datetime.isoformat() writes it.
 fn iso_datetime(out: &mut String, (y, mo, d): (i64, i64, i64), (h, mi, s): (i64, i64, i64), micro: i64) {
-    let _ = write!(out, "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}");
+    if [y, mo, d, h, mi, s, micro].iter().any(|&v| v < 0) {
+        let _ = write!(out, "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}"); // not from a valid value
+        if micro != 0 {
+            let _ = write!(out, ".{micro:06}");
+        }
+        return;
+    }
+    for (v, width, sep) in [(y, 4, '-'), (mo, 2, '-'), (d, 2, 'T'), (h, 2, ':'), (mi, 2, ':')] {
+        push_digits(out, v as u64, width);
+        out.push(sep);
+    }
+    push_digits(out, s as u64, 2);
     if micro != 0 {
-        let _ = write!(out, ".{micro:06}");
+        out.push('.');
+        push_digits(out, micro as u64, 6);
     }
 }
 
@@ -595,7 +633,13 @@ impl Plan {
                 } else if m > 12 || d > days_in_month(y, m) || y > 9999 {
                     return unsupported(format!("column {i}: a DATE that is no calendar date"));
                 } else {
-                    Cell::Text(format!("{y:04}-{m:02}-{d:02}"))
+                    let mut t = String::with_capacity(10);
+                    push_digits(&mut t, y as u64, 4);
+                    t.push('-');
+                    push_digits(&mut t, m as u64, 2);
+                    t.push('-');
+                    push_digits(&mut t, d as u64, 2);
+                    Cell::Text(t)
                 }
             }
             Col::DateTime2 { fsp } => {
@@ -725,7 +769,7 @@ impl Plan {
             let mut dicts = Vec::with_capacity(2);
             for img in 0..images {
                 let base = r * per_row + img * n;
-                let dict = PyDict::new(py);
+                let dict = self.template.bind(py).copy()?;
                 for (c, cell) in cells[base..base + n].iter().enumerate() {
                     let value = self.object(py, buf, c, cell)?;
                     dict.set_item(self.names[c].bind(py), value)?;
@@ -909,10 +953,10 @@ fn decimal(rd: &mut Rd<'_>, precision: usize, scale: usize) -> R<String> {
     };
     let mut digits = String::with_capacity(precision + 2);
     if int_rest > 0 {
-        let _ = write!(digits, "{}", group(DIG2BYTES[int_rest]));
+        push_digits(&mut digits, group(DIG2BYTES[int_rest]), 0);
     }
     for _ in 0..int_full {
-        let _ = write!(digits, "{:09}", group(4));
+        push_digits(&mut digits, group(4), 9);
     }
     let mut out = String::with_capacity(precision + 3);
     if negative {
@@ -923,10 +967,10 @@ fn decimal(rd: &mut Rd<'_>, precision: usize, scale: usize) -> R<String> {
     if scale > 0 {
         out.push('.');
         for _ in 0..frac_full {
-            let _ = write!(out, "{:09}", group(4));
+            push_digits(&mut out, group(4), 9);
         }
         if frac_rest > 0 {
-            let _ = write!(out, "{:0width$}", group(DIG2BYTES[frac_rest]), width = frac_rest);
+            push_digits(&mut out, group(DIG2BYTES[frac_rest]), frac_rest);
         }
     }
     Ok(out)
