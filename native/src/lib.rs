@@ -142,9 +142,7 @@ struct Plan {
     json_loads: Py<PyAny>,
     orjson_loads: Option<Py<PyAny>>,
     b64_key: Py<PyString>,
-    /// {name: None} for every column: each image is a copy of it with the values set, so
-    /// that no image dict grows (and rehashes) three times on its way to 30 entries.
-    template: Py<PyDict>,
+    template: Py<PyDict>, // row_template
 }
 
 fn spec_err(i: usize, msg: &str) -> PyErr {
@@ -282,10 +280,7 @@ impl Plan {
             labels.push(col_labels);
         }
         let names: Vec<Py<PyString>> = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
-        let template = PyDict::new(py);
-        for name in &names {
-            template.set_item(name.bind(py), py.None())?;
-        }
+        let template = row_template(py, &names)?;
         let json_loads = py.import("json")?.getattr("loads")?.unbind();
         let orjson_loads = py
             .import("orjson")
@@ -301,7 +296,7 @@ impl Plan {
             json_loads,
             orjson_loads,
             b64_key: PyString::intern(py, "$b64").unbind(),
-            template: template.unbind(),
+            template,
         })
     }
 
@@ -437,6 +432,16 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// {name: None} for every column. Each row's dict is a copy of it with the values set: a
+/// dict built key by key is resized (and rehashed) three times on its way to 30 entries.
+pub(crate) fn row_template(py: Python<'_>, names: &[Py<PyString>]) -> PyResult<Py<PyDict>> {
+    let template = PyDict::new(py);
+    for name in names {
+        template.set_item(name.bind(py), py.None())?;
+    }
+    Ok(template.unbind())
 }
 
 /// `v` in decimal, zero-padded to at least `width` digits: what `{v:0width$}` writes, without

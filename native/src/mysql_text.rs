@@ -34,6 +34,7 @@ pub struct MyTextPlan {
     b64_key: Py<PyString>,
     json_loads: Py<PyAny>,
     orjson_loads: Option<Py<PyAny>>,
+    template: Py<PyDict>, // crate::row_template
 }
 
 #[pymethods]
@@ -45,8 +46,10 @@ impl MyTextPlan {
                 "one known kind per column name",
             ));
         }
+        let names: Vec<Py<PyString>> = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
         Ok(MyTextPlan {
-            names: names.iter().map(|n| PyString::intern(py, n).unbind()).collect(),
+            template: crate::row_template(py, &names)?,
+            names,
             kinds,
             b64_key: PyString::intern(py, "$b64").unbind(),
             json_loads: py.import("json")?.getattr("loads")?.unbind(),
@@ -68,7 +71,7 @@ impl MyTextPlan {
 
 impl MyTextPlan {
     fn row<'py>(&self, py: Python<'py>, d: &[u8]) -> U<Bound<'py, PyDict>> {
-        let dict = PyDict::new(py);
+        let dict = self.template.bind(py).copy().map_err(|e| e.to_string())?;
         let mut pos = 0usize;
         for c in 0..self.kinds.len() {
             let value = match field(d, &mut pos).ok_or("a row packet shorter than its columns")? {

@@ -34,6 +34,7 @@ pub struct PgRowPlan {
     b64_key: Py<PyString>,
     json_loads: Py<PyAny>,
     orjson_loads: Option<Py<PyAny>>,
+    template: Py<PyDict>, // crate::row_template
 }
 
 struct Rd<'a> {
@@ -71,8 +72,10 @@ impl PgRowPlan {
         if let Some(k) = kinds.iter().find(|&&k| k > JSON) {
             return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown column kind {k}")));
         }
+        let names: Vec<Py<PyString>> = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
         Ok(PgRowPlan {
-            names: names.iter().map(|n| PyString::intern(py, n).unbind()).collect(),
+            template: crate::row_template(py, &names)?,
+            names,
             kinds,
             is_key,
             b64_key: PyString::intern(py, "$b64").unbind(),
@@ -104,7 +107,7 @@ impl PgRowPlan {
             if row.len() != n {
                 return Err(Unsupported::new_err(format!("a row of {} columns, {n} planned", row.len())));
             }
-            let dict = PyDict::new(py);
+            let dict = self.template.bind(py).copy()?;
             for (c, v) in row.iter().enumerate() {
                 let value = if convert[c] && !v.is_none() {
                     let text = v.downcast::<PyString>()?.to_str()?;
@@ -168,7 +171,8 @@ impl PgRowPlan {
         if count != self.kinds.len() {
             return Err(format!("{count} columns in the tuple, {} in the relation", self.kinds.len()));
         }
-        let row = PyDict::new(py);
+        // A key-only image holds the key columns only; a full one starts from the template.
+        let row = if key_only { Ok(PyDict::new(py)) } else { self.template.bind(py).copy() }.map_err(|e| e.to_string())?;
         for c in 0..count {
             let value = match rd.byte()? {
                 b'n' => None,
