@@ -45,12 +45,8 @@ def dumps(value: Any) -> str:
 def encode_rows(rows: list[Any]) -> None:
     """Replace each row of ``rows`` by its ``dumps`` text, in place: each dict is freed as
     soon as its text exists, so the rows are never held in both forms."""
-    enc = orjson.dumps
     for i, row in enumerate(rows):
-        try:
-            rows[i] = enc(row).decode()
-        except (orjson.JSONEncodeError, TypeError):
-            rows[i] = dumps(row)
+        rows[i] = dumps(row)
 
 
 def loads_row(text: str) -> Row:
