@@ -75,6 +75,18 @@ def dump_done(state, dump_id):
     return lambda: state.get_dump(dump_id).status is DumpStatus.DONE
 
 
+def dump_to_done(source, out, state, chunk_size, in_window=None):
+    """A running engine that has dumped the table in ``chunk_size`` chunks (``in_window``:
+    the source's hook for writes inside each chunk's window); the caller stops it."""
+    run = Running(source, out, state)
+    wait_until(lambda: source.opens == 1, what="the engine to open the source")
+    source.in_window = in_window
+    spec = DumpSpec.new(SOURCE_ID, [TABLE])
+    state.add_dump(spec, DumpControl(chunk_size=chunk_size))
+    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    return run, spec
+
+
 def test_dump_under_writes_in_its_windows_converges_in_order(db, state):
     """Invariants 1-3: writes between LW and HW (updates, deletes, inserts of chunk keys and of
     keys beyond) must remove those keys from the chunk; dump rows sit at their HW position."""
@@ -91,12 +103,7 @@ def test_dump_under_writes_in_its_windows_converges_in_order(db, state):
                 db.delete(TABLE, (selected[2]["id"],))  # deleted in the window
         db.upsert(TABLE, {"id": 1000 + c, "v": "inserted in window"})
 
-    run = Running(source, out, state)
-    wait_until(lambda: source.opens == 1, what="the engine to open the source")
-    source.in_window = concurrent_writes
-    spec = DumpSpec.new(SOURCE_ID, [TABLE])
-    state.add_dump(spec, DumpControl(chunk_size=17))
-    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    run, spec = dump_to_done(source, out, state, 17, concurrent_writes)
     db.upsert(TABLE, {"id": 5, "v": "after the dump"})
     wait_until(lambda: out.events and out.events[-1].key == (5,), what="the last update")
     run.stop()
@@ -609,10 +616,8 @@ def test_a_dump_with_parallel_readers_covers_every_key_once_in_unbroken_ranges(s
     assert state.get_dump(spec.dump_id).to_dict()["readers"] == 3
 
 
-class _TextChangelog(MemoryChangelog):
-    """The Delta changelog's promise: dump blocks may come as their rows' JSON texts."""
-
-    takes_row_text = True
+class _BlockChangelog(MemoryChangelog):
+    """Records, per dump block written, whether its rows came as JSON texts."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -621,6 +626,12 @@ class _TextChangelog(MemoryChangelog):
     def write(self, events, epoch=None):
         self.block_texts += [s.texts for s in getattr(events, "segments", ()) if isinstance(s, DumpRows)]
         super().write(events, epoch)
+
+
+class _TextChangelog(_BlockChangelog):
+    """The Delta changelog's promise: dump blocks may come as their rows' JSON texts."""
+
+    takes_row_text = True
 
 
 class _TextSource(MemorySource):
@@ -649,12 +660,7 @@ def test_chunk_rows_reach_an_output_that_takes_texts_as_texts_and_converge(db, s
             db.upsert(TABLE, {"id": selected[0]["id"], "v": "updated in window"})
             db.delete(TABLE, (selected[-1]["id"],))
 
-    run = Running(source, out, state)
-    wait_until(lambda: source.opens == 1, what="the engine to open the source")
-    source.in_window = concurrent_writes
-    spec = DumpSpec.new(SOURCE_ID, [TABLE])
-    state.add_dump(spec, DumpControl(chunk_size=17))
-    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    run, _ = dump_to_done(source, out, state, 17, concurrent_writes)
     run.stop()
 
     assert out.block_texts and all(out.block_texts)
@@ -665,17 +671,8 @@ def test_chunk_rows_reach_an_output_that_takes_texts_as_texts_and_converge(db, s
 
 
 def test_chunk_rows_stay_dicts_for_an_output_that_does_not_take_texts(db, state):
-    source, out = _TextSource(db), MemoryChangelog()
-    seen: list[bool] = []
-    write = out.write
-    out.write = lambda events, epoch=None: (  # type: ignore[method-assign]
-        seen.extend(s.texts for s in getattr(events, "segments", ()) if isinstance(s, DumpRows)),
-        write(events, epoch),
-    )
-    run = Running(source, out, state)
-    spec = DumpSpec.new(SOURCE_ID, [TABLE])
-    state.add_dump(spec, DumpControl(chunk_size=50))
-    wait_until(dump_done(state, spec.dump_id), what="the dump to finish")
+    source, out = _TextSource(db), _BlockChangelog()
+    run, _ = dump_to_done(source, out, state, 50)
     run.stop()
-    assert seen and not any(seen) and not getattr(source, "texted", 0)
+    assert out.block_texts and not any(out.block_texts) and not getattr(source, "texted", 0)
     assert replay(out.events) == db.snapshot(TABLE)
