@@ -43,7 +43,8 @@ test: install lint
 # The soak runs the bounded suite leaves out (tests marked soak): the convergence oracle with
 # a fixed and more random seeds (DBLOG_SOAK_SEEDS, default 3) and a 120 s workload each, and
 # the oracle over Kafka on MariaDB (PostgreSQL's runs in make test), and dblog_land's
-# dag.test() through spark-submit on both sources (the Airflow e2e covers it in make test).
+# dag.test() through spark-submit on both sources (the Airflow e2e covers it in make test), and
+# the mirror check with a corruption planted in every column (make test: a random half).
 soak: install
 	DBLOG_SOAK=1 DBLOG_ORACLE_SECONDS=$${DBLOG_ORACLE_SECONDS:-120} PY=$(PY) scripts/run-tests -m soak
 
