@@ -146,7 +146,7 @@ class Engine:
         self.position_recoveries = 0  # lost positions recovered by a full dump (opt-in)
         self.parallel_reads = 0  # chunks read by more than one connection (--readers)
         self.writer: Optional[Writer] = None  # set once the source and output are open
-        self._reads_texts: Optional[bool] = None  # see _source_reads_texts
+        self._reads_texts: dict[str, bool] = {}  # see _source_reads_texts
         self._skip_until: Optional[Position] = None
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
         self._replica_lag: Optional[float] = None  # the source's replicas' lag (adaptive dumps)
@@ -287,7 +287,7 @@ class Engine:
             self._schema(table, writer)
         writer.start()
         try:
-            self.source.start_log(
+            self._start_log(
                 checkpoint, from_end=self.config.reset_position and checkpoint is None, floor=self._skip_until
             )
         except SourceUnavailable as exc:  # e.g. a previous leader's session still holds the log
@@ -328,7 +328,7 @@ class Engine:
         self.durable = None
         self.source.reset_log()
         floor = max((p for p in (self._skip_until, self.last_seen) if p is not None), default=None)
-        self.source.start_log(None, from_end=True, floor=floor)
+        self._start_log(None, from_end=True, floor=floor)
         self.scheduler.wake()
 
     # -- schema changes -----------------------------------------------------------------------
@@ -436,7 +436,7 @@ class Engine:
                 self.source.open()
                 # Without any position yet, the source resumes from its own bookmark (the
                 # PostgreSQL slot; MySQL's first start position): nothing is skipped.
-                self.source.start_log(resume, floor=self._skip_until)
+                self._start_log(resume, floor=self._skip_until)
             except PositionLostError as lost:  # e.g. a promoted replica without our transaction
                 self._recover_position(lost)
             except SourceUnavailable as err:
@@ -528,8 +528,9 @@ class Engine:
             self.scheduler.wake()
 
     def _split(self, ev: ChangeEvent) -> list[ChangeEvent]:
-        """A primary-key update is a delete of the old key and an upsert of the new one."""
-        if ev.before is not None:
+        """A primary-key update is a delete of the old key and an upsert of the new one. (A
+        ``before`` as JSON text is from a source that found the key unchanged: ``start_log``.)"""
+        if ev.before is not None and not isinstance(ev.before, str):
             schema = self.schemas.get(ev.table)
             if schema is not None and all(c in ev.before for c in schema.key):
                 old = schema.key_of(ev.before)
@@ -683,17 +684,29 @@ class Engine:
             if result is not None and self.scheduler.adaptive(plan):  # signals cost a query: adaptive dumps only
                 self.scheduler.observe(plan, self._pace_signals(select_seconds, len(selected)))
 
-    def _source_reads_texts(self) -> bool:
-        """Whether the source's ``select_chunk`` takes ``texts`` (a wrapper or subclass that
-        overrides it without the parameter gets dicts asked for, and the engine encodes)."""
-        if self._reads_texts is None:
+    def _source_reads_texts(self, method: str = "select_chunk") -> bool:
+        """Whether the source's ``method`` (``select_chunk``, ``start_log``) takes ``texts``: a
+        wrapper or subclass that overrides it without the parameter gets dicts asked for (the
+        engine encodes chunk rows itself; log rows stay dicts)."""
+        known = self._reads_texts.get(method)
+        if known is None:
             try:
-                params = inspect.signature(self.source.select_chunk).parameters.values()
+                params = inspect.signature(getattr(self.source, method)).parameters.values()
             except (TypeError, ValueError):  # no signature to read: dicts, as always
-                self._reads_texts = False
+                known = False
             else:
-                self._reads_texts = any(p.name == "texts" or p.kind is p.VAR_KEYWORD for p in params)
-        return self._reads_texts
+                known = any(p.name == "texts" or p.kind is p.VAR_KEYWORD for p in params)
+            self._reads_texts[method] = known
+        return known
+
+    def _start_log(self, after: Optional[Position], **kwargs: Any) -> None:
+        """``source.start_log``; the log's row images as their changelog JSON text when the
+        output stores that text and the source can read them so (core/row_text.py). Nothing
+        in the engine reads a log image but a key update's ``before``, which a source gives
+        as a dict."""
+        if getattr(self.output, "takes_row_text", False) and self._source_reads_texts("start_log"):
+            kwargs["texts"] = True
+        self.source.start_log(after, **kwargs)
 
     def _select_parallel(self, schema: TableSchema, plan: ChunkPlan) -> tuple[ChunkResult, bool]:
         """The chunk of a dump with several readers (core/parallel.py): its key ranges cut

@@ -191,6 +191,9 @@ class ChangeEvent:
     """A change of one row, from the log (op c/u/d) or from a dump (op r), or a TRUNCATE of
     the whole table (op t: ``key`` is ``()``, ``before`` and ``after`` are None).
 
+    ``before``/``after`` are dicts, or that dict's changelog JSON text when a source was asked
+    for texts for an output that stores them (``Source.start_log``; core/row_text.py).
+
     Treat as immutable (use ``dataclasses.replace``); not frozen only because frozen
     dataclasses are markedly slower to create, and millions are created per minute."""
 
@@ -198,8 +201,8 @@ class ChangeEvent:
     table: str
     op: Op
     key: Key
-    before: Optional[Row]
-    after: Optional[Row]
+    before: Optional[Row | str]
+    after: Optional[Row | str]
     position: Position
     commit_ts: Optional[int] = None  # commit time, microseconds since the Unix epoch (UTC)
     txid: Optional[str] = None

@@ -56,14 +56,21 @@ class Source(Protocol):
         """The table's schema as the catalog has it now, read afresh (no cache): the engine
         compares it with the recorded one to notice schema changes (core/schema_watch.py)."""
 
-    def start_log(self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None) -> None:
+    def start_log(
+        self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None, texts: bool = False
+    ) -> None:
         """Start reading the log so that every event with a position > ``after`` is delivered
         (some events <= ``after`` may be delivered again; the engine drops them). ``None``:
         from the source's own bookmark (PostgreSQL: the slot; MySQL: where this source object
         first started, else the current end); ``from_end``: from the current end of the log
         (a reset). PositionLostError when the log is gone. ``floor``: the highest position
         already in the changelog; a source whose positions could start lower on a new server
-        (MySQL GTID positions after a failover that lost transactions) starts above it."""
+        (MySQL GTID positions after a failover that lost transactions) starts above it.
+
+        ``texts`` (passed only to a ``start_log`` whose signature has it, when the output
+        ``takes_row_text``): the source may give a change's ``before``/``after`` as their
+        changelog JSON text instead of dicts (core/row_text.py), except the ``before`` of an
+        update that changes the key, which stays a dict (the engine splits it)."""
 
     def reset_log(self) -> None:
         """Make the log readable again from its current end after PositionLostError (the

@@ -59,6 +59,11 @@ def loads_row(text: str) -> Row:
     return value
 
 
+def as_row(image: Row | str | None) -> Row | None:
+    """A change's row image as a dict, whichever form the source gave it in (ChangeEvent)."""
+    return loads_row(image) if isinstance(image, str) else image
+
+
 class ChunkTexts:
     """A chunk's keys and row texts, collected part by part as a source reads it."""
 

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from .dumps import DumpControl, DumpSpec
 from .events import ChangeEvent, Key, Op, Position, Row
 from .protocols import StateStore
+from .row_text import as_row
 
 UNCHANGED_TOAST_KEY = "$unchanged_toast"
 _ROW_OPS = frozenset((Op.CREATE, Op.UPDATE, Op.DELETE, Op.READ))
@@ -55,7 +56,7 @@ class ToastHistory:
     def add(self, event: ChangeEvent) -> None:
         if event.op not in _ROW_OPS:
             return  # a table-level event (TRUNCATE): replay passes it to fill() as a barrier
-        row = None if event.op is Op.DELETE else event.after
+        row = None if event.op is Op.DELETE else as_row(event.after)
         entry = (event.position, row)
         hist = self._events.get(event.key)
         if hist is None:
@@ -172,7 +173,7 @@ class ToastRepairs:
 
 def keys_with_placeholders(events: Sequence[ChangeEvent]) -> list[tuple[str, Key]]:
     """(table, key) of the events whose ``after`` holds a placeholder."""
-    return [(e.table, e.key) for e in events if e.after is not None and unchanged_columns(e.after)]
+    return [(e.table, e.key) for e in events if e.after is not None and unchanged_columns(as_row(e.after))]
 
 
 class ToastKnown:
@@ -211,7 +212,7 @@ class ToastKnown:
                         del keys[k]
                 elif item.op is Op.DELETE:
                     keys.pop((table, item.key), None)
-                elif item.after is not None and not unchanged_columns(item.after):
+                elif item.after is not None and not unchanged_columns(as_row(item.after)):
                     # only a row with every value in it (a split key update's new row, or
                     # anything the source did not report, may still hold a placeholder)
                     keys[(table, item.key)] = None

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any, Iterable, Optional
 
 from .events import ChangeEvent, Key, Op, Position, Row, TableSchema
+from .row_text import as_row
 from .toast import ToastHistory
 
 
@@ -34,7 +35,7 @@ def replay(events: Iterable[ChangeEvent]) -> dict[Key, Row]:
         toast.add(e)
         cur = latest.get(e.key)
         if cur is None or e.position > cur[0]:
-            latest[e.key] = (e.position, None if e.op is Op.DELETE else e.after)
+            latest[e.key] = (e.position, None if e.op is Op.DELETE else as_row(e.after))
     return {
         k: toast.fill(k, row, p, truncated)
         for k, (p, row) in latest.items()
@@ -53,7 +54,7 @@ class Covered:
         self.latest: Optional[Position] = None  # the greatest range since: keys newer are safe
 
     def add(self, event: ChangeEvent) -> None:
-        body = event.after or {}
+        body = as_row(event.after) or {}
         since = Position.parse(body["since"])
         if "keys" in body:
             for k in body["keys"]:

@@ -42,8 +42,9 @@ _UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MICRO = _dt.timedelta(microseconds=1)
 
 
-def dumps_row(row: Optional[dict]) -> Optional[str]:
-    return None if row is None else dumps(row)
+def dumps_row(row: Optional[dict | str]) -> Optional[str]:
+    """A row image's JSON text (an image that is its text already, core/row_text.py, as is)."""
+    return row if row is None or isinstance(row, str) else dumps(row)
 
 
 def now_micros() -> int:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..core.errors import ConfigurationError
 from ..core.events import ChangeEvent, Position, TableSchema
+from ..core.row_text import as_row
 from ._common import (
     Bookkeeping,
     dumps,
@@ -197,8 +198,8 @@ def _record(e: ChangeEvent, epoch: Optional[int], written_at: Optional[str]) -> 
         "table": e.table,
         "op": e.op.value,
         "key": list(e.key),
-        "before": e.before,
-        "after": e.after,
+        "before": as_row(e.before),
+        "after": as_row(e.after),
         "position": e.position.encode(),
         "origin": e.origin.value,
         "dump_id": e.dump_id,

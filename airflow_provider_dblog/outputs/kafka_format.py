@@ -16,6 +16,7 @@ import orjson
 
 from .. import __version__ as _version
 from ..core.events import ChangeEvent, Op, Origin, TableSchema
+from ..core.row_text import as_row
 from ..core.toast import is_unchanged_toast, unchanged_toast_value
 from ._common import dumps, micros_to_iso
 from .jsonl import _event as jsonl_event
@@ -155,8 +156,8 @@ class Formatter:
                 source["gtid"] = e.txid
         source.update(position=e.position.encode(), txid=e.txid, dump_id=e.dump_id, schema_id=e.schema_id)
         return {
-            "before": _debezium_row(e.before),
-            "after": _debezium_row(e.after),
+            "before": _debezium_row(as_row(e.before)),
+            "after": _debezium_row(as_row(e.after)),
             "source": source,
             "op": e.op.value,
             "ts_ms": written_at // 1000,

@@ -329,7 +329,9 @@ class MySQLSource:
     def reset_log(self) -> None:
         """Nothing to recreate: ``start_log(None, from_end=True)`` reads from the current end."""
 
-    def start_log(self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None) -> None:
+    def start_log(
+        self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None, texts: bool = False
+    ) -> None:
         session = self._require_session()
         self._stop_reader()
         if self._previous_readers:
@@ -372,6 +374,7 @@ class MySQLSource:
             guard=self._lease_check,
             history=history,
             era=era,
+            texts=texts,
         )
         self._reader.start()
 

@@ -17,6 +17,7 @@ so that it keeps its meaning on a promoted replica.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import re
@@ -39,6 +40,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 
 from ..core.errors import ConfigurationError, PositionLostError
 from ..core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
+from ..core.row_text import loads_row
 from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
 from .mysql_gtid import History, encode_gtid_coord, gtid_coord_prefix, parse_gtid
 from .mysql_rows_native import NativeRows
@@ -50,6 +52,9 @@ log = logging.getLogger(__name__)
 _SAME_SERVER_ID_WAIT = 120.0
 
 _FILE_W, _OFF_W, _ROW_W = 6, 12, 6
+# The row-index part of a coordinate for the first rows of an event, made once (_take_rows).
+_ROW_PARTS = [f"{i:0{_ROW_W}d}" for i in range(2048)]
+_ZEROS = itertools.repeat(0)  # sub 0 for every row
 _ANONYMOUS_GTID = 0x22  # MySQL's GTID event when gtid_mode is OFF (parsed as NotImplementedEvent)
 _TAGGED_GTID = 0x2A  # MySQL 8.3+ tagged GTID event, which mysql-replication does not decode
 # Events the library cannot decode but that may carry row changes: failing beats skipping.
@@ -160,6 +165,7 @@ class BinlogReader(threading.Thread):
         guard: Optional[Callable[[], None]] = None,  # raises once this process may not read the log
         history: Optional[History] = None,  # GTID positions: the history before (log_file, log_pos)
         era: int = 0,  # GTID positions: their era (mysql_gtid.py)
+        texts: bool = False,  # row images as their changelog JSON text where it can (start_log)
     ):
         super().__init__(name=f"dblog-binlog-{source_id}-{id(self):x}", daemon=True)
         self._settings = settings
@@ -188,6 +194,8 @@ class BinlogReader(threading.Thread):
         self._emitted: dict[str, str] = {}
         self._converters: dict[str, tuple] = {}  # schema id -> (column names, converters)
         self._native = NativeRows()  # the compiled rows decoder, when built (mysql_rows_native.py)
+        self._texts = texts
+        self._key_columns: dict[str, list[int]] = {}  # schema id -> indices of its key columns
 
     # -- thread ----------------------------------------------------------------------------
     def _connect(self, **kwargs: Any) -> pymysql.connections.Connection:
@@ -418,7 +426,9 @@ class BinlogReader(threading.Thread):
             head, tail = gtid_coord_prefix(self._era, self._counter), f"/{self._gtid}"
             return [Position.unchecked(f"{head}{base + i:010d}{tail}") for i in range(count)]
         head = self._coord(event_pos, 0)[:-_ROW_W]  # the event's part, computed once
-        return [Position.unchecked(f"{head}{i:0{_ROW_W}d}") for i in range(count)]
+        rows = _ROW_PARTS[:count] if count <= len(_ROW_PARTS) else [f"{i:0{_ROW_W}d}" for i in range(count)]
+        # Position.unchecked(head + row) for each row, without a Python call per row.
+        return list(map(tuple.__new__, itertools.repeat(Position, count), zip(map(head.__add__, rows), _ZEROS)))
 
     def _txid(self) -> str:
         return self._gtid or f"{self.file}:{self._txn_start}"
@@ -482,23 +492,61 @@ class BinlogReader(threading.Thread):
         if table == self._watermark_table:
             return self._watermarks(ev, self._take_rows(start, len(ev.rows)))
         schema = self._table_schemas[table]
+        # The event's kind, once per event; a key change keeps the old key in before.
+        op = (
+            Op.UPDATE if isinstance(ev, UpdateRowsEvent) else Op.CREATE if isinstance(ev, WriteRowsEvent) else Op.DELETE
+        )
+        texts = self._texts and self._native.texts(ev, table, schema.columns, self._key_indices(schema))
+        if texts:
+            return self._text_rows(ev, start, schema, op, texts)
         images = self._images(ev, table, schema)
         positions = self._take_rows(start, len(images))
         sid = schema.schema_id()
         commit_ts = ev.packet.timestamp * 1_000_000
         txid = self._txid()
         key_of, src = schema.key_getter(), self._source_id
-        # The event's kind, once per event; a key change keeps the old key in before.
-        # Positional ChangeEvent arguments (every row).
-        op = (
-            Op.UPDATE if isinstance(ev, UpdateRowsEvent) else Op.CREATE if isinstance(ev, WriteRowsEvent) else Op.DELETE
-        )
         keyed = 0 if op is Op.DELETE else 1
+        # Positional ChangeEvent arguments (every row).
         return [
             ChangeEvent(
                 src, table, op, key_of(pair[keyed]), pair[0], pair[1], pos, commit_ts, txid, Origin.LOG, None, sid
             )
             for pair, pos in zip(images, positions)
+        ]
+
+    def _key_indices(self, schema: TableSchema) -> list[int]:
+        sid = schema.schema_id()
+        indices = self._key_columns.get(sid)
+        if indices is None:
+            names = schema.column_names()
+            indices = self._key_columns[sid] = [names.index(k) for k in schema.key]
+        return indices
+
+    def _text_rows(self, ev: Any, start: int, schema: TableSchema, op: Op, rows: list) -> list:
+        """ChangeEvents of the compiled decoder's (before_key, after_key, before, after) rows,
+        images as JSON text (start_log's ``texts``). An update that changes the key keeps dict
+        images, which the engine splits into a delete and a create."""
+        positions = self._take_rows(start, len(rows))
+        sid, table, src = schema.schema_id(), schema.table, self._source_id
+        commit_ts = ev.packet.timestamp * 1_000_000
+        txid = self._txid()
+        if op is Op.DELETE:
+            return [
+                ChangeEvent(src, table, op, bk, b, None, pos, commit_ts, txid, Origin.LOG, None, sid)
+                for (bk, _, b, _), pos in zip(rows, positions)
+            ]
+        if op is Op.CREATE:
+            return [
+                ChangeEvent(src, table, op, ak, None, a, pos, commit_ts, txid, Origin.LOG, None, sid)
+                for (_, ak, _, a), pos in zip(rows, positions)
+            ]
+        return [
+            ChangeEvent(src, table, op, ak, b, a, pos, commit_ts, txid, Origin.LOG, None, sid)
+            if bk == ak
+            else ChangeEvent(
+                src, table, op, ak, loads_row(b), loads_row(a), pos, commit_ts, txid, Origin.LOG, None, sid
+            )
+            for (bk, ak, b, a), pos in zip(rows, positions)
         ]
 
     def _watermarks(self, ev: Any, positions: list[Position]) -> list:

@@ -158,9 +158,9 @@ class NativeRows:
             return None
         return plan
 
-    def rows(self, ev: Any, table: str, columns: Sequence[Column]) -> Optional[list]:
-        """The event's rows as (before, after) images of canonical values, or None when the
-        event must be decoded by mysql-replication (the reason is logged once)."""
+    def _event(self, ev: Any, table: str, columns: Sequence[Column]) -> Optional[tuple]:
+        """(plan, the decode arguments but the last) of the event, or None when
+        mysql-replication must decode it (the reason is logged once)."""
         if not enabled():
             self._once("off", "binlog rows are decoded in Python: %s", IMPORT_ERROR or "DBLOG_NATIVE_ROWS=0")
             return None
@@ -178,10 +178,37 @@ class NativeRows:
         start = raw._position
         end = start + ev.event_size - wrapper.read_bytes  # event_size excludes the checksum
         present_after = getattr(ev, "columns_present_bitmap2", None) if kind == UPDATE else None
+        return plan, (raw._data, start, end, kind, ev.columns_present_bitmap), present_after
+
+    def rows(self, ev: Any, table: str, columns: Sequence[Column]) -> Optional[list]:
+        """The event's rows as (before, after) images of canonical values, or None when the
+        event must be decoded by mysql-replication (the reason is logged once)."""
+        event = self._event(ev, table, columns)
+        if event is None:
+            return None
+        plan, args, present_after = event
         try:
-            return plan.decode(raw._data, start, end, kind, ev.columns_present_bitmap, present_after)
+            return plan.decode(*args, present_after)
         except extension.Unsupported as exc:
             self._once(f"value:{table}:{exc}", "a rows event of %s is decoded in Python: %s", table, exc)
         except extension.RowsDecodeError as exc:
             log.warning("the native decoder rejected a rows event of %s (%s); decoding it in Python", table, exc)
+        return None
+
+    def texts(self, ev: Any, table: str, columns: Sequence[Column], key: Sequence[int]) -> Optional[list]:
+        """The event's rows as (before_key, after_key, before, after): the images as their
+        changelog JSON text (core/row_text.py), the keys as tuples of the columns at ``key``.
+        None when the event needs dicts: ``rows`` then decodes it (a value only Python writes,
+        e.g. a JSON integer beyond 64 bits, or text in a multi-byte character set; logged
+        once per table and reason)."""
+        event = self._event(ev, table, columns)
+        if event is None:
+            return None
+        plan, args, present_after = event
+        try:
+            return plan.decode_text(*args, key, present_after)
+        except extension.Unsupported as exc:
+            self._once(f"text:{table}:{exc}", "a rows event of %s is decoded into dicts: %s", table, exc)
+        except extension.RowsDecodeError:
+            pass  # rows() decodes it again and says why
         return None

@@ -56,6 +56,18 @@ class NativePgRows:
             self._once(f"chunk: {exc}", "a chunk's rows are converted in Python: %s (logged once)", exc)
             return None
 
+    def change_text(self, rel: Relation, payload: bytes, key: list[int]) -> Optional[tuple]:
+        """(tag, before_key, after_key, before, after) of an Insert/Update/Delete message, the
+        images as their changelog JSON text (core/row_text.py), the keys as tuples of the
+        columns at ``key``; or None: ``change`` gives it as dicts (a value only Python writes
+        exactly, an unchanged-TOAST column, ...; logged once per reason)."""
+        try:
+            return self.plan(rel).change_text(payload, key)
+        except extension.Unsupported as exc:
+            reason = f"{rel.qualified_name}: {exc}"
+            self._once("text " + reason, "a change of %s is decoded into dicts (logged once)", reason)
+            return None
+
     def change(self, rel: Relation, payload: bytes) -> Optional[tuple]:
         try:
             return self.plan(rel).change(payload)

@@ -449,7 +449,7 @@ class PostgresSource:
         return label
 
     # -- log ----------------------------------------------------------------------------
-    def _reset_stream(self) -> None:
+    def _reset_stream(self, texts: bool = False) -> None:
         self._decoder = LogDecoder(
             self.source_id,
             self.watermark_table,
@@ -459,6 +459,7 @@ class PostgresSource:
             self._format_type,
             self._encoding,
             self._partitions.root_of,
+            texts,
         )
         self._deferred_error: Optional[BaseException] = None
         self._acked = 0
@@ -480,10 +481,12 @@ class PostgresSource:
             )
             self._slot_created = True
 
-    def start_log(self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None) -> None:
+    def start_log(
+        self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None, texts: bool = False
+    ) -> None:
         # No floor needed: LSNs only grow, on a promoted standby too.
         self._close_stream()
-        self._reset_stream()
+        self._reset_stream(texts)
         start = commit_lsn_of(after) if after is not None else 0
         slot = self._slot_row()
         if slot is not None:

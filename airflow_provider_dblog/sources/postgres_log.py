@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional
 
 from ..core.errors import ConfigurationError
 from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
+from ..core.row_text import loads_row
 from ..core.toast import fill_from_before, unchanged_columns
 from . import pgoutput
 from .pgoutput import Relation  # annotations: the name `pgoutput` is also a method below
@@ -95,6 +96,7 @@ class LogDecoder:
         format_type: Callable[[int, int], str],
         encoding: str = "utf-8",  # the database's, as a Python codec name
         root_of: Callable[[str], Optional[str]] = lambda table: None,
+        texts: bool = False,  # row images as their changelog JSON text where it can (start_log)
     ):
         self.source_id = source_id
         self.watermark_table = watermark_table
@@ -116,6 +118,9 @@ class LogDecoder:
         # (partition, root, position) of TRUNCATEs of partitions without their root.
         self.partial_truncates: list[tuple[str, str, Position]] = []
         self._native = NativePgRows(self._type_name)
+        self._texts = texts
+        # relid -> (its Relation, the table's schema id, the key's column indices or None)
+        self._key_columns: dict[int, tuple[Relation, str, Optional[list[int]]]] = {}
 
     def _target(self, name: str) -> Optional[str]:
         """The captured table (or the watermark table) a change of ``name`` belongs to: the
@@ -178,11 +183,54 @@ class LogDecoder:
         if table is None:
             self._txn.next_position()  # numbered like every change of the transaction
             return True
+        if self._texts and table != self.watermark_table and self._text_change(table, rel, payload):
+            return True
         decoded = self._native.change(rel, payload)
         if decoded is None:
             return False
         tag, before, after = decoded
         self._change(table, _OP_OF_TAG[tag], before, after, self._txn.next_position(), self._txn)
+        return True
+
+    def _text_change(self, table: str, rel: Relation, payload: bytes) -> bool:
+        """``_native_change`` with the images as JSON text (start_log's ``texts``); False:
+        make dicts. An update that changes the key keeps dict images (the engine splits it)."""
+        if table not in self._announced:
+            self._use_schema(self._schema(table))
+        schema = self._schema(table)
+        sid = schema.schema_id()
+        cached = self._key_columns.get(rel.relid)
+        if cached is not None and cached[0] is rel and cached[1] == sid:
+            key = cached[2]
+        else:
+            names = [c.name for c in rel.columns]
+            key = [names.index(k) for k in schema.key] if all(k in names for k in schema.key) else None
+            self._key_columns[rel.relid] = (rel, sid, key)
+        decoded = self._native.change_text(rel, payload, key) if key is not None else None
+        if decoded is None:
+            return False
+        tag, before_key, after_key, before, after = decoded
+        op = _OP_OF_TAG[tag]
+        if op is Op.UPDATE and before_key is not None and before_key != after_key:
+            before, after = loads_row(before), loads_row(after)
+        txn = self._txn
+        assert txn is not None  # _native_change checked
+        self.pending.append(
+            ChangeEvent(
+                self.source_id,
+                table,
+                op,
+                before_key if op is Op.DELETE else after_key,
+                before,
+                after,
+                txn.next_position(),
+                txn.commit_ts,
+                txn.txid,
+                Origin.LOG,
+                None,
+                sid,
+            )
+        )
         return True
 
     def _relation(self, relid: int) -> Relation:

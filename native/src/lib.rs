@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 
 mod mysql_text;
 mod pgoutput;
+mod row_json;
 
 create_exception!(
     airflow_provider_dblog._rows_native,
@@ -112,9 +113,10 @@ enum Cell {
     Codec(usize, usize), // slice decoded with the column's Python codec
     Json(usize, usize),  // validated UTF-8 slice, parsed as JSON (Plan::json)
     JsonCodec(usize, usize),
-    JsonText(String), // JSON text decoded through a single-byte table
-    Text(String),
-    B64(String),
+    // Ranges of the parse's scratch text (one buffer per call instead of a String per value):
+    JsonText(usize, usize), // JSON text decoded through a single-byte table
+    Text(usize, usize),
+    B64(usize, usize),
     Label(usize),
 }
 
@@ -139,6 +141,9 @@ struct Plan {
     /// byte), so that its text is decoded in phase 1 without a Python codec call.
     tables: Vec<Option<ByteTable>>,
     labels: Vec<Vec<Py<PyString>>>,
+    label_texts: Vec<Vec<String>>, // the same labels, for decode_text without the GIL
+    /// `"name":` of each column as JSON (with the comma before it from the second on).
+    prefixes: Vec<String>,
     json_loads: Py<PyAny>,
     orjson_loads: Option<Py<PyAny>>,
     b64_key: Py<PyString>,
@@ -279,6 +284,20 @@ impl Plan {
             tables.push(table);
             labels.push(col_labels);
         }
+        let prefixes = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let mut p = String::from(if i == 0 { "" } else { "," });
+                row_json::push_str(&mut p, name);
+                p.push(':');
+                p
+            })
+            .collect();
+        let label_texts = labels
+            .iter()
+            .map(|ls| ls.iter().map(|l| l.bind(py).to_string()).collect())
+            .collect();
         let names: Vec<Py<PyString>> = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
         let template = row_template(py, &names)?;
         let json_loads = py.import("json")?.getattr("loads")?.unbind();
@@ -293,6 +312,8 @@ impl Plan {
             codecs,
             tables,
             labels,
+            label_texts,
+            prefixes,
             json_loads,
             orjson_loads,
             b64_key: PyString::intern(py, "$b64").unbind(),
@@ -321,48 +342,78 @@ impl Plan {
         present_after: Option<&[u8]>,
     ) -> PyResult<Bound<'py, PyList>> {
         let buf = data.as_bytes();
-        if start > end || end > buf.len() {
-            return Err(RowsDecodeError::new_err(format!(
-                "rows event body {start}..{end} lies outside its packet of {} bytes",
-                buf.len()
-            )));
-        }
-        let n = self.cols.len();
-        let bitmap_len = n.div_ceil(8);
-        let images = match kind {
-            0 | 1 => 1,
-            2 => 2,
-            _ => {
-                return Err(PyValueError::new_err(
-                    "kind must be 0 (write), 1 (delete) or 2 (update)",
-                ))
-            }
-        };
-        let after = if images == 2 {
-            present_after.ok_or_else(|| PyValueError::new_err("an update needs present_after"))?
-        } else {
-            present
-        };
-        if present.len() < bitmap_len || after.len() < bitmap_len {
-            return Err(RowsDecodeError::new_err(format!(
-                "columns-present bitmap of {} bytes for {n} columns",
-                present.len().min(after.len())
-            )));
-        }
+        let (images, after) = self.check(buf, start, end, kind, present, present_after)?;
         let parse = || self.parse(buf, start, end, present, after, images);
         let parsed = if end - start >= RELEASE_GIL_BYTES {
             py.allow_threads(parse)
         } else {
             parse()
         };
-        let cells = parsed.map_err(|f| match f {
-            Fail::Truncated { col, need, at, left } => RowsDecodeError::new_err(format!(
-                "rows event truncated: column {col} ({}) needs {need} bytes at offset {at}, {left} left",
-                self.names[col].bind(py)
-            )),
-            Fail::Unsupported(msg) => Unsupported::new_err(msg),
-        })?;
-        self.build(py, buf, &cells, kind, images)
+        let (cells, scratch) = parsed.map_err(|f| self.error(py, f))?;
+        self.build(py, buf, &scratch, &cells, kind, images)
+    }
+
+    /// The rows of one rows event as their changelog JSON: a list of (before_key, after_key,
+    /// before, after) tuples. The keys are tuples of the canonical values of the columns at
+    /// ``key``; the images are the text the Delta output writes for their dicts (row_json.rs),
+    /// made without a Python object per value. None for what the kind has not. Raises
+    /// ``Unsupported`` for a value only Python writes (a column in a multi-byte codec, a JSON
+    /// value with an integer beyond 64 bits, ...): ``decode`` then gives the dicts.
+    #[pyo3(signature = (data, start, end, kind, present, key, present_after=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
+    fn decode_text<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyBytes>,
+        start: usize,
+        end: usize,
+        kind: u8,
+        present: &[u8],
+        key: Vec<usize>,
+        present_after: Option<&[u8]>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let buf = data.as_bytes();
+        let (images, after) = self.check(buf, start, end, kind, present, present_after)?;
+        let n = self.cols.len();
+        if key.is_empty() || key.iter().any(|&c| c >= n) {
+            return Err(PyValueError::new_err("key must list column indices of the plan"));
+        }
+        let work = || {
+            let (cells, scratch) = self.parse(buf, start, end, present, after, images)?;
+            let texts = self.render(buf, &scratch, &cells)?;
+            Ok((cells, scratch, texts))
+        };
+        let done = if end - start >= RELEASE_GIL_BYTES {
+            py.allow_threads(work)
+        } else {
+            work()
+        };
+        let (cells, scratch, texts) = done.map_err(|f| self.error(py, f))?;
+        let out = PyList::empty(py);
+        let none = py.None();
+        for (r, row) in texts.chunks(images).enumerate() {
+            let mut parts: Vec<Bound<'py, PyAny>> = Vec::with_capacity(4);
+            for img in 0..images {
+                let base = (r * images + img) * n;
+                let values = key
+                    .iter()
+                    .map(|&c| self.object(py, buf, &scratch, c, &cells[base + c]))
+                    .collect::<PyResult<Vec<_>>>()?;
+                parts.push(PyTuple::new(py, values)?.into_any());
+            }
+            let text = |i: usize| PyString::new(py, &row[i]).into_any();
+            let none = none.bind(py).clone();
+            let item = match kind {
+                0 => [none.clone(), parts.pop().unwrap(), none, text(0)],
+                1 => [parts.pop().unwrap(), none.clone(), text(0), none],
+                _ => {
+                    let after_key = parts.pop().unwrap();
+                    [parts.pop().unwrap(), after_key, text(0), text(1)]
+                }
+            };
+            out.append(PyTuple::new(py, item)?)?;
+        }
+        Ok(out)
     }
 }
 
@@ -444,6 +495,14 @@ pub(crate) fn row_template(py: Python<'_>, names: &[Py<PyString>]) -> PyResult<P
     Ok(template.unbind())
 }
 
+/// `v` in decimal (push_digits with a sign).
+pub(crate) fn push_int(out: &mut String, v: i64) {
+    if v < 0 {
+        out.push('-');
+    }
+    push_digits(out, v.unsigned_abs(), 0);
+}
+
 /// `v` in decimal, zero-padded to at least `width` digits: what `{v:0width$}` writes, without
 /// core::fmt's machinery (which was most of the cost of a formatted date or decimal).
 pub(crate) fn push_digits(out: &mut String, mut v: u64, width: usize) {
@@ -485,11 +544,23 @@ fn iso_datetime(out: &mut String, (y, mo, d): (i64, i64, i64), (h, mi, s): (i64,
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 pub(crate) fn base64(raw: &[u8], pad_to: usize) -> String {
-    let mut bytes = raw.to_vec();
-    if bytes.len() < pad_to {
-        bytes.resize(pad_to, 0); // BINARY(n) is zero-padded; the binlog drops the padding
-    }
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    let mut out = String::new();
+    base64_into(&mut out, raw, pad_to);
+    out
+}
+
+/// `raw` zero-padded to `pad_to` bytes, in base64, appended to `out`.
+pub(crate) fn base64_into(out: &mut String, raw: &[u8], pad_to: usize) {
+    let padded;
+    let bytes = if raw.len() < pad_to {
+        let mut v = raw.to_vec();
+        v.resize(pad_to, 0); // BINARY(n) is zero-padded; the binlog drops the padding
+        padded = v;
+        &padded[..]
+    } else {
+        raw
+    };
+    out.reserve(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
         let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
@@ -506,11 +577,115 @@ pub(crate) fn base64(raw: &[u8], pad_to: usize) -> String {
             '='
         });
     }
-    out
 }
 
 impl Plan {
-    fn parse(&self, d: &[u8], start: usize, end: usize, present: &[u8], after: &[u8], images: usize) -> R<Vec<Cell>> {
+    /// The checks both decoders make: (number of images per row, the after image's bitmap).
+    fn check<'a>(
+        &self,
+        buf: &[u8],
+        start: usize,
+        end: usize,
+        kind: u8,
+        present: &'a [u8],
+        present_after: Option<&'a [u8]>,
+    ) -> PyResult<(usize, &'a [u8])> {
+        if start > end || end > buf.len() {
+            return Err(RowsDecodeError::new_err(format!(
+                "rows event body {start}..{end} lies outside its packet of {} bytes",
+                buf.len()
+            )));
+        }
+        let n = self.cols.len();
+        let bitmap_len = n.div_ceil(8);
+        let images = match kind {
+            0 | 1 => 1,
+            2 => 2,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "kind must be 0 (write), 1 (delete) or 2 (update)",
+                ))
+            }
+        };
+        let after = if images == 2 {
+            present_after.ok_or_else(|| PyValueError::new_err("an update needs present_after"))?
+        } else {
+            present
+        };
+        if present.len() < bitmap_len || after.len() < bitmap_len {
+            return Err(RowsDecodeError::new_err(format!(
+                "columns-present bitmap of {} bytes for {n} columns",
+                present.len().min(after.len())
+            )));
+        }
+        Ok((images, after))
+    }
+
+    fn error(&self, py: Python<'_>, f: Fail) -> PyErr {
+        match f {
+            Fail::Truncated { col, need, at, left } => RowsDecodeError::new_err(format!(
+                "rows event truncated: column {col} ({}) needs {need} bytes at offset {at}, {left} left",
+                self.names[col].bind(py)
+            )),
+            Fail::Unsupported(msg) => Unsupported::new_err(msg),
+        }
+    }
+
+    /// Each image of `cells` as its JSON object text (no GIL needed).
+    fn render(&self, buf: &[u8], scratch: &str, cells: &[Cell]) -> R<Vec<String>> {
+        let n = self.cols.len();
+        let mut out = Vec::with_capacity(cells.len() / n);
+        for image in cells.chunks(n) {
+            let mut t = String::with_capacity(self.prefixes.iter().map(String::len).sum::<usize>() + 16 * n);
+            t.push('{');
+            for (c, cell) in image.iter().enumerate() {
+                t.push_str(&self.prefixes[c]);
+                self.cell_json(&mut t, buf, scratch, c, cell)?;
+            }
+            t.push('}');
+            out.push(t);
+        }
+        Ok(out)
+    }
+
+    /// One value as orjson writes the object `object` makes of it.
+    fn cell_json(&self, out: &mut String, buf: &[u8], scratch: &str, c: usize, cell: &Cell) -> R<()> {
+        // SAFETY (slices): validated as UTF-8 in phase 1.
+        let slice = |at: usize, len: usize| unsafe { std::str::from_utf8_unchecked(&buf[at..at + len]) };
+        match cell {
+            Cell::Null => out.push_str("null"),
+            Cell::I(v) => push_int(out, *v),
+            Cell::U(v) => push_digits(out, *v, 0),
+            Cell::F(v) => row_json::push_float(out, *v),
+            Cell::Utf8(at, len) => row_json::push_str(out, slice(*at, *len)),
+            Cell::Json(at, len) => row_json::push_json_text(out, slice(*at, *len))
+                .map_err(|m| Fail::Unsupported(format!("column {c}: {m}")))?,
+            Cell::JsonText(a, b) => row_json::push_json_text(out, &scratch[*a..*b])
+                .map_err(|m| Fail::Unsupported(format!("column {c}: {m}")))?,
+            Cell::Codec(..) | Cell::JsonCodec(..) => {
+                return unsupported(format!("column {c}: text in a character set only Python decodes"))
+            }
+            Cell::Text(a, b) => row_json::push_str(out, &scratch[*a..*b]),
+            Cell::B64(a, b) => {
+                out.push_str("{\"$b64\":\"");
+                out.push_str(&scratch[*a..*b]); // the base64 alphabet needs no escapes
+                out.push_str("\"}");
+            }
+            Cell::Label(idx) => row_json::push_str(out, &self.label_texts[c][*idx]),
+        }
+        Ok(())
+    }
+
+    /// The images' cells, and the scratch text their Text/B64/JsonText ranges point into.
+    fn parse(
+        &self,
+        d: &[u8],
+        start: usize,
+        end: usize,
+        present: &[u8],
+        after: &[u8],
+        images: usize,
+    ) -> R<(Vec<Cell>, String)> {
         let n = self.cols.len();
         let mut rd = Rd {
             d,
@@ -519,16 +694,17 @@ impl Plan {
             col: 0,
         };
         let mut cells = Vec::with_capacity(n * images * 16);
+        let mut scratch = String::with_capacity(end - start);
         while rd.pos < rd.end {
-            self.image(&mut rd, present, &mut cells)?;
+            self.image(&mut rd, present, &mut cells, &mut scratch)?;
             if images == 2 {
-                self.image(&mut rd, after, &mut cells)?;
+                self.image(&mut rd, after, &mut cells, &mut scratch)?;
             }
         }
-        Ok(cells)
+        Ok((cells, scratch))
     }
 
-    fn image(&self, rd: &mut Rd<'_>, present: &[u8], out: &mut Vec<Cell>) -> R<()> {
+    fn image(&self, rd: &mut Rd<'_>, present: &[u8], out: &mut Vec<Cell>, scratch: &mut String) -> R<()> {
         let n = self.cols.len();
         let bitmap = &present[..n.div_ceil(8)];
         // mysql-replication counts every bit of the bitmap; the padding bits are zero.
@@ -548,12 +724,14 @@ impl Plan {
                 continue;
             }
             rd.col = i;
-            out.push(self.value(rd, i, col)?);
+            out.push(self.value(rd, i, col, scratch)?);
         }
         Ok(())
     }
 
-    fn value(&self, rd: &mut Rd<'_>, i: usize, col: &Col) -> R<Cell> {
+    /// One value; text it makes is appended to `s` (the cell holds its range).
+    fn value(&self, rd: &mut Rd<'_>, i: usize, col: &Col, s: &mut String) -> R<Cell> {
+        let at0 = s.len();
         Ok(match col {
             Col::Int { width, unsigned } => {
                 let v = rd.le(*width)?;
@@ -564,7 +742,10 @@ impl Plan {
                     Cell::I(((v << shift) as i64) >> shift)
                 }
             }
-            Col::Decimal { precision, scale } => Cell::Text(decimal(rd, *precision, *scale)?),
+            Col::Decimal { precision, scale } => {
+                decimal(rd, *precision, *scale, s)?;
+                Cell::Text(at0, s.len())
+            }
             Col::Double => Cell::F(f64::from_bits(rd.le(8)?)),
             Col::Float => {
                 // FLOAT is normalised to 7 significant digits (mysql_values.py); Rust's exact
@@ -582,17 +763,20 @@ impl Plan {
                 let at = rd.pos;
                 let raw = rd.take(len)?;
                 match *out {
-                    AS_BINARY => Cell::B64(base64(raw, *pad)),
+                    AS_BINARY => {
+                        base64_into(s, raw, *pad);
+                        Cell::B64(at0, s.len())
+                    }
                     _ if *codec && self.tables[i].is_some() => {
                         let table = self.tables[i].as_ref().expect("a table column");
-                        let text = table
-                            .text(raw)
-                            .ok_or_else(|| Fail::Unsupported(format!("column {i}: a value its character set cannot decode")))?;
-                        match (text, *out == AS_JSON) {
-                            (None, false) => Cell::Utf8(at, len), // ASCII: the bytes are the text
-                            (None, true) => Cell::Json(at, len),
-                            (Some(t), false) => Cell::Text(t),
-                            (Some(t), true) => Cell::JsonText(t),
+                        let ascii = table.text(raw, s).ok_or_else(|| {
+                            Fail::Unsupported(format!("column {i}: a value its character set cannot decode"))
+                        })?;
+                        match (ascii, *out == AS_JSON) {
+                            (true, false) => Cell::Utf8(at, len), // ASCII: the bytes are the text
+                            (true, true) => Cell::Json(at, len),
+                            (false, false) => Cell::Text(at0, s.len()),
+                            (false, true) => Cell::JsonText(at0, s.len()),
                         }
                     }
                     _ if *codec => {
@@ -638,20 +822,19 @@ impl Plan {
                 } else if m > 12 || d > days_in_month(y, m) || y > 9999 {
                     return unsupported(format!("column {i}: a DATE that is no calendar date"));
                 } else {
-                    let mut t = String::with_capacity(10);
-                    push_digits(&mut t, y as u64, 4);
-                    t.push('-');
-                    push_digits(&mut t, m as u64, 2);
-                    t.push('-');
-                    push_digits(&mut t, d as u64, 2);
-                    Cell::Text(t)
+                    push_digits(s, y as u64, 4);
+                    s.push('-');
+                    push_digits(s, m as u64, 2);
+                    s.push('-');
+                    push_digits(s, d as u64, 2);
+                    Cell::Text(at0, s.len())
                 }
             }
             Col::DateTime2 { fsp } => {
                 let v = rd.be(5)? as i64;
                 let ym = (v >> 22) & 0x1FFFF;
                 let (y, mo, d) = (ym / 13, ym % 13, (v >> 17) & 0x1F);
-                let (h, mi, s) = ((v >> 12) & 0x1F, (v >> 6) & 0x3F, v & 0x3F);
+                let (h, mi, sec) = ((v >> 12) & 0x1F, (v >> 6) & 0x3F, v & 0x3F);
                 let micro = fraction(rd, *fsp)?;
                 let valid = (1..=9999).contains(&y)
                     && (1..=12).contains(&mo)
@@ -659,15 +842,14 @@ impl Plan {
                     && d <= days_in_month(y, mo)
                     && h <= 23
                     && mi <= 59
-                    && s <= 59;
+                    && sec <= 59;
                 if !valid {
                     Cell::Null // zero or invalid datetimes: no Python datetime
                 } else if micro > 999_999 {
                     return unsupported(format!("column {i}: fractional seconds out of range"));
                 } else {
-                    let mut t = String::with_capacity(26);
-                    iso_datetime(&mut t, (y, mo, d), (h, mi, s), micro.max(0));
-                    Cell::Text(t)
+                    iso_datetime(s, (y, mo, d), (h, mi, sec), micro.max(0));
+                    Cell::Text(at0, s.len())
                 }
             }
             Col::Timestamp2 { fsp } => {
@@ -680,15 +862,14 @@ impl Plan {
                     Cell::Null // a zero TIMESTAMP is written as epoch 0
                 } else {
                     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-                    let mut t = String::with_capacity(32);
                     iso_datetime(
-                        &mut t,
+                        s,
                         civil_from_days(days),
                         (rest / 3600, rest % 3600 / 60, rest % 60),
                         micro,
                     );
-                    t.push_str("+00:00");
-                    Cell::Text(t)
+                    s.push_str("+00:00");
+                    Cell::Text(at0, s.len())
                 }
             }
             Col::Time2 { fsp } => {
@@ -719,15 +900,22 @@ impl Plan {
                 if frac >= per_second {
                     return unsupported(format!("column {i}: a TIME fraction out of range"));
                 }
-                let (h, m, s) = ((hms >> 12) & 0x3FF, (hms >> 6) & 0x3F, hms & 0x3F);
-                let secs = h * 3600 + m * 60 + s;
+                let (h, m, sec) = ((hms >> 12) & 0x3FF, (hms >> 6) & 0x3F, hms & 0x3F);
+                let secs = h * 3600 + m * 60 + sec;
                 let micro = frac * micro_unit;
-                let sign = if v < 0 { "-" } else { "" };
-                let mut t = format!("{sign}{:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60);
-                if micro != 0 {
-                    let _ = write!(t, ".{micro:06}");
+                if v < 0 {
+                    s.push('-');
                 }
-                Cell::Text(t)
+                push_digits(s, secs / 3600, 2);
+                s.push(':');
+                push_digits(s, secs % 3600 / 60, 2);
+                s.push(':');
+                push_digits(s, secs % 60, 2);
+                if micro != 0 {
+                    s.push('.');
+                    push_digits(s, micro, 6);
+                }
+                Cell::Text(at0, s.len())
             }
             Col::Enum { size, labels } => {
                 let idx = rd.le(*size)? as usize;
@@ -741,18 +929,17 @@ impl Plan {
             }
             Col::Set { size, members, known } => {
                 let mask = rd.le(*size)?;
-                let mut t = String::new();
                 if *known {
                     for (bit, label) in members {
                         if mask & (1u64 << bit) != 0 {
-                            if !t.is_empty() {
-                                t.push(',');
+                            if s.len() > at0 {
+                                s.push(',');
                             }
-                            t.push_str(label);
+                            s.push_str(label);
                         }
                     }
                 }
-                Cell::Text(t)
+                Cell::Text(at0, s.len())
             }
         })
     }
@@ -761,6 +948,7 @@ impl Plan {
         &self,
         py: Python<'py>,
         buf: &[u8],
+        scratch: &str,
         cells: &[Cell],
         kind: u8,
         images: usize,
@@ -776,7 +964,7 @@ impl Plan {
                 let base = r * per_row + img * n;
                 let dict = self.template.bind(py).copy()?;
                 for (c, cell) in cells[base..base + n].iter().enumerate() {
-                    let value = self.object(py, buf, c, cell)?;
+                    let value = self.object(py, buf, scratch, c, cell)?;
                     dict.set_item(self.names[c].bind(py), value)?;
                 }
                 dicts.push(dict.into_any());
@@ -791,7 +979,14 @@ impl Plan {
         Ok(out)
     }
 
-    fn object<'py>(&self, py: Python<'py>, buf: &[u8], c: usize, cell: &Cell) -> PyResult<Bound<'py, PyAny>> {
+    fn object<'py>(
+        &self,
+        py: Python<'py>,
+        buf: &[u8],
+        scratch: &str,
+        c: usize,
+        cell: &Cell,
+    ) -> PyResult<Bound<'py, PyAny>> {
         Ok(match cell {
             Cell::Null => py.None().into_bound(py),
             Cell::I(v) => v.into_pyobject(py)?.into_any(),
@@ -810,11 +1005,11 @@ impl Plan {
                 let text = self.codec_text(py, buf, c, *at, *len)?;
                 self.json(py, c, text.into_any())?
             }
-            Cell::JsonText(t) => self.json(py, c, PyString::new(py, t).into_any())?,
-            Cell::Text(t) => PyString::new(py, t).into_any(),
-            Cell::B64(t) => {
+            Cell::JsonText(a, b) => self.json(py, c, PyString::new(py, &scratch[*a..*b]).into_any())?,
+            Cell::Text(a, b) => PyString::new(py, &scratch[*a..*b]).into_any(),
+            Cell::B64(a, b) => {
                 let d = PyDict::new(py);
-                d.set_item(self.b64_key.bind(py), PyString::new(py, t))?;
+                d.set_item(self.b64_key.bind(py), PyString::new(py, &scratch[*a..*b]))?;
                 d.into_any()
             }
             Cell::Label(idx) => self.labels[c][*idx].bind(py).clone().into_any(),
@@ -871,21 +1066,23 @@ struct ByteTable {
 }
 
 impl ByteTable {
-    /// `raw` decoded: Some(None) when it is ASCII the table maps to itself (the bytes are the
-    /// text), None when a byte is undefined in the character set.
-    fn text(&self, raw: &[u8]) -> Option<Option<String>> {
+    /// `raw` decoded, appended to `out`: Some(true) when it is ASCII the table maps to itself
+    /// (nothing appended: the bytes are the text), None when a byte is undefined in the
+    /// character set.
+    fn text(&self, raw: &[u8], out: &mut String) -> Option<bool> {
         if self.ascii && raw.is_ascii() {
-            return Some(None);
+            return Some(true);
         }
-        let mut out = String::with_capacity(raw.len() + raw.len() / 2);
+        let at = out.len();
         for &b in raw {
             let ch = self.chars[b as usize];
             if ch == UNDEFINED {
+                out.truncate(at);
                 return None;
             }
             out.push(ch);
         }
-        Some(Some(out))
+        Some(false)
     }
 }
 
@@ -938,13 +1135,16 @@ fn fraction(rd: &mut Rd<'_>, fsp: u32) -> R<i64> {
     Ok(v * 10i64.pow(6 - fsp))
 }
 
-/// MySQL's packed DECIMAL as plain text with the column's scale ('-12.30', '0.5', '7').
-fn decimal(rd: &mut Rd<'_>, precision: usize, scale: usize) -> R<String> {
+/// MySQL's packed DECIMAL as plain text with the column's scale ('-12.30', '0.5', '7'),
+/// appended to `out`.
+fn decimal(rd: &mut Rd<'_>, precision: usize, scale: usize, out: &mut String) -> R<()> {
     let integral = precision - scale;
     let (int_full, int_rest) = (integral / 9, integral % 9);
     let (frac_full, frac_rest) = (scale / 9, scale % 9);
     let size = DIG2BYTES[int_rest] + 4 * int_full + 4 * frac_full + DIG2BYTES[frac_rest];
-    let mut b = rd.take(size)?.to_vec();
+    let mut packed = [0u8; 32]; // DECIMAL(65, s) packs into 30 bytes at most
+    packed[..size].copy_from_slice(rd.take(size)?);
+    let b = &mut packed[..size];
     let negative = b[0] & 0x80 == 0;
     b[0] ^= 0x80;
     if negative {
@@ -956,29 +1156,33 @@ fn decimal(rd: &mut Rd<'_>, precision: usize, scale: usize) -> R<String> {
         pos += n;
         v
     };
-    let mut digits = String::with_capacity(precision + 2);
-    if int_rest > 0 {
-        push_digits(&mut digits, group(DIG2BYTES[int_rest]), 0);
-    }
-    for _ in 0..int_full {
-        push_digits(&mut digits, group(4), 9);
-    }
-    let mut out = String::with_capacity(precision + 3);
     if negative {
         out.push('-');
     }
-    let trimmed = digits.trim_start_matches('0');
-    out.push_str(if trimmed.is_empty() { "0" } else { trimmed });
+    let digits = out.len();
+    if int_rest > 0 {
+        push_digits(out, group(DIG2BYTES[int_rest]), 0);
+    }
+    for _ in 0..int_full {
+        push_digits(out, group(4), 9);
+    }
+    let zeros = out.as_bytes()[digits..].iter().take_while(|&&c| c == b'0').count();
+    if zeros == out.len() - digits {
+        out.truncate(digits);
+        out.push('0');
+    } else if zeros > 0 {
+        out.drain(digits..digits + zeros);
+    }
     if scale > 0 {
         out.push('.');
         for _ in 0..frac_full {
-            push_digits(&mut out, group(4), 9);
+            push_digits(out, group(4), 9);
         }
         if frac_rest > 0 {
-            push_digits(&mut out, group(DIG2BYTES[frac_rest]), frac_rest);
+            push_digits(out, group(DIG2BYTES[frac_rest]), frac_rest);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[pymodule]

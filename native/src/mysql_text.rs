@@ -53,7 +53,11 @@ impl MyTextPlan {
             kinds,
             b64_key: PyString::intern(py, "$b64").unbind(),
             json_loads: py.import("json")?.getattr("loads")?.unbind(),
-            orjson_loads: py.import("orjson").and_then(|m| m.getattr("loads")).ok().map(Bound::unbind),
+            orjson_loads: py
+                .import("orjson")
+                .and_then(|m| m.getattr("loads"))
+                .ok()
+                .map(Bound::unbind),
         })
     }
 
@@ -78,7 +82,8 @@ impl MyTextPlan {
                 None => py.None().into_bound(py),
                 Some(raw) => self.value(py, c, raw)?,
             };
-            dict.set_item(self.names[c].bind(py), value).map_err(|e| e.to_string())?;
+            dict.set_item(self.names[c].bind(py), value)
+                .map_err(|e| e.to_string())?;
         }
         if pos != d.len() {
             return Err("a row packet longer than its columns".into());
@@ -117,13 +122,18 @@ impl MyTextPlan {
                     return Err(bad("a number that is not finite"));
                 }
                 // FLOAT: 7 significant digits, as '%.7g' rounds (see the binlog decoder).
-                let v = if self.kinds[c] == FLOAT { format!("{v:.6e}").parse::<f64>().unwrap_or(v) } else { v };
+                let v = if self.kinds[c] == FLOAT {
+                    format!("{v:.6e}").parse::<f64>().unwrap_or(v)
+                } else {
+                    v
+                };
                 v.into_pyobject(py).unwrap_or_else(|e| match e {}).into_any()
             }
             TEXT => PyString::new(py, text()?).into_any(),
             BINARY => {
                 let d = PyDict::new(py);
-                d.set_item(self.b64_key.bind(py), base64(raw, 0)).map_err(|e| e.to_string())?;
+                d.set_item(self.b64_key.bind(py), base64(raw, 0))
+                    .map_err(|e| e.to_string())?;
                 d.into_any()
             }
             BIT => {
@@ -150,8 +160,13 @@ impl MyTextPlan {
                 }
                 None => py.None().into_bound(py),
             },
-            JSON => obj(loads_json(py, self.orjson_loads.as_ref(), &self.json_loads, PyString::new(py, text()?)))
-                .map_err(|_| bad("a value that is not JSON"))?,
+            JSON => obj(loads_json(
+                py,
+                self.orjson_loads.as_ref(),
+                &self.json_loads,
+                PyString::new(py, text()?),
+            ))
+            .map_err(|_| bad("a value that is not JSON"))?,
             _ => unreachable!("kinds are checked in new()"),
         })
     }
@@ -174,7 +189,11 @@ fn field<'a>(d: &'a [u8], pos: &mut usize) -> Option<Option<&'a [u8]>> {
             return Some(Some(s));
         }
     };
-    let len = d.get(*pos..*pos + n)?.iter().rev().fold(0usize, |acc, &b| (acc << 8) | b as usize);
+    let len = d
+        .get(*pos..*pos + n)?
+        .iter()
+        .rev()
+        .fold(0usize, |acc, &b| (acc << 8) | b as usize);
     *pos += n;
     let end = pos.checked_add(len)?;
     let s = d.get(*pos..end)?;

@@ -9,7 +9,7 @@
 //! the UTC ISO one, an unchanged-TOAST column, binary values, text that is no number of its
 //! kind, ...) raises `Unsupported`, and that message is decoded in Python instead.
 
-use crate::{base64, loads_json, Unsupported};
+use crate::{base64, loads_json, push_int, row_json, Unsupported};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
@@ -29,6 +29,7 @@ type U<T> = Result<T, String>; // Err: why the message goes to the Python decode
 #[pyclass(frozen, module = "airflow_provider_dblog._rows_native")]
 pub struct PgRowPlan {
     names: Vec<Py<PyString>>,
+    name_json: Vec<String>, // `"name":` per column (change_text)
     kinds: Vec<u8>,
     is_key: Vec<bool>,
     b64_key: Py<PyString>,
@@ -70,17 +71,33 @@ impl PgRowPlan {
             ));
         }
         if let Some(k) = kinds.iter().find(|&&k| k > JSON) {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown column kind {k}")));
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "unknown column kind {k}"
+            )));
         }
+        let name_json = names
+            .iter()
+            .map(|n| {
+                let mut j = String::new();
+                row_json::push_str(&mut j, n);
+                j.push(':');
+                j
+            })
+            .collect();
         let names: Vec<Py<PyString>> = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
         Ok(PgRowPlan {
+            name_json,
             template: crate::row_template(py, &names)?,
             names,
             kinds,
             is_key,
             b64_key: PyString::intern(py, "$b64").unbind(),
             json_loads: py.import("json")?.getattr("loads")?.unbind(),
-            orjson_loads: py.import("orjson").and_then(|m| m.getattr("loads")).ok().map(Bound::unbind),
+            orjson_loads: py
+                .import("orjson")
+                .and_then(|m| m.getattr("loads"))
+                .ok()
+                .map(Bound::unbind),
         })
     }
 
@@ -90,6 +107,25 @@ impl PgRowPlan {
     fn change<'py>(&self, py: Python<'py>, msg: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
         let d = msg.as_bytes();
         self.decode(py, d).map_err(Unsupported::new_err)
+    }
+
+    /// ``change`` with the images as their changelog JSON text (what the Delta output writes
+    /// for the dicts, crate::row_json): (tag, before_key, after_key, before, after), the keys
+    /// tuples of the columns at ``key`` (None with the image). Unsupported also for a value
+    /// only Python writes exactly (a JSON integer beyond 64 bits, ...) and for a key column a
+    /// key-only image lacks.
+    fn change_text<'py>(
+        &self,
+        py: Python<'py>,
+        msg: &Bound<'py, PyBytes>,
+        key: Vec<usize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if key.is_empty() || key.iter().any(|&c| c >= self.kinds.len()) {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "key must list column indices of the plan",
+            ));
+        }
+        self.decode_text(py, msg.as_bytes(), &key).map_err(Unsupported::new_err)
     }
 
     /// A chunk SELECT's rows (tuples in column order, values as psycopg2 gave them) as
@@ -105,7 +141,10 @@ impl PgRowPlan {
         for row in raw.iter() {
             let row = row.downcast_into::<PyTuple>()?;
             if row.len() != n {
-                return Err(Unsupported::new_err(format!("a row of {} columns, {n} planned", row.len())));
+                return Err(Unsupported::new_err(format!(
+                    "a row of {} columns, {n} planned",
+                    row.len()
+                )));
             }
             let dict = self.template.bind(py).copy()?;
             for (c, v) in row.iter().enumerate() {
@@ -124,6 +163,151 @@ impl PgRowPlan {
 }
 
 impl PgRowPlan {
+    fn decode_text<'py>(&self, py: Python<'py>, d: &[u8], key: &[usize]) -> U<Bound<'py, PyAny>> {
+        let mut rd = Rd { d, pos: 0 };
+        let tag = rd.byte()?;
+        rd.be(4)?; // the relation id: the caller chose this plan by it
+        let (before, after) = match tag {
+            b'I' => {
+                if rd.byte()? != b'N' {
+                    return Err("Insert without a new tuple".into());
+                }
+                (None, Some(self.tuple_text(py, &mut rd, false, key)?))
+            }
+            b'U' => {
+                let mut kind = rd.byte()?;
+                let mut old = None;
+                if kind == b'K' || kind == b'O' {
+                    old = Some(self.tuple_text(py, &mut rd, kind == b'K', key)?);
+                    kind = rd.byte()?;
+                }
+                if kind != b'N' {
+                    return Err("Update without a new tuple".into());
+                }
+                (old, Some(self.tuple_text(py, &mut rd, false, key)?))
+            }
+            b'D' => {
+                let kind = rd.byte()?;
+                if kind != b'K' && kind != b'O' {
+                    return Err("Delete without an old tuple".into());
+                }
+                (Some(self.tuple_text(py, &mut rd, kind == b'K', key)?), None)
+            }
+            _ => return Err(format!("message type {tag} is no row change")),
+        };
+        if rd.pos != d.len() {
+            return Err("trailing bytes after the row change".into());
+        }
+        let none = || py.None().into_bound(py);
+        let split = |image: Option<(Bound<'py, PyAny>, String)>| match image {
+            Some((k, text)) => (k, PyString::new(py, &text).into_any()),
+            None => (none(), none()),
+        };
+        let (before_key, before) = split(before);
+        let (after_key, after) = split(after);
+        (tag, before_key, after_key, before, after)
+            .into_pyobject(py)
+            .map(|t| t.into_any())
+            .map_err(|e| e.to_string())
+    }
+
+    /// One tuple as (its key tuple, its JSON text).
+    fn tuple_text<'py>(
+        &self,
+        py: Python<'py>,
+        rd: &mut Rd<'_>,
+        key_only: bool,
+        key: &[usize],
+    ) -> U<(Bound<'py, PyAny>, String)> {
+        let count = rd.be(2)? as usize;
+        if count != self.kinds.len() {
+            return Err(format!(
+                "{count} columns in the tuple, {} in the relation",
+                self.kinds.len()
+            ));
+        }
+        let mut raws: Vec<Option<&[u8]>> = Vec::with_capacity(count);
+        let mut out = String::with_capacity(32 * count);
+        out.push('{');
+        for c in 0..count {
+            let value = match rd.byte()? {
+                b'n' => None,
+                b't' => {
+                    let n = rd.be(4)? as usize;
+                    Some(rd.take(n)?)
+                }
+                b'u' => return Err("an unchanged TOAST value".into()),
+                k => return Err(format!("tuple column kind {k}")),
+            };
+            raws.push(value);
+            if key_only && !self.is_key[c] {
+                continue;
+            }
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push_str(&self.name_json[c]);
+            match value {
+                None => out.push_str("null"),
+                Some(raw) => self.value_json(&mut out, c, raw)?,
+            }
+        }
+        out.push('}');
+        let mut values = Vec::with_capacity(key.len());
+        for &k in key {
+            if key_only && !self.is_key[k] {
+                return Err(format!("column {k}: a key column the key-only image has not"));
+            }
+            values.push(match raws[k] {
+                None => py.None().into_bound(py),
+                Some(raw) => self.value(py, k, raw)?,
+            });
+        }
+        let key = PyTuple::new(py, values).map_err(|e| e.to_string())?;
+        Ok((key.into_any(), out))
+    }
+
+    /// One value as orjson writes the object ``value`` makes of it.
+    fn value_json(&self, out: &mut String, c: usize, raw: &[u8]) -> U<()> {
+        let text = std::str::from_utf8(raw).map_err(|_| format!("column {c}: text that is not UTF-8"))?;
+        let bad = |what: &str| format!("column {c}: {what}");
+        match self.kinds[c] {
+            TEXT => row_json::push_str(out, text),
+            INT => push_int(out, text.parse().map_err(|_| bad("an integer beyond 64 bits"))?),
+            FLOAT => match text {
+                "NaN" | "Infinity" | "-Infinity" => row_json::push_str(out, text),
+                _ => {
+                    let v: f64 = text.parse().map_err(|_| bad("a float it cannot read"))?;
+                    if !v.is_finite() {
+                        return Err(bad("a float spelled unlike PostgreSQL"));
+                    }
+                    row_json::push_float(out, v);
+                }
+            },
+            BOOL => out.push_str(match text {
+                "t" | "true" => "true",
+                "f" | "false" => "false",
+                _ => return Err(bad("not a boolean")),
+            }),
+            BYTEA => {
+                let hex = text.strip_prefix("\\x").ok_or_else(|| bad("bytea not in hex format"))?;
+                let bytes = unhex(hex.as_bytes()).ok_or_else(|| bad("bytea with an odd hex digit"))?;
+                out.push_str("{\"$b64\":\"");
+                out.push_str(&base64(&bytes, 0));
+                out.push_str("\"}");
+            }
+            TIMESTAMP | TIMESTAMPTZ => {
+                let iso = iso_timestamp(text, self.kinds[c] == TIMESTAMPTZ)
+                    .ok_or_else(|| bad("a timestamp not in UTC ISO form"))?;
+                row_json::push_str(out, &iso);
+            }
+            UUID => row_json::push_str(out, &text.to_ascii_lowercase()),
+            JSON => row_json::push_json_text(out, text).map_err(|m| bad(&m))?,
+            _ => unreachable!("kinds are checked in new()"),
+        }
+        Ok(())
+    }
+
     fn decode<'py>(&self, py: Python<'py>, d: &[u8]) -> U<Bound<'py, PyAny>> {
         let mut rd = Rd { d, pos: 0 };
         let tag = rd.byte()?;
@@ -169,10 +353,18 @@ impl PgRowPlan {
     fn tuple<'py>(&self, py: Python<'py>, rd: &mut Rd<'_>, key_only: bool) -> U<Bound<'py, PyAny>> {
         let count = rd.be(2)? as usize;
         if count != self.kinds.len() {
-            return Err(format!("{count} columns in the tuple, {} in the relation", self.kinds.len()));
+            return Err(format!(
+                "{count} columns in the tuple, {} in the relation",
+                self.kinds.len()
+            ));
         }
         // A key-only image holds the key columns only; a full one starts from the template.
-        let row = if key_only { Ok(PyDict::new(py)) } else { self.template.bind(py).copy() }.map_err(|e| e.to_string())?;
+        let row = if key_only {
+            Ok(PyDict::new(py))
+        } else {
+            self.template.bind(py).copy()
+        }
+        .map_err(|e| e.to_string())?;
         for c in 0..count {
             let value = match rd.byte()? {
                 b'n' => None,
@@ -216,14 +408,19 @@ impl PgRowPlan {
             },
             BOOL => match text {
                 "t" | "true" => true.into_pyobject(py).map_err(|e| e.to_string())?.to_owned().into_any(),
-                "f" | "false" => false.into_pyobject(py).map_err(|e| e.to_string())?.to_owned().into_any(),
+                "f" | "false" => false
+                    .into_pyobject(py)
+                    .map_err(|e| e.to_string())?
+                    .to_owned()
+                    .into_any(),
                 _ => return Err(bad("not a boolean")),
             },
             BYTEA => {
                 let hex = text.strip_prefix("\\x").ok_or_else(|| bad("bytea not in hex format"))?;
                 let bytes = unhex(hex.as_bytes()).ok_or_else(|| bad("bytea with an odd hex digit"))?;
                 let d = PyDict::new(py);
-                d.set_item(self.b64_key.bind(py), base64(&bytes, 0)).map_err(|e| e.to_string())?;
+                d.set_item(self.b64_key.bind(py), base64(&bytes, 0))
+                    .map_err(|e| e.to_string())?;
                 d.into_any()
             }
             TIMESTAMP | TIMESTAMPTZ => {
@@ -232,8 +429,13 @@ impl PgRowPlan {
                 PyString::new(py, &iso).into_any()
             }
             UUID => PyString::new(py, &text.to_ascii_lowercase()).into_any(),
-            JSON => loads_json(py, self.orjson_loads.as_ref(), &self.json_loads, PyString::new(py, text))
-                .map_err(|_| bad("a value that is not JSON"))?,
+            JSON => loads_json(
+                py,
+                self.orjson_loads.as_ref(),
+                &self.json_loads,
+                PyString::new(py, text),
+            )
+            .map_err(|_| bad("a value that is not JSON"))?,
             _ => unreachable!("kinds are checked in new()"),
         })
     }

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Optional
 
 import pytest
 
+orjson = pytest.importorskip("orjson")
 pymysql = pytest.importorskip("pymysql")
 pytest.importorskip("pymysqlreplication")
 from pymysqlreplication import BinLogStreamReader  # noqa: E402
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
 
+from airflow_provider_dblog.core import row_text  # noqa: E402
 from airflow_provider_dblog.sources import mysql_rows_native  # noqa: E402
 from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
 from airflow_provider_dblog.sources.mysql_rows_native import NativeRows  # noqa: E402
@@ -275,9 +278,10 @@ def schemas(env, db: str, tables: list[str]) -> dict:
         src.close()
 
 
-def both_paths(env, db: str, start: tuple, schema_of: dict) -> tuple[list, list]:
+def both_paths(env, db: str, start: tuple, schema_of: dict, texts: Optional[list] = None) -> tuple[list, list]:
     """(native results, Python results) per rows event since ``start``; a native result is
-    None where the decoder fell back."""
+    None where the decoder fell back. ``texts`` collects (table, the decoder's text result)
+    per event too (NativeRows.texts)."""
     stream = BinLogStreamReader(
         connection_settings={
             "host": env["DBLOG_MYSQL_HOST"],
@@ -300,6 +304,10 @@ def both_paths(env, db: str, start: tuple, schema_of: dict) -> tuple[list, list]
             table = f"{ev.schema}.{ev.table}"
             schema = schema_of[table]
             decoder.forget(table)  # a fresh plan for every event's table map
+            if texts is not None:
+                names = schema.column_names()
+                key = [names.index(k) for k in schema.key]
+                texts.append((table, decoder.texts(ev, table, schema.columns, key)))
             native.append((table, decoder.rows(ev, table, schema.columns)))  # before ev.rows moves the packet
             names, fns = schema.column_names(), binlog_converters(schema.columns)
 
@@ -394,7 +402,8 @@ def test_native_decoder_equals_python_on_every_type(env, root, db):
     sql(root, f"INSERT INTO `{db}`.other VALUES (1, UUID(), '2001:db8::1', '1.2.3.4', POINT(1, 2))")
 
     schema_of = schemas(env, db, ["t", "other"])
-    native, python = both_paths(env, db, start, schema_of)
+    texts: list = []
+    native, python = both_paths(env, db, start, schema_of, texts)
 
     assert len(native) == len(python) >= 14
     decoded = 0
@@ -420,6 +429,25 @@ def test_native_decoder_equals_python_on_every_type(env, root, db):
     # A value for every column kind was seen (not only NULLs).
     firsts = next(got for table, got in native if table.endswith(".t"))
     assert all(firsts[0][1][c] is not None for c in ("f", "d6530", "j", "bt64", "tm6", "ts6", "l1", "ch255"))
+
+    # The JSON-text decoding (start_log's texts) of the same events: the text the Delta output
+    # writes for the Python path's dicts, byte for byte, and the keys of both images.
+    key_of = schema_of[f"{db}.t"].key_getter()
+    as_text, as_dicts = 0, 0
+    for (table, got), (_, want) in zip(texts, python):
+        if table.endswith(".other"):
+            assert got is None
+            continue
+        if got is None:  # dicts only where a value has no exact text here: a JSON integer beyond 64 bits
+            assert any("123456789012345678901234567890" in row_text.dumps(img) for pair in want for img in pair if img)
+            as_dicts += 1
+            continue
+        assert len(got) == len(want)
+        for (before_key, after_key, before, after), (b, a) in zip(got, want):
+            assert (before, after) == (b and orjson.dumps(b).decode(), a and orjson.dumps(a).decode())
+            assert (before_key, after_key) == (b and key_of(b), a and key_of(a))
+            as_text += 1
+    assert as_text > 6000 and as_dicts == 2  # row 1's insert, and its update's before image
 
 
 def test_reader_uses_the_native_decoder_and_falls_back_per_table(env, root, db, caplog):
@@ -458,3 +486,49 @@ def test_reader_uses_the_native_decoder_and_falls_back_per_table(env, root, db, 
     ]
     fallbacks = [r.getMessage() for r in caplog.records if "decoded in Python" in r.getMessage()]
     assert len(fallbacks) == 1 and f"{db}.o" in fallbacks[0] and "uuid" in fallbacks[0]
+
+
+def test_reader_gives_row_texts_when_asked(env, root, db):
+    """start_log(texts=True): images as their changelog JSON text, except where a dict is
+    needed: an update that changes the key (the engine splits it), a value with no exact
+    text here (a JSON integer beyond 64 bits), a table mysql-replication decodes."""
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v varchar(10), j json)")
+    sql(root, f"CREATE TABLE `{db}`.o (id int PRIMARY KEY, u uuid)")
+    src = MySQLSource(
+        source_id=f"nat-{uuid.uuid4().hex[:8]}",
+        host=env["DBLOG_MYSQL_HOST"],
+        port=int(env["DBLOG_MYSQL_PORT"]),
+        user=env["DBLOG_MYSQL_ROOT_USER"],
+        password=env["DBLOG_MYSQL_ROOT_PASSWORD"],
+        tables=[f"{db}.t", f"{db}.o"],
+    )
+    src.open()
+    try:
+        src.start_log(None, texts=True)
+        sql(root, f"""INSERT INTO `{db}`.t VALUES (1, 'a"\\\\', '{{"x": [1, 2.50]}}'), (2, NULL, NULL)""")
+        sql(root, f"UPDATE `{db}`.t SET v = 'b' WHERE id = 1")
+        sql(root, f"UPDATE `{db}`.t SET id = 3 WHERE id = 2")
+        sql(root, f"DELETE FROM `{db}`.t WHERE id = 1")
+        sql(root, f"INSERT INTO `{db}`.t VALUES (4, 'big', '[123456789012345678901234567890]')")
+        sql(root, f"INSERT INTO `{db}`.o VALUES (1, '123e4567-e89b-12d3-a456-426614174000')")
+        src.write_watermark("end")
+        items: list = []
+        for _ in range(100):
+            items += src.poll(100, 0.2)
+            if any(getattr(i, "uuid", None) == "end" for i in items):
+                break
+        changes = [(i.op.value, i.key, i.before, i.after) for i in items if getattr(i, "op", None) is not None]
+    finally:
+        sql(root, "DELETE FROM dblog.watermarks WHERE source_id = %s", [src.source_id])
+        src.close()
+    row1 = '{"id":1,"v":"a\\"\\\\","j":{"x":[1,2.5]}}'
+    row1b = '{"id":1,"v":"b","j":{"x":[1,2.5]}}'
+    assert changes == [
+        ("c", (1,), None, row1),
+        ("c", (2,), None, '{"id":2,"v":null,"j":null}'),
+        ("u", (1,), row1, row1b),
+        ("u", (3,), {"id": 2, "v": None, "j": None}, {"id": 3, "v": None, "j": None}),
+        ("d", (1,), row1b, None),
+        ("c", (4,), None, {"id": 4, "v": "big", "j": [123456789012345678901234567890]}),
+        ("c", (1,), None, {"id": 1, "u": "123e4567-e89b-12d3-a456-426614174000"}),
+    ]

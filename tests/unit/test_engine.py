@@ -5,6 +5,7 @@ a bad request that fails only its dump, and a TRUNCATE inside a chunk window. Th
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -14,9 +15,9 @@ from airflow_provider_dblog.core.batch import DumpRows
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import DBLogError, PositionLostError
-from airflow_provider_dblog.core.events import Column, Op, Origin, TableSchema, WatermarkEvent
+from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, TableSchema, WatermarkEvent
 from airflow_provider_dblog.core.protocols import ChunkResult
-from airflow_provider_dblog.core.row_text import ChunkTexts
+from airflow_provider_dblog.core.row_text import ChunkTexts, dumps
 from airflow_provider_dblog.core.schema_watch import schema_key
 from airflow_provider_dblog.core.verify import replay
 
@@ -675,4 +676,52 @@ def test_chunk_rows_stay_dicts_for_an_output_that_does_not_take_texts(db, state)
     run, _ = dump_to_done(source, out, state, 50)
     run.stop()
     assert out.block_texts and not any(out.block_texts) and not getattr(source, "texted", 0)
+    assert replay(out.events) == db.snapshot(TABLE)
+
+
+class _TextLogSource(MemorySource):
+    """A source that gives the log's images as their JSON text when asked (start_log's
+    ``texts``), and a key update's as dicts, as the real sources do."""
+
+    log_texts: bool | None = None
+
+    def start_log(self, after, from_end=False, floor=None, texts=False):
+        self.log_texts = texts
+        super().start_log(after, from_end, floor)
+
+    def poll(self, max_items, timeout):
+        items = super().poll(max_items, timeout)
+        if not self.log_texts:
+            return items
+        return [
+            dataclasses.replace(i, before=i.before and dumps(i.before), after=i.after and dumps(i.after))
+            if isinstance(i, ChangeEvent) and not (i.before and i.after and SCHEMA.key_of(i.before) != i.key)
+            else i
+            for i in items
+        ]
+
+
+@pytest.mark.parametrize("takes_text", [True, False], ids=["text-output", "dict-output"])
+def test_log_images_reach_an_output_that_takes_texts_as_texts_and_key_updates_still_split(db, state, takes_text):
+    source = _TextLogSource(db)
+    out = _TextChangelog() if takes_text else _BlockChangelog()
+    run = Running(source, out, state)
+    wait_until(lambda: source.opens == 1, what="the engine to open the source")
+    db.upsert(TABLE, {"id": 1000, "v": "a"})
+    db.upsert(TABLE, {"id": 1000, "v": "b"})
+    with db._lock:  # UPDATE ... SET id = 1001 WHERE id = 1000
+        before = db.rows[TABLE].pop((1000,))
+        db.rows[TABLE][(1001,)] = after = {"id": 1001, "v": "b"}
+        db.log.append(ChangeEvent(SOURCE_ID, TABLE, Op.UPDATE, (1001,), before, after, db._position()))
+    end = db.delete(TABLE, (1,))
+    wait_until(lambda: any(e.position == end for e in out.events), what="the log to be written")
+    run.stop()
+
+    assert source.log_texts is takes_text
+    log = [e for e in out.events if e.origin is Origin.LOG]
+    as_dicts = [(e.op, e.key) for e in log if str not in (type(e.before), type(e.after))]
+    # Text for every change but the key update, split into a delete and a create of dicts.
+    assert len(log) == 200 + 5
+    assert as_dicts == ([(Op.DELETE, (1000,)), (Op.CREATE, (1001,))] if takes_text else [(e.op, e.key) for e in log])
+    assert [(e.op, e.key) for e in log if e.key in ((1000,), (1001,))][-2:] == [(Op.DELETE, (1000,)), (Op.CREATE, (1001,))]
     assert replay(out.events) == db.snapshot(TABLE)

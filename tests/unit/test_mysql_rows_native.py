@@ -7,13 +7,17 @@ are those of MySQL's binlog documentation), so that the error handling can be dr
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import random
 import struct
 from types import SimpleNamespace
 
 import pytest
 
 native = pytest.importorskip("airflow_provider_dblog._rows_native")
+orjson = pytest.importorskip("orjson")
 
 from pymysqlreplication.constants import FIELD_TYPE  # noqa: E402
 
@@ -307,3 +311,115 @@ def test_time2_reads_the_packed_number_so_negative_fractions_are_exact():
         ((_, row),) = decode(plan, image([False], time2_bytes(text, fsp)), present=b"\x01")
         want = text if "." not in text else text.split(".")[0] + "." + text.split(".")[1].ljust(6, "0")
         assert row == {"tm": want}, (text, fsp)
+
+
+def decode_text(plan, body: bytes, key: list[int], kind: int = WRITE, present: bytes = ALL, after=None):
+    data = b"HEADER" + body + b"CRC!"
+    return plan.decode_text(data, 6, 6 + len(body), kind, present, key, after)
+
+
+def same_as_dicts(plan, body: bytes, key: list[int], kind: int = WRITE, present: bytes = ALL, after=None) -> list:
+    """decode_text's rows, checked against decode's: each image the text orjson writes for
+    the dict (what the Delta output stores), each key the key columns' values."""
+    texts = decode_text(plan, body, key, kind, present, after)
+    dicts = decode(plan, body, kind, present, after)
+    names = [list(img) for pair in dicts for img in pair if img][0] if dicts else []
+    assert len(texts) == len(dicts)
+    for (bk, ak, bt, at), (b, a) in zip(texts, dicts):
+        assert (bt, at) == (b and orjson.dumps(b).decode(), a and orjson.dumps(a).decode())
+        keys = [(img and tuple(img[names[k]] for k in key)) for img in (b, a)]
+        assert (bk, ak) == tuple(keys)
+    return texts
+
+
+def test_row_texts_match_the_dicts_of_every_kind():
+    row1 = image([False, False, False], struct.pack("<i", 7), var('é "q" \\ \x01\x1f\x7f\n\t'.encode()), POS)
+    row2 = image([False, True, False], struct.pack("<i", -1), NEG)
+    assert same_as_dicts(PLAN, row1 + row2, [0]) == [
+        (None, (7,), None, '{"id":7,"name":"é \\"q\\" \\\\ \\u0001\\u001f\x7f\\n\\t","amount":"1234567890.1234"}'),
+        (None, (-1,), None, '{"id":-1,"name":null,"amount":"-1234567890.1234"}'),
+    ]
+    assert same_as_dicts(PLAN, row2, [0, 2], DELETE)[0][:2] == ((-1, "-1234567890.1234"), None)
+    before, after = image([False], struct.pack("<i", 7)), image([False], var(b"x"))
+    ((bk, ak, _, _),) = same_as_dicts(PLAN, before + after, [0], UPDATE, b"\x01", b"\x02")
+    assert (bk, ak) == ((7,), (None,))  # a minimal image: the after key is not in it
+    assert decode_text(PLAN, b"", [0]) == []
+    with pytest.raises(ValueError, match="key must list column indices"):
+        decode_text(PLAN, b"", [3])
+
+
+def test_row_texts_write_floats_as_orjson_does():
+    plan = native.Plan(["d"], [(mrn.DOUBLE, 0, 0, 0, None)])
+    rng = random.Random(13)
+    values = [0.0, -0.0, 1.0, 0.1, 1e15, 1e16, 1.5e16, 123456789012345678.0, 1e-5, 1.5e-5, 1e-6, 1.234e-6, 1e-7]
+    values += [5e-324, 1.7976931348623157e308, -2.5e-300, 1e100, 3.14e-10, 0.001, 1234567.0, 9007199254740993.0]
+    values += [struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(3000)]
+    values += [rng.uniform(-1e6, 1e6) for _ in range(1000)] + [
+        float(rng.randint(-(10**18), 10**18)) for _ in range(500)
+    ]
+    values = [v for v in values if math.isfinite(v)]
+    body = b"".join(image([False], struct.pack("<d", v)) for v in values)
+    texts = same_as_dicts(plan, body, [0])
+    assert [json.loads(t)["d"] for _, _, _, t in texts] == values
+
+
+def test_row_texts_of_json_columns_are_python_s_value_written_by_orjson():
+    plan = native.Plan(["j"], [(STRING, 4, AS_JSON, 0, None)])
+    docs = [
+        '{"b": 1, "a": [1, 2.50, -0.0, 1e2, 1E-7, -3.5e+20], "b": {"x": null}}',  # duplicate key: first place, last value
+        '{"a": {"k": 1, "k": [2, {"k": 3, "j": 4, "k": 5}]}, "a2": "\\"k\\""}',
+        ' [true, false, null, "é\\u00e9\\n\\"\\\\\\/\\u001f\\ud83d\\ude80", 18446744073709551615, -9223372036854775808] ',
+        '"plain"',
+        "12",
+        "1.0",
+        "{}",
+        "[[[[[[[[[[1]]]]]]]]]]",
+    ]
+    body = b"".join(image([False], struct.pack("<I", len(d.encode())) + d.encode()) for d in docs)
+    texts = same_as_dicts(plan, body, [0])
+    assert texts[0][3] == '{"j":{"b":{"x":null},"a":[1,2.5,-0.0,100.0,1e-7,-3.5e+20]}}'
+    # Floats as Python reads them (serde_json's float_roundtrip), integers up to 18 digits.
+    rng = random.Random(7)
+    numbers = [repr(struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]) for _ in range(2000)]
+    numbers += [f"{rng.uniform(-1, 1):.17g}" for _ in range(500)] + [
+        str(rng.randint(-(10**18) + 1, 10**18 - 1)) for _ in range(500)
+    ]
+    numbers += ["1.7976931348623157e308", "5e-324", "2.2250738585072011e-308", "0.1e1", "100E-2"]
+    numbers = [n for n in numbers if n not in ("nan", "inf", "-inf")]
+    doc = "[" + ", ".join(numbers) + "]"
+    same_as_dicts(plan, image([False], struct.pack("<I", len(doc)) + doc.encode()), [0])
+    # What Python reads in ways no exact text is made for here: the dicts of decode.
+    unlike = ("[123456789012345678901234567890]", "[-18446744073709551616]", "[-0]", '{"a": -0}', "[NaN]")
+    for doc in unlike + ('["\\ud800"]', "[1e400]", "[" * 200 + "]" * 200):
+        body = image([False], struct.pack("<I", len(doc)) + doc.encode())
+        with pytest.raises(native.Unsupported, match="column 0: "):
+            decode_text(plan, body, [0])
+        decode(plan, body)  # the dict path takes it
+
+
+def test_row_texts_of_binary_temporal_enum_set_and_single_byte_text():
+    latin1 = ("cp1252", CP1252)
+    plan = native.Plan(
+        ["bn", "e", "s", "l1", "d", "dt", "tm"],
+        [
+            (STRING, 1, AS_BINARY, 4, None),
+            (ENUM, 1, 0, 0, ["", "x", 'Y "z"']),
+            (SET, 1, 0, 0, [(2, "c"), (0, "a\\")]),
+            (STRING, 2, AS_TEXT, 0, latin1),
+            (DATE, 0, 0, 0, None),
+            (DATETIME2, 6, 0, 0, None),
+            (TIME2, 3, 0, 0, None),
+        ],
+    )
+    body = image(
+        [False] * 4 + [True] * 3,
+        var(b"ab"),
+        b"\x02",
+        b"\x05",
+        b"\x05\x00caf\xe9\x80",
+    )
+    ((_, _, _, text),) = same_as_dicts(plan, body, [0])
+    assert text == '{"bn":{"$b64":"YWIAAA=="},"e":"Y \\"z\\"","s":"c,a\\\\","l1":"café€","d":null,"dt":null,"tm":null}'
+    codec = native.Plan(["t"], [(STRING, 1, AS_TEXT, 0, "gbk")])  # a multi-byte codec: Python decodes it
+    with pytest.raises(native.Unsupported, match="only Python decodes"):
+        decode_text(codec, image([False], var(b"ab")), [0])

@@ -4,9 +4,12 @@ back (unchanged TOAST, odd timestamps, binary values) decoded by the Python path
 
 from __future__ import annotations
 
+import dataclasses
+
+import orjson
 import pytest
 
-from airflow_provider_dblog.core.events import Column, TableSchema
+from airflow_provider_dblog.core.events import ChangeEvent, Column, TableSchema
 from airflow_provider_dblog.sources import pgoutput, pgoutput_native
 from airflow_provider_dblog.sources.pgoutput import UNCHANGED_TOAST
 from airflow_provider_dblog.sources.postgres_catalog import TableInfo
@@ -116,6 +119,41 @@ def test_the_native_decoder_gives_the_python_decoders_events(monkeypatch):
     assert first.after["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
     assert first.after["j"]["big"] == 123456789012345678901234567890  # exact: not orjson's float
     assert first.after["ts"] == "2024-01-02T03:04:05.120000" and first.after["by"] == {"$b64": "3q2+7wA="}
+
+
+def test_row_texts_are_the_text_the_output_writes_for_the_python_decoders_images(monkeypatch):
+    """LogDecoder(texts=True) (start_log's texts): the same events, each image as the JSON
+    text orjson writes for the Python path's dict, except where a dict is needed."""
+    key_change = update(300, new=("8",) + NULLS[1:], old=NULLS[:1] + (None,) * (len(COLUMNS) - 1))
+    odd = ("9", "-7", "NaN", "", "f", None, None, None, None, "[]", '{"a": 1e-7, "a": -0.0}', "\\x", "NaN", "-1.5e-07")
+    odd_floats = insert(300, *odd, "{}", "::1")
+    extra = [odd_floats, key_change]
+    MESSAGES[-1:-1] = extra
+    try:
+        python, _ = _events(False, monkeypatch)
+        dec = _decoder()
+        dec._texts = True
+        for m in MESSAGES:
+            dec.pgoutput(m)
+        texts = list(dec.pending)
+    finally:
+        del MESSAGES[-1 - len(extra) : -1]
+    assert len(texts) == len(python) == 13
+    as_text = []
+    for i, (t, p) in enumerate(zip(texts, python)):
+        if isinstance(t, ChangeEvent) and str in (type(t.before), type(t.after)):
+            want = tuple(img and orjson.dumps(img).decode() for img in (p.before, p.after))
+            assert (t.before, t.after) == want
+            assert dataclasses.replace(t, before=p.before, after=p.after) == p
+            as_text.append(i)
+        else:
+            assert t == p
+    # As text: the inserts of NULLS and of odd values, and the key-only delete. As dicts: the images with the big
+    # JSON integer, what the Python path decodes (infinity, +02, BC, unchanged TOAST), and the
+    # update from key 2 to 8, whose key-only before the engine needs to split it.
+    assert as_text == [2, 9, 11]
+    assert texts[9].before == '{"id":1}' and texts[12].before == {"id": 2} and texts[12].key == (8,)
+    assert '"jb":{"a":-0.0},"by":{"$b64":""},"f":"NaN","r":-1.5e-7,' in texts[11].after
 
 
 def test_a_binary_value_is_refused_by_the_python_path_as_before(monkeypatch):
