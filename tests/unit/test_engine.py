@@ -723,5 +723,8 @@ def test_log_images_reach_an_output_that_takes_texts_as_texts_and_key_updates_st
     # Text for every change but the key update, split into a delete and a create of dicts.
     assert len(log) == 200 + 5
     assert as_dicts == ([(Op.DELETE, (1000,)), (Op.CREATE, (1001,))] if takes_text else [(e.op, e.key) for e in log])
-    assert [(e.op, e.key) for e in log if e.key in ((1000,), (1001,))][-2:] == [(Op.DELETE, (1000,)), (Op.CREATE, (1001,))]
+    assert [(e.op, e.key) for e in log if e.key in ((1000,), (1001,))][-2:] == [
+        (Op.DELETE, (1000,)),
+        (Op.CREATE, (1001,)),
+    ]
     assert replay(out.events) == db.snapshot(TABLE)
