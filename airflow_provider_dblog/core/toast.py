@@ -40,8 +40,11 @@ def is_unchanged_toast(value: Any) -> bool:
     return value.__class__ is dict and len(value) == 1 and value.get(UNCHANGED_TOAST_KEY) is True
 
 
-def unchanged_columns(row: Optional[Row]) -> list[str]:
-    """The columns of ``row`` that hold the placeholder."""
+def unchanged_columns(row: Optional[Row | str]) -> list[str]:
+    """The columns of ``row`` (a dict, or its JSON text: core/row_text.py) that hold the
+    placeholder; a text without the placeholder's key is not parsed."""
+    if isinstance(row, str):
+        row = as_row(row) if f'"{UNCHANGED_TOAST_KEY}"' in row else None
     return [c for c, v in row.items() if is_unchanged_toast(v)] if row else []
 
 
@@ -173,7 +176,7 @@ class ToastRepairs:
 
 def keys_with_placeholders(events: Sequence[ChangeEvent]) -> list[tuple[str, Key]]:
     """(table, key) of the events whose ``after`` holds a placeholder."""
-    return [(e.table, e.key) for e in events if e.after is not None and unchanged_columns(as_row(e.after))]
+    return [(e.table, e.key) for e in events if e.after is not None and unchanged_columns(e.after)]
 
 
 class ToastKnown:
@@ -212,7 +215,7 @@ class ToastKnown:
                         del keys[k]
                 elif item.op is Op.DELETE:
                     keys.pop((table, item.key), None)
-                elif item.after is not None and not unchanged_columns(as_row(item.after)):
+                elif item.after is not None and not unchanged_columns(item.after):
                     # only a row with every value in it (a split key update's new row, or
                     # anything the source did not report, may still hold a placeholder)
                     keys[(table, item.key)] = None

@@ -5,9 +5,12 @@ tests/integration/test_toast.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema
-from airflow_provider_dblog.core.toast import ToastHistory, ToastRepairs, unchanged_toast_value
+from airflow_provider_dblog.core.row_text import dumps
+from airflow_provider_dblog.core.toast import ToastHistory, ToastRepairs, unchanged_columns, unchanged_toast_value
 from airflow_provider_dblog.core.verify import replay
 from airflow_provider_dblog.state.local import LocalStateStore
 
@@ -36,6 +39,10 @@ def test_replay_keeps_the_previous_value_of_an_unchanged_toast_column():
     assert replay(events) == want
     assert replay(reversed(events)) == want  # any order: the Delta scan's order is not the log's
     assert replay([events[i] for i in (4, 2, 0, 5, 1, 3)]) == want
+    # The same with every image as its JSON text (a source's, for the Delta changelog).
+    as_text = [dataclasses.replace(e, after=dumps(e.after)) for e in events]
+    assert replay(as_text) == want
+    assert [unchanged_columns(e.after) for e in as_text] == [[], ["big"], ["big"], [], [], ["big"]]
 
 
 def test_replay_does_not_take_a_value_from_before_a_delete_and_a_later_dump_row_fills_it():
