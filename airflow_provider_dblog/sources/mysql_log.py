@@ -530,23 +530,25 @@ class BinlogReader(threading.Thread):
         sid, table, src = schema.schema_id(), schema.table, self._source_id
         commit_ts = ev.packet.timestamp * 1_000_000
         txid = self._txid()
-        if op is Op.DELETE:
-            return [
-                ChangeEvent(src, table, op, bk, b, None, pos, commit_ts, txid, Origin.LOG, None, sid)
-                for (bk, _, b, _), pos in zip(rows, positions)
-            ]
-        if op is Op.CREATE:
-            return [
-                ChangeEvent(src, table, op, ak, None, a, pos, commit_ts, txid, Origin.LOG, None, sid)
-                for (_, ak, _, a), pos in zip(rows, positions)
-            ]
+        keyed = 0 if op is Op.DELETE else 1
         return [
-            ChangeEvent(src, table, op, ak, b, a, pos, commit_ts, txid, Origin.LOG, None, sid)
-            if bk == ak
+            ChangeEvent(src, table, op, row[keyed], row[2], row[3], pos, commit_ts, txid, Origin.LOG, None, sid)
+            if op is not Op.UPDATE or row[0] == row[1]
             else ChangeEvent(
-                src, table, op, ak, loads_row(b), loads_row(a), pos, commit_ts, txid, Origin.LOG, None, sid
+                src,
+                table,
+                op,
+                row[1],
+                loads_row(row[2]),
+                loads_row(row[3]),
+                pos,
+                commit_ts,
+                txid,
+                Origin.LOG,
+                None,
+                sid,
             )
-            for (bk, ak, b, a), pos in zip(rows, positions)
+            for row, pos in zip(rows, positions)
         ]
 
     def _watermarks(self, ev: Any, positions: list[Position]) -> list:

@@ -11,7 +11,7 @@
 
 use crate::{base64, loads_json, push_int, row_json, Unsupported};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
 // Column kinds (postgres_values.PG_KINDS has the same list, in this order).
 const TEXT: u8 = 0; // canonical as PostgreSQL prints it
@@ -162,42 +162,69 @@ impl PgRowPlan {
     }
 }
 
-impl PgRowPlan {
-    fn decode_text<'py>(&self, py: Python<'py>, d: &[u8], key: &[usize]) -> U<Bound<'py, PyAny>> {
-        let mut rd = Rd { d, pos: 0 };
-        let tag = rd.byte()?;
-        rd.be(4)?; // the relation id: the caller chose this plan by it
-        let (before, after) = match tag {
-            b'I' => {
-                if rd.byte()? != b'N' {
-                    return Err("Insert without a new tuple".into());
-                }
-                (None, Some(self.tuple_text(py, &mut rd, false, key)?))
+/// One column's value, parsed and checked once for both renderings (Python object, JSON text).
+enum Val<'a> {
+    Text(&'a str),
+    Owned(String), // a timestamp in ISO form, a lower-case uuid
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Bytes(Vec<u8>),
+    Json(&'a str),
+}
+
+/// An Insert/Update/Delete message's (tag, before, after), each image read by `image(rd,
+/// key_only)`; None where the message has none.
+fn frame<T>(d: &[u8], mut image: impl FnMut(&mut Rd<'_>, bool) -> U<T>) -> U<(u8, Option<T>, Option<T>)> {
+    let mut rd = Rd { d, pos: 0 };
+    let tag = rd.byte()?;
+    rd.be(4)?; // the relation id: the caller chose this plan by it
+    let (before, after) = match tag {
+        b'I' => {
+            if rd.byte()? != b'N' {
+                return Err("Insert without a new tuple".into());
             }
-            b'U' => {
-                let mut kind = rd.byte()?;
-                let mut old = None;
-                if kind == b'K' || kind == b'O' {
-                    old = Some(self.tuple_text(py, &mut rd, kind == b'K', key)?);
-                    kind = rd.byte()?;
-                }
-                if kind != b'N' {
-                    return Err("Update without a new tuple".into());
-                }
-                (old, Some(self.tuple_text(py, &mut rd, false, key)?))
-            }
-            b'D' => {
-                let kind = rd.byte()?;
-                if kind != b'K' && kind != b'O' {
-                    return Err("Delete without an old tuple".into());
-                }
-                (Some(self.tuple_text(py, &mut rd, kind == b'K', key)?), None)
-            }
-            _ => return Err(format!("message type {tag} is no row change")),
-        };
-        if rd.pos != d.len() {
-            return Err("trailing bytes after the row change".into());
+            (None, Some(image(&mut rd, false)?))
         }
+        b'U' => {
+            let mut kind = rd.byte()?;
+            let mut old = None;
+            if kind == b'K' || kind == b'O' {
+                old = Some(image(&mut rd, kind == b'K')?);
+                kind = rd.byte()?;
+            }
+            if kind != b'N' {
+                return Err("Update without a new tuple".into());
+            }
+            (old, Some(image(&mut rd, false)?))
+        }
+        b'D' => {
+            let kind = rd.byte()?;
+            if kind != b'K' && kind != b'O' {
+                return Err("Delete without an old tuple".into());
+            }
+            (Some(image(&mut rd, kind == b'K')?), None)
+        }
+        _ => return Err(format!("message type {tag} is no row change")),
+    };
+    if rd.pos != d.len() {
+        return Err("trailing bytes after the row change".into());
+    }
+    Ok((tag, before, after))
+}
+
+impl PgRowPlan {
+    fn decode<'py>(&self, py: Python<'py>, d: &[u8]) -> U<Bound<'py, PyAny>> {
+        let (tag, before, after) = frame(d, |rd, key_only| self.tuple(py, rd, key_only))?;
+        let none = || py.None().into_bound(py);
+        (tag, before.unwrap_or_else(none), after.unwrap_or_else(none))
+            .into_pyobject(py)
+            .map(|t| t.into_any())
+            .map_err(|e| e.to_string())
+    }
+
+    fn decode_text<'py>(&self, py: Python<'py>, d: &[u8], key: &[usize]) -> U<Bound<'py, PyAny>> {
+        let (tag, before, after) = frame(d, |rd, key_only| self.tuple_text(py, rd, key_only, key))?;
         let none = || py.None().into_bound(py);
         let split = |image: Option<(Bound<'py, PyAny>, String)>| match image {
             Some((k, text)) => (k, PyString::new(py, &text).into_any()),
@@ -211,6 +238,50 @@ impl PgRowPlan {
             .map_err(|e| e.to_string())
     }
 
+    /// A TupleData's raw values (None: NULL), one per column of the relation.
+    fn columns<'a>(&self, rd: &mut Rd<'a>) -> U<Vec<Option<&'a [u8]>>> {
+        let count = rd.be(2)? as usize;
+        if count != self.kinds.len() {
+            return Err(format!(
+                "{count} columns in the tuple, {} in the relation",
+                self.kinds.len()
+            ));
+        }
+        (0..count)
+            .map(|_| match rd.byte()? {
+                b'n' => Ok(None),
+                b't' => {
+                    let n = rd.be(4)? as usize;
+                    Ok(Some(rd.take(n)?))
+                }
+                b'u' => Err("an unchanged TOAST value".into()),
+                k => Err(format!("tuple column kind {k}")),
+            })
+            .collect()
+    }
+
+    fn tuple<'py>(&self, py: Python<'py>, rd: &mut Rd<'_>, key_only: bool) -> U<Bound<'py, PyAny>> {
+        let raws = self.columns(rd)?;
+        // A key-only image holds the key columns only; a full one starts from the template.
+        let row = if key_only {
+            Ok(PyDict::new(py))
+        } else {
+            self.template.bind(py).copy()
+        }
+        .map_err(|e| e.to_string())?;
+        for (c, raw) in raws.into_iter().enumerate() {
+            if key_only && !self.is_key[c] {
+                continue;
+            }
+            let obj = match raw {
+                None => py.None().into_bound(py),
+                Some(raw) => self.value(py, c, raw)?,
+            };
+            row.set_item(self.names[c].bind(py), obj).map_err(|e| e.to_string())?;
+        }
+        Ok(row.into_any())
+    }
+
     /// One tuple as (its key tuple, its JSON text).
     fn tuple_text<'py>(
         &self,
@@ -219,27 +290,10 @@ impl PgRowPlan {
         key_only: bool,
         key: &[usize],
     ) -> U<(Bound<'py, PyAny>, String)> {
-        let count = rd.be(2)? as usize;
-        if count != self.kinds.len() {
-            return Err(format!(
-                "{count} columns in the tuple, {} in the relation",
-                self.kinds.len()
-            ));
-        }
-        let mut raws: Vec<Option<&[u8]>> = Vec::with_capacity(count);
-        let mut out = String::with_capacity(32 * count);
+        let raws = self.columns(rd)?;
+        let mut out = String::with_capacity(32 * raws.len());
         out.push('{');
-        for c in 0..count {
-            let value = match rd.byte()? {
-                b'n' => None,
-                b't' => {
-                    let n = rd.be(4)? as usize;
-                    Some(rd.take(n)?)
-                }
-                b'u' => return Err("an unchanged TOAST value".into()),
-                k => return Err(format!("tuple column kind {k}")),
-            };
-            raws.push(value);
+        for (c, raw) in raws.iter().enumerate() {
             if key_only && !self.is_key[c] {
                 continue;
             }
@@ -247,7 +301,7 @@ impl PgRowPlan {
                 out.push(',');
             }
             out.push_str(&self.name_json[c]);
-            match value {
+            match raw {
                 None => out.push_str("null"),
                 Some(raw) => self.value_json(&mut out, c, raw)?,
             }
@@ -267,177 +321,76 @@ impl PgRowPlan {
         Ok((key.into_any(), out))
     }
 
-    /// One value as orjson writes the object ``value`` makes of it.
-    fn value_json(&self, out: &mut String, c: usize, raw: &[u8]) -> U<()> {
-        let text = std::str::from_utf8(raw).map_err(|_| format!("column {c}: text that is not UTF-8"))?;
-        let bad = |what: &str| format!("column {c}: {what}");
-        match self.kinds[c] {
-            TEXT => row_json::push_str(out, text),
-            INT => push_int(out, text.parse().map_err(|_| bad("an integer beyond 64 bits"))?),
-            FLOAT => match text {
-                "NaN" | "Infinity" | "-Infinity" => row_json::push_str(out, text),
-                _ => {
-                    let v: f64 = text.parse().map_err(|_| bad("a float it cannot read"))?;
-                    if !v.is_finite() {
-                        return Err(bad("a float spelled unlike PostgreSQL"));
-                    }
-                    row_json::push_float(out, v);
-                }
-            },
-            BOOL => out.push_str(match text {
-                "t" | "true" => "true",
-                "f" | "false" => "false",
-                _ => return Err(bad("not a boolean")),
-            }),
-            BYTEA => {
-                let hex = text.strip_prefix("\\x").ok_or_else(|| bad("bytea not in hex format"))?;
-                let bytes = unhex(hex.as_bytes()).ok_or_else(|| bad("bytea with an odd hex digit"))?;
-                out.push_str("{\"$b64\":\"");
-                out.push_str(&base64(&bytes, 0));
-                out.push_str("\"}");
-            }
-            TIMESTAMP | TIMESTAMPTZ => {
-                let iso = iso_timestamp(text, self.kinds[c] == TIMESTAMPTZ)
-                    .ok_or_else(|| bad("a timestamp not in UTC ISO form"))?;
-                row_json::push_str(out, &iso);
-            }
-            UUID => row_json::push_str(out, &text.to_ascii_lowercase()),
-            JSON => row_json::push_json_text(out, text).map_err(|m| bad(&m))?,
-            _ => unreachable!("kinds are checked in new()"),
-        }
-        Ok(())
-    }
-
-    fn decode<'py>(&self, py: Python<'py>, d: &[u8]) -> U<Bound<'py, PyAny>> {
-        let mut rd = Rd { d, pos: 0 };
-        let tag = rd.byte()?;
-        rd.be(4)?; // the relation id: the caller chose this plan by it
-        let none = || py.None().into_bound(py);
-        let (before, after) = match tag {
-            b'I' => {
-                if rd.byte()? != b'N' {
-                    return Err("Insert without a new tuple".into());
-                }
-                (none(), self.tuple(py, &mut rd, false)?)
-            }
-            b'U' => {
-                let mut kind = rd.byte()?;
-                let mut old = none();
-                if kind == b'K' || kind == b'O' {
-                    old = self.tuple(py, &mut rd, kind == b'K')?;
-                    kind = rd.byte()?;
-                }
-                if kind != b'N' {
-                    return Err("Update without a new tuple".into());
-                }
-                (old, self.tuple(py, &mut rd, false)?)
-            }
-            b'D' => {
-                let kind = rd.byte()?;
-                if kind != b'K' && kind != b'O' {
-                    return Err("Delete without an old tuple".into());
-                }
-                (self.tuple(py, &mut rd, kind == b'K')?, none())
-            }
-            _ => return Err(format!("message type {tag} is no row change")),
-        };
-        if rd.pos != d.len() {
-            return Err("trailing bytes after the row change".into());
-        }
-        (tag, before, after)
-            .into_pyobject(py)
-            .map(|t| t.into_any())
-            .map_err(|e| e.to_string())
-    }
-
-    fn tuple<'py>(&self, py: Python<'py>, rd: &mut Rd<'_>, key_only: bool) -> U<Bound<'py, PyAny>> {
-        let count = rd.be(2)? as usize;
-        if count != self.kinds.len() {
-            return Err(format!(
-                "{count} columns in the tuple, {} in the relation",
-                self.kinds.len()
-            ));
-        }
-        // A key-only image holds the key columns only; a full one starts from the template.
-        let row = if key_only {
-            Ok(PyDict::new(py))
-        } else {
-            self.template.bind(py).copy()
-        }
-        .map_err(|e| e.to_string())?;
-        for c in 0..count {
-            let value = match rd.byte()? {
-                b'n' => None,
-                b't' => {
-                    let n = rd.be(4)? as usize;
-                    Some(rd.take(n)?)
-                }
-                b'u' => return Err("an unchanged TOAST value".into()),
-                k => return Err(format!("tuple column kind {k}")),
-            };
-            if key_only && !self.is_key[c] {
-                continue;
-            }
-            let obj = match value {
-                None => py.None().into_bound(py),
-                Some(raw) => self.value(py, c, raw)?,
-            };
-            row.set_item(self.names[c].bind(py), obj).map_err(|e| e.to_string())?;
-        }
-        Ok(row.into_any())
-    }
-
-    fn value<'py>(&self, py: Python<'py>, c: usize, raw: &[u8]) -> U<Bound<'py, PyAny>> {
+    /// A value's text checked and read by its column's kind.
+    fn parse<'a>(&self, c: usize, raw: &'a [u8]) -> U<Val<'a>> {
         let text = std::str::from_utf8(raw).map_err(|_| format!("column {c}: text that is not UTF-8"))?;
         let bad = |what: &str| format!("column {c}: {what}");
         Ok(match self.kinds[c] {
-            TEXT => PyString::new(py, text).into_any(),
-            INT => {
-                let v: i64 = text.parse().map_err(|_| bad("an integer beyond 64 bits"))?;
-                v.into_pyobject(py).map_err(|e| e.to_string())?.into_any()
-            }
+            TEXT => Val::Text(text),
+            INT => Val::Int(text.parse().map_err(|_| bad("an integer beyond 64 bits"))?),
             FLOAT => match text {
-                "NaN" | "Infinity" | "-Infinity" => PyString::new(py, text).into_any(),
+                "NaN" | "Infinity" | "-Infinity" => Val::Text(text),
                 _ => {
                     let v: f64 = text.parse().map_err(|_| bad("a float it cannot read"))?;
                     if !v.is_finite() {
                         return Err(bad("a float spelled unlike PostgreSQL"));
                     }
-                    v.into_pyobject(py).map_err(|e| e.to_string())?.into_any()
+                    Val::Float(v)
                 }
             },
             BOOL => match text {
-                "t" | "true" => true.into_pyobject(py).map_err(|e| e.to_string())?.to_owned().into_any(),
-                "f" | "false" => false
-                    .into_pyobject(py)
-                    .map_err(|e| e.to_string())?
-                    .to_owned()
-                    .into_any(),
+                "t" | "true" => Val::Bool(true),
+                "f" | "false" => Val::Bool(false),
                 _ => return Err(bad("not a boolean")),
             },
             BYTEA => {
                 let hex = text.strip_prefix("\\x").ok_or_else(|| bad("bytea not in hex format"))?;
-                let bytes = unhex(hex.as_bytes()).ok_or_else(|| bad("bytea with an odd hex digit"))?;
+                Val::Bytes(unhex(hex.as_bytes()).ok_or_else(|| bad("bytea with an odd hex digit"))?)
+            }
+            TIMESTAMP | TIMESTAMPTZ => Val::Owned(
+                iso_timestamp(text, self.kinds[c] == TIMESTAMPTZ)
+                    .ok_or_else(|| bad("a timestamp not in UTC ISO form"))?,
+            ),
+            UUID => Val::Owned(text.to_ascii_lowercase()),
+            JSON => Val::Json(text),
+            _ => unreachable!("kinds are checked in new()"),
+        })
+    }
+
+    fn value<'py>(&self, py: Python<'py>, c: usize, raw: &[u8]) -> U<Bound<'py, PyAny>> {
+        Ok(match self.parse(c, raw)? {
+            Val::Text(t) => PyString::new(py, t).into_any(),
+            Val::Owned(t) => PyString::new(py, &t).into_any(),
+            Val::Int(v) => v.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any(),
+            Val::Float(v) => v.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any(),
+            Val::Bool(v) => PyBool::new(py, v).to_owned().into_any(),
+            Val::Bytes(b) => {
                 let d = PyDict::new(py);
-                d.set_item(self.b64_key.bind(py), base64(&bytes, 0))
+                d.set_item(self.b64_key.bind(py), base64(&b, 0))
                     .map_err(|e| e.to_string())?;
                 d.into_any()
             }
-            TIMESTAMP | TIMESTAMPTZ => {
-                let iso = iso_timestamp(text, self.kinds[c] == TIMESTAMPTZ)
-                    .ok_or_else(|| bad("a timestamp not in UTC ISO form"))?;
-                PyString::new(py, &iso).into_any()
-            }
-            UUID => PyString::new(py, &text.to_ascii_lowercase()).into_any(),
-            JSON => loads_json(
-                py,
-                self.orjson_loads.as_ref(),
-                &self.json_loads,
-                PyString::new(py, text),
-            )
-            .map_err(|_| bad("a value that is not JSON"))?,
-            _ => unreachable!("kinds are checked in new()"),
+            Val::Json(t) => loads_json(py, self.orjson_loads.as_ref(), &self.json_loads, PyString::new(py, t))
+                .map_err(|_| format!("column {c}: a value that is not JSON"))?,
         })
+    }
+
+    /// One value as orjson writes the object ``value`` makes of it.
+    fn value_json(&self, out: &mut String, c: usize, raw: &[u8]) -> U<()> {
+        match self.parse(c, raw)? {
+            Val::Text(t) => row_json::push_str(out, t),
+            Val::Owned(t) => row_json::push_str(out, &t),
+            Val::Int(v) => push_int(out, v),
+            Val::Float(v) => row_json::push_float(out, v),
+            Val::Bool(v) => out.push_str(if v { "true" } else { "false" }),
+            Val::Bytes(b) => {
+                out.push_str("{\"$b64\":\"");
+                crate::base64_into(out, &b, 0);
+                out.push_str("\"}");
+            }
+            Val::Json(t) => row_json::push_json_text(out, t).map_err(|m| format!("column {c}: {m}"))?,
+        }
+        Ok(())
     }
 }
 

@@ -450,35 +450,51 @@ def test_native_decoder_equals_python_on_every_type(env, root, db):
     assert as_text > 6000 and as_dicts == 2  # row 1's insert, and its update's before image
 
 
-def test_reader_uses_the_native_decoder_and_falls_back_per_table(env, root, db, caplog):
-    """The capture itself (BinlogReader): the supported table through the decoder, a table
-    with a type it does not handle through mysql-replication, both with canonical values."""
-    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v varchar(10), d decimal(6,2))")
-    sql(root, f"CREATE TABLE `{db}`.o (id int PRIMARY KEY, u uuid)")
+def read_log(env, root, db: str, tables: list[str], statements: list[str], **start_log) -> list:
+    """The items a MySQLSource capturing ``tables`` reads while ``statements`` run, up to its
+    watermark written after them."""
     src = MySQLSource(
         source_id=f"nat-{uuid.uuid4().hex[:8]}",
         host=env["DBLOG_MYSQL_HOST"],
         port=int(env["DBLOG_MYSQL_PORT"]),
         user=env["DBLOG_MYSQL_ROOT_USER"],
         password=env["DBLOG_MYSQL_ROOT_PASSWORD"],
-        tables=[f"{db}.t", f"{db}.o"],
+        tables=[f"{db}.{t}" for t in tables],
     )
-    caplog.set_level("INFO", logger="airflow_provider_dblog.sources.mysql_rows_native")
     src.open()
     try:
-        src.start_log(None)
-        sql(root, f"INSERT INTO `{db}`.t VALUES (1, 'a', 1.5), (2, NULL, -2)")
-        sql(root, f"INSERT INTO `{db}`.o VALUES (1, '123e4567-e89b-12d3-a456-426614174000')")
+        src.start_log(None, **start_log)
+        for statement in statements:
+            sql(root, statement)
         src.write_watermark("end")
         items: list = []
         for _ in range(100):
             items += src.poll(100, 0.2)
             if any(getattr(i, "uuid", None) == "end" for i in items):
-                break
-        after = [i.after for i in items if getattr(i, "after", None) is not None]
+                return items
+        raise AssertionError("the watermark did not come back")
     finally:
         sql(root, "DELETE FROM dblog.watermarks WHERE source_id = %s", [src.source_id])
         src.close()
+
+
+def test_reader_uses_the_native_decoder_and_falls_back_per_table(env, root, db, caplog):
+    """The capture itself (BinlogReader): the supported table through the decoder, a table
+    with a type it does not handle through mysql-replication, both with canonical values."""
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v varchar(10), d decimal(6,2))")
+    sql(root, f"CREATE TABLE `{db}`.o (id int PRIMARY KEY, u uuid)")
+    caplog.set_level("INFO", logger="airflow_provider_dblog.sources.mysql_rows_native")
+    items = read_log(
+        env,
+        root,
+        db,
+        ["t", "o"],
+        [
+            f"INSERT INTO `{db}`.t VALUES (1, 'a', 1.5), (2, NULL, -2)",
+            f"INSERT INTO `{db}`.o VALUES (1, '123e4567-e89b-12d3-a456-426614174000')",
+        ],
+    )
+    after = [i.after for i in items if getattr(i, "after", None) is not None]
     assert after == [
         {"id": 1, "v": "a", "d": "1.50"},
         {"id": 2, "v": None, "d": "-2.00"},
@@ -494,33 +510,16 @@ def test_reader_gives_row_texts_when_asked(env, root, db):
     text here (a JSON integer beyond 64 bits), a table mysql-replication decodes."""
     sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v varchar(10), j json)")
     sql(root, f"CREATE TABLE `{db}`.o (id int PRIMARY KEY, u uuid)")
-    src = MySQLSource(
-        source_id=f"nat-{uuid.uuid4().hex[:8]}",
-        host=env["DBLOG_MYSQL_HOST"],
-        port=int(env["DBLOG_MYSQL_PORT"]),
-        user=env["DBLOG_MYSQL_ROOT_USER"],
-        password=env["DBLOG_MYSQL_ROOT_PASSWORD"],
-        tables=[f"{db}.t", f"{db}.o"],
-    )
-    src.open()
-    try:
-        src.start_log(None, texts=True)
-        sql(root, f"""INSERT INTO `{db}`.t VALUES (1, 'a"\\\\', '{{"x": [1, 2.50]}}'), (2, NULL, NULL)""")
-        sql(root, f"UPDATE `{db}`.t SET v = 'b' WHERE id = 1")
-        sql(root, f"UPDATE `{db}`.t SET id = 3 WHERE id = 2")
-        sql(root, f"DELETE FROM `{db}`.t WHERE id = 1")
-        sql(root, f"INSERT INTO `{db}`.t VALUES (4, 'big', '[123456789012345678901234567890]')")
-        sql(root, f"INSERT INTO `{db}`.o VALUES (1, '123e4567-e89b-12d3-a456-426614174000')")
-        src.write_watermark("end")
-        items: list = []
-        for _ in range(100):
-            items += src.poll(100, 0.2)
-            if any(getattr(i, "uuid", None) == "end" for i in items):
-                break
-        changes = [(i.op.value, i.key, i.before, i.after) for i in items if getattr(i, "op", None) is not None]
-    finally:
-        sql(root, "DELETE FROM dblog.watermarks WHERE source_id = %s", [src.source_id])
-        src.close()
+    statements = [
+        f"""INSERT INTO `{db}`.t VALUES (1, 'a"\\\\', '{{"x": [1, 2.50]}}'), (2, NULL, NULL)""",
+        f"UPDATE `{db}`.t SET v = 'b' WHERE id = 1",
+        f"UPDATE `{db}`.t SET id = 3 WHERE id = 2",
+        f"DELETE FROM `{db}`.t WHERE id = 1",
+        f"INSERT INTO `{db}`.t VALUES (4, 'big', '[123456789012345678901234567890]')",
+        f"INSERT INTO `{db}`.o VALUES (1, '123e4567-e89b-12d3-a456-426614174000')",
+    ]
+    items = read_log(env, root, db, ["t", "o"], statements, texts=True)
+    changes = [(i.op.value, i.key, i.before, i.after) for i in items if getattr(i, "op", None) is not None]
     row1 = '{"id":1,"v":"a\\"\\\\","j":{"x":[1,2.5]}}'
     row1b = '{"id":1,"v":"b","j":{"x":[1,2.5]}}'
     assert changes == [
