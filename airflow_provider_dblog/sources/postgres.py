@@ -12,13 +12,14 @@ point) and the engine drops what it already has. ``acknowledge(P)`` confirms the
 P's commit LSN and never further, so that restart point stays available. A slot confirmed
 beyond a checkpoint therefore means the transactions in between are gone: PositionLostError.
 
-psycopg2 caveat: when the client confirmed a position at or after the start LSN of the last
-message it received and a keepalive then arrives, psycopg2 itself moves the flush position
-to the keepalive's WAL end. In the middle of a transaction that began before the confirmed
-commit, this can confirm transactions the output has not made durable yet. The walsender
-sends such mid-transaction keepalives only when the client has not replied for half of
-wal_sender_timeout; a crash right after would then end in PositionLostError at the next
-start (loud, never a silent gap).
+psycopg2 caveat, without the compiled extension (with it, sources/pq_stream.py reads the
+stream and psycopg2 never sees a keepalive): when the client confirmed a position at or after
+the start LSN of the last message it received and a keepalive then arrives, psycopg2 itself
+moves the flush position to the keepalive's WAL end. In the middle of a transaction that
+began before the confirmed commit, this can confirm transactions the output has not made
+durable yet. The walsender sends such mid-transaction keepalives only when the client has
+not replied for half of wal_sender_timeout; a crash right after would then end in
+PositionLostError at the next start (loud, never a silent gap).
 
 WAL retention: the slot is confirmed only up to acknowledged positions. While the captured
 tables are idle, the engine's heartbeat watermarks give it positions to acknowledge, so the
@@ -76,7 +77,12 @@ from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, make_position, 
 from .postgres_partitions import Partitions
 from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
 from .postgres_values import RAW_TEXT_OIDS, converter, pg_kind
+from .pq_stream import ReplicationStream
 from .tls import TLSSettings, tls_error_fix
+
+# Seconds between status updates to the walsender while nothing is acknowledged (keeps it
+# from ending the connection after wal_sender_timeout).
+STATUS_INTERVAL = 10
 
 # Connection failures a later attempt may not see (SQLSTATE classes 08 connection exception,
 # 57P admin shutdown / crash shutdown / cannot connect now, e.g. "the database system is
@@ -169,6 +175,7 @@ class PostgresSource:
         self._reader_conns: list[Any] = []  # parallel chunk readers' connections (chunk_readers)
         self._repl_conn: Any = None
         self._cursor: Any = None
+        self._stream: Optional[ReplicationStream] = None
         self._tables: list[str] = []
         self._captured: set[str] = set()
         self._infos: dict[str, TableInfo] = {}
@@ -463,7 +470,6 @@ class PostgresSource:
         )
         self._deferred_error: Optional[BaseException] = None
         self._acked = 0
-        self._read_lsn = 0  # WAL position of the last message read
 
     @on_connection_loss
     @on_connection_loss
@@ -525,10 +531,11 @@ class PostgresSource:
                 decode=False,
                 start_lsn=start,
                 options=self._plugin_options(),
-                status_interval=10,
+                status_interval=STATUS_INTERVAL,
             )
         except psycopg2.Error as exc:
             raise translate(exc, self._error_context()) from None
+        self._stream = ReplicationStream(self._repl_conn, self._cursor, STATUS_INTERVAL)
         self._acked = start
         # From now on the slot holds every position this process hands out.
         self._slot_created = False
@@ -554,7 +561,7 @@ class PostgresSource:
 
     @on_connection_loss
     def poll(self, max_items: int, timeout: float) -> list[LogItem]:
-        if self._cursor is None:
+        if self._stream is None:
             raise RuntimeError("poll() before start_log()")
         if self._deferred_error is not None:
             raise self._deferred_error
@@ -564,25 +571,26 @@ class PostgresSource:
         decode = self._decoder.pgoutput if self.plugin == "pgoutput" else self._decoder.wal2json
         deadline = time.monotonic() + timeout
         while len(pending) < max_items:
+            payloads, failure = self._stream.read(max_items - len(pending))
             try:
-                msg = self._cursor.read_message()
-                if msg is None:
-                    if pending:
-                        break  # drain what is there, never wait once something is found
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    select.select([self._cursor], [], [], remaining)
-                    continue
-                decode(msg.payload)
-                self._read_lsn = max(self._read_lsn, msg.data_start)
-            except (psycopg2.Error, DBLogError) as exc:
-                err = translate(exc, self._error_context()) if isinstance(exc, psycopg2.Error) else exc
+                for payload in payloads:
+                    decode(payload)
+            except DBLogError as exc:
+                failure = exc
+            if failure is not None:
+                err = translate(failure, self._error_context()) if isinstance(failure, psycopg2.Error) else failure
                 if not pending:
                     raise err from None
                 # Hand out what came before the failure first, so the checkpoint gets there.
                 self._deferred_error = err
                 break
+            if not payloads:
+                if pending:
+                    break  # drain what is there, never wait once something is found
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                select.select([self._cursor], [], [], remaining)
         return [pending.popleft() for _ in range(min(max_items, len(pending)))]
 
     def take_unchanged_toast(self) -> list[tuple[str, Key, Position]]:
@@ -781,10 +789,10 @@ class PostgresSource:
         if lsn <= self._acked:
             return
         self._acked = lsn
-        if self._cursor is not None:
+        if self._stream is not None:
             # The commit LSN, not beyond: a restart from this position needs that
             # transaction again (see the module docstring).
-            self._cursor.send_feedback(write_lsn=lsn, flush_lsn=lsn, force=True)
+            self._stream.feedback(lsn)
 
     @on_connection_loss
     def estimate_rows(self, table: str) -> int:
@@ -826,8 +834,8 @@ class PostgresSource:
             )
         # Before anything was read, reading starts where the slot is confirmed.
         read = max(
-            self._read_lsn,
-            getattr(self._cursor, "wal_end", 0) or 0,
+            self._stream.data_start if self._stream is not None else 0,
+            self._stream.wal_end if self._stream is not None else 0,
             self._acked,
             parse_lsn(confirmed) if confirmed else 0,
         )
@@ -854,7 +862,7 @@ class PostgresSource:
                 self._repl_conn.close()
             except psycopg2.Error:
                 pass
-        self._repl_conn = self._cursor = None
+        self._repl_conn = self._cursor = self._stream = None
 
     def close(self) -> None:
         self._close_stream()

@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 
 mod mysql_text;
 mod pgoutput;
+mod pq_stream;
 mod row_json;
 
 create_exception!(
@@ -1190,6 +1191,7 @@ fn _rows_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
     m.add_class::<pgoutput::PgRowPlan>()?;
     m.add_class::<mysql_text::MyTextPlan>()?;
+    m.add_class::<pq_stream::PqStream>()?;
     m.add("RowsDecodeError", m.py().get_type::<RowsDecodeError>())?;
     m.add("Unsupported", m.py().get_type::<Unsupported>())?;
     Ok(())
