@@ -1,11 +1,15 @@
-"""Dump rows as one block per chunk, and the writer's batches built from such blocks.
+"""Dump rows as one block per chunk, log rows as one block per binlog rows event, and the
+writer's batches built from such blocks.
 
 A dumped chunk becomes thousands of events that differ only in key, row and sub-position
 (op r, origin dump, positions HW.1..n). Making a ChangeEvent for each, and reading each
 field back per event in the output, was a third of a dump's CPU time. ``DumpRows`` keeps the
-chunk as two lists (keys, rows); ``EventBatch`` is what ``Output.write`` receives: still a
-``Sequence[ChangeEvent]`` for any output that iterates it (events are made on the fly), while
-an output that knows the blocks (the Delta changelog) builds its columns per block.
+chunk as two lists (keys, rows); ``LogRows`` does the same for the changes of one binlog
+rows event (one table, one op, one transaction) as the source read them as JSON text, and
+the engine passes it on as one item wherever no watermark window needs its rows one by one.
+``EventBatch`` is what ``Output.write`` receives: still a ``Sequence[ChangeEvent]`` for any
+output that iterates it (events are made on the fly), while an output that knows the blocks
+(the Delta changelog) builds its columns per block.
 """
 
 from __future__ import annotations
@@ -80,7 +84,78 @@ class DumpRows:
         ]
 
 
-Segment = Union[list[ChangeEvent], DumpRows]  # a list of ChangeEvents, or one chunk's rows
+@dataclasses.dataclass(slots=True)
+class LogRows:
+    """Changes ``keys[i]``/``befores[i]``/``afters[i]`` at ``positions[i]`` of one table, op
+    and transaction, in log order, their images as changelog JSON text (core/row_text.py) or
+    None; never a key update (the engine splits those, so a source keeps them as events)."""
+
+    source_id: str
+    table: str
+    op: Op
+    schema_id: Optional[str]
+    commit_ts: Optional[int]
+    txid: Optional[str]
+    keys: Sequence[Key]
+    befores: Sequence[Optional[str]]
+    afters: Sequence[Optional[str]]
+    positions: Sequence[Position]
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @property
+    def first_position(self) -> Position:
+        return self.positions[0]
+
+    @property
+    def last_position(self) -> Position:
+        return self.positions[-1]
+
+    def split(self, n: int) -> tuple["LogRows", "LogRows"]:
+        """The first ``n`` changes and the rest (the writer's batches have a maximum size)."""
+        head = dataclasses.replace(
+            self, keys=self.keys[:n], befores=self.befores[:n], afters=self.afters[:n], positions=self.positions[:n]
+        )
+        tail = dataclasses.replace(
+            self, keys=self.keys[n:], befores=self.befores[n:], afters=self.afters[n:], positions=self.positions[n:]
+        )
+        return head, tail
+
+    def event(self, i: int) -> ChangeEvent:
+        return ChangeEvent(
+            self.source_id,
+            self.table,
+            self.op,
+            self.keys[i],
+            self.befores[i],
+            self.afters[i],
+            self.positions[i],
+            self.commit_ts,
+            self.txid,
+            Origin.LOG,
+            None,
+            self.schema_id,
+        )
+
+    def events(self) -> list[ChangeEvent]:
+        sid, table, op, commit_ts, txid, schema_id = (
+            self.source_id,
+            self.table,
+            self.op,
+            self.commit_ts,
+            self.txid,
+            self.schema_id,
+        )
+        log_ = Origin.LOG
+        return [
+            ChangeEvent(sid, table, op, key, b, a, pos, commit_ts, txid, log_, None, schema_id)
+            for key, b, a, pos in zip(self.keys, self.befores, self.afters, self.positions)
+        ]
+
+
+Block = (DumpRows, LogRows)  # for isinstance: the segments that are not lists of events
+Segment = Union[list[ChangeEvent], DumpRows, LogRows]  # a list of ChangeEvents, or one block
 
 
 class EventBatch(Sequence[ChangeEvent]):
@@ -98,7 +173,7 @@ class EventBatch(Sequence[ChangeEvent]):
 
     def __iter__(self) -> Iterator[ChangeEvent]:
         for seg in self.segments:
-            yield from (seg.events() if isinstance(seg, DumpRows) else seg)
+            yield from (seg.events() if isinstance(seg, Block) else seg)
 
     @overload
     def __getitem__(self, index: int) -> ChangeEvent: ...
@@ -115,7 +190,7 @@ class EventBatch(Sequence[ChangeEvent]):
             raise IndexError("EventBatch index out of range")
         for seg in self.segments:
             if index < len(seg):
-                return seg.event(index) if isinstance(seg, DumpRows) else seg[index]
+                return seg.event(index) if isinstance(seg, Block) else seg[index]
             index -= len(seg)
         raise IndexError("EventBatch index out of range")  # not reached
 
@@ -130,13 +205,13 @@ class EventBatch(Sequence[ChangeEvent]):
         return f"EventBatch({len(self)} events in {len(self.segments)} segments)"
 
     def spans(self) -> dict[str, tuple[Position, Position]]:
-        """Lowest and highest position per source, without making the dump rows' events
+        """Lowest and highest position per source, without making the blocks' events
         (computed once: an output's epoch check, retry filter and bookkeeping all ask)."""
         if self._spans is not None:
             return self._spans
         out: dict[str, tuple[Position, Position]] = {}
         for seg in self.segments:
-            if isinstance(seg, DumpRows):
+            if isinstance(seg, Block):
                 items = {seg.source_id: (seg.first_position, seg.last_position)}
             else:
                 items = spans_of(seg)

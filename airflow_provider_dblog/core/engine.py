@@ -34,9 +34,9 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
-from .batch import DumpRows
+from .batch import DumpRows, LogRows
 from .dumps import DumpControl, DumpSpec, TableProgress
 from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavailable, StaleEpochError
 from .events import (
@@ -472,30 +472,44 @@ class Engine:
         last: Optional[Position] = None
         skip = self._skip_until
         process = self.window.process
-        for item in items:
-            if isinstance(item, SchemaEvent):
-                self.schemas[item.schema.table] = item.schema
-                out.append(item.schema)
-                self.schema_watch.soon()  # maybe an ALTER TABLE: compare with the catalog
-                continue
-            pos = item.position
-            if skip is not None and pos <= skip:
-                continue  # delivered again after a restart; already durable
-            last = pos
-            if isinstance(item, ChangeEvent):
-                self.events_in += 1
-                if item.commit_ts is not None:
-                    self._last_commit_ts = item.commit_ts
-                for ev in self._split(item) if item.op is Op.UPDATE else (item,):
-                    emitted = process(ev)
-                    if len(emitted) == 1 and emitted[0] is ev:  # the usual case: passed on as is
-                        out.append(ev)
-                    else:
-                        out.extend(self._emit(emitted))
-            elif isinstance(item, WatermarkEvent) and item.uuid in self._resets:
-                out.extend(self._reset_table(item))
+        for block in items:
+            if block.__class__ is LogRows:
+                # One rows event's changes: passed on whole unless the window or a restart
+                # needs them one by one.
+                if (skip is None or block.first_position > skip) and self.window.pass_block(block.table, block.txid):
+                    self.events_in += len(block)
+                    if block.commit_ts is not None:
+                        self._last_commit_ts = block.commit_ts
+                    last = block.last_position
+                    out.append(block)
+                    continue
+                each: Sequence[Any] = block.events()
             else:
-                out.extend(self._emit(process(item)))
+                each = (block,)
+            for item in each:
+                if isinstance(item, SchemaEvent):
+                    self.schemas[item.schema.table] = item.schema
+                    out.append(item.schema)
+                    self.schema_watch.soon()  # maybe an ALTER TABLE: compare with the catalog
+                    continue
+                pos = item.position
+                if skip is not None and pos <= skip:
+                    continue  # delivered again after a restart; already durable
+                last = pos
+                if isinstance(item, ChangeEvent):
+                    self.events_in += 1
+                    if item.commit_ts is not None:
+                        self._last_commit_ts = item.commit_ts
+                    for ev in self._split(item) if item.op is Op.UPDATE else (item,):
+                        emitted = process(ev)
+                        if len(emitted) == 1 and emitted[0] is ev:  # the usual case: passed on as is
+                            out.append(ev)
+                        else:
+                            out.extend(self._emit(emitted))
+                elif isinstance(item, WatermarkEvent) and item.uuid in self._resets:
+                    out.extend(self._reset_table(item))
+                else:
+                    out.extend(self._emit(process(item)))
         if last is not None:
             self.last_seen = last
             out.append(LogCheckpoint(last))

@@ -10,6 +10,7 @@ import dataclasses
 import threading
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
+from .batch import LogRows
 from .dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from .events import ChangeEvent, Key, LogItem, Position, TableSchema
 
@@ -70,16 +71,18 @@ class Source(Protocol):
         ``texts`` (passed only to a ``start_log`` whose signature has it, when the output
         ``takes_row_text``): the source may give a change's ``before``/``after`` as their
         changelog JSON text instead of dicts (core/row_text.py), except the ``before`` of an
-        update that changes the key, which stays a dict (the engine splits it)."""
+        update that changes the key, which stays a dict (the engine splits it); and it may
+        give changes of one table, op and transaction as one ``LogRows`` block (core/batch.py)."""
 
     def reset_log(self) -> None:
         """Make the log readable again from its current end after PositionLostError (the
         engine's opt-in recovery, then ``start_log(None, from_end=True)``): PostgreSQL
         recreates a dropped or lost slot; MySQL needs nothing."""
 
-    def poll(self, max_items: int, timeout: float) -> list[LogItem]:
-        """Up to ``max_items`` log items in log order; waits at most ``timeout`` seconds
-        for the first one and returns [] when the log is idle."""
+    def poll(self, max_items: int, timeout: float) -> list[LogItem | LogRows]:
+        """Up to about ``max_items`` log items in log order (a ``LogRows`` block counts as its
+        changes and is never cut); waits at most ``timeout`` seconds for the first one and
+        returns [] when the log is idle."""
 
     def take_over(self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None) -> None:
         """This process holds the source's leader lease (called before ``open``). The source

@@ -22,6 +22,7 @@ import bisect
 import collections
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from .batch import LogRows
 from .dumps import DumpControl, DumpSpec
 from .events import ChangeEvent, Key, Op, Position, Row
 from .protocols import StateStore
@@ -201,30 +202,42 @@ class ToastKnown:
         no item (a partition's keys that came or went without a row change)."""
         keys = self._keys
         need: list[tuple[str, Key]] = []
-        for item in items:
-            table = getattr(item, "table", None)
+        for block in items:
+            table = getattr(block, "table", None)
             if table not in self.tables:
                 continue
-            if isinstance(item, ChangeEvent):
-                hit = placeholders.pop(item.position, None)
-                if hit is not None:
-                    if hit not in keys:
-                        need.append(hit)
-                elif item.op is Op.TRUNCATE:
-                    for k in [k for k in keys if k[0] == table]:
-                        del keys[k]
-                elif item.op is Op.DELETE:
-                    keys.pop((table, item.key), None)
-                elif item.after is not None and not unchanged_columns(item.after):
-                    # only a row with every value in it (a split key update's new row, or
-                    # anything the source did not report, may still hold a placeholder)
-                    keys[(table, item.key)] = None
-                elif item.after is not None:  # a placeholder nobody reported: repair it
-                    need.append((table, item.key))
-            elif hasattr(item, "rows") and hasattr(item, "keys"):  # a chunk's rows (DumpRows)
-                for k in item.keys:
-                    keys[(table, k)] = None
+            each = block.events() if isinstance(block, LogRows) else (block,)
+            for item in each:
+                self._walk_one(item, table, keys, need, placeholders)
         need.extend(placeholders.values())
         while len(keys) > self._limit:
             keys.popitem(last=False)
         return need
+
+    def _walk_one(
+        self,
+        item: Any,
+        table: str,
+        keys: "collections.OrderedDict[tuple[str, Key], None]",
+        need: list[tuple[str, Key]],
+        placeholders: dict[Position, tuple[str, Key]],
+    ) -> None:
+        if isinstance(item, ChangeEvent):
+            hit = placeholders.pop(item.position, None)
+            if hit is not None:
+                if hit not in keys:
+                    need.append(hit)
+            elif item.op is Op.TRUNCATE:
+                for k in [k for k in keys if k[0] == table]:
+                    del keys[k]
+            elif item.op is Op.DELETE:
+                keys.pop((table, item.key), None)
+            elif item.after is not None and not unchanged_columns(item.after):
+                # only a row with every value in it (a split key update's new row, or
+                # anything the source did not report, may still hold a placeholder)
+                keys[(table, item.key)] = None
+            elif item.after is not None:  # a placeholder nobody reported: repair it
+                need.append((table, item.key))
+        elif hasattr(item, "rows") and hasattr(item, "keys"):  # a chunk's rows (DumpRows)
+            for k in item.keys:
+                keys[(table, k)] = None

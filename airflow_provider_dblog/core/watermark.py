@@ -132,6 +132,16 @@ class WatermarkWindow:
                     self._since = item.position
         return [item]
 
+    def pass_block(self, table: str, txid: Optional[str]) -> bool:
+        """Whether every change of one transaction to ``table`` would pass ``process`` as it
+        is (no chunk of that table in flight), so a block of them may skip it; the
+        transaction is then remembered as ``process`` would."""
+        if self.state is not WindowState.IDLE and table == self._table:
+            return False
+        if txid is not None and txid != self._last_txid:
+            self._remember(txid)
+        return True
+
     def _on_watermark(self, wm: WatermarkEvent) -> list[Emitted]:
         if self.state is WindowState.AWAITING_LW and wm.uuid == self._lw:
             self.state = WindowState.OPEN

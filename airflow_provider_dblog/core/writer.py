@@ -6,6 +6,7 @@ makes each durable with one ``Output.write`` call. Items:
 * ``ChangeEvent``  written in order;
 * ``DumpRows``     a chunk's rows, written in order as one block (split across batches
                    when bigger than ``max_batch``);
+* ``LogRows``      a binlog rows event's changes, likewise (core/batch.py);
 * ``TableSchema``  registered with the output before any later event (schema store);
 * ``Marker``       (core/markers.py) completed once everything handed over before it is durable. The engine
                    stores checkpoints and dump progress only from completed markers
@@ -27,7 +28,7 @@ import threading
 import time
 from typing import Any, Iterable, Optional
 
-from .batch import DumpRows, EventBatch, Segment
+from .batch import Block, DumpRows, EventBatch, LogRows, Segment
 from .errors import StaleEpochError
 from .events import ChangeEvent, TableSchema
 from .markers import Marker
@@ -68,6 +69,10 @@ def _estimate(items: list[Any]) -> tuple[int, int]:
         elif isinstance(i, DumpRows) and i.rows:
             events += len(i)
             nbytes += len(i) * (_EVENT_OVERHEAD + approx_bytes(i.rows[0]))
+        elif isinstance(i, LogRows) and i.positions:
+            image = i.afters[0] if i.afters[0] is not None else i.befores[0]
+            events += len(i)
+            nbytes += len(i) * (_EVENT_OVERHEAD + approx_bytes(image))
     return events, nbytes
 
 
@@ -209,7 +214,7 @@ class Writer:
                         events.append(item)
                         size += 1
                         taken += 1
-                    elif isinstance(item, DumpRows):
+                    elif isinstance(item, Block):
                         room = self.max_batch - size
                         if len(item) > room:
                             item, rest = item.split(room)

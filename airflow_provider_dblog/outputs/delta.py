@@ -15,8 +15,8 @@ meets the newer epoch and is refused.
 
 from __future__ import annotations
 
+import itertools
 import json
-import operator
 import os
 from typing import Any, Iterator, Optional, Sequence
 
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
-from ..core.batch import DumpRows, EventBatch
+from ..core.batch import DumpRows, EventBatch, LogRows
 from ..core.errors import ConfigurationError
 from ..core.events import SUB_WIDTH, ChangeEvent, Op, Origin, TableSchema
 from ._common import (
@@ -41,8 +41,8 @@ from ._common import (
 SEEN_VERSION_KEY = "dblog.seen_version"
 
 _TS = pa.timestamp("us", tz="UTC")
+_STRING = pa.string()
 # Position.encode() of each event as two C-level calls (a Position is a (coord, sub) tuple).
-_POSITION = operator.attrgetter("position")
 _ENCODE_POSITION = f"%s.%0{SUB_WIDTH}d".__mod__
 
 CHANGELOG_SCHEMA = pa.schema(
@@ -282,19 +282,25 @@ class DeltaChangelogOutput:
 
 def changelog_batch(events: Sequence[ChangeEvent], epoch: Optional[int]) -> pa.Table:
     """Events as one Arrow table, built column by column (no per-row dicts); an EventBatch's
-    dump blocks without making their events (core/batch.py)."""
+    blocks without making their events (core/batch.py). Log events and log blocks in a row
+    make one table: a binlog rows event of wide rows holds a few dozen changes, too few to
+    build Arrow columns for each."""
     written_at = now_micros()
-    if isinstance(events, EventBatch):
-        parts = [
-            _dump_rows_table(seg, epoch, written_at)
-            if isinstance(seg, DumpRows)
-            else _events_table(seg, epoch, written_at)
-            for seg in events.segments
-        ]
-        if len(parts) == 1:
-            return parts[0]
-        return pa.concat_tables(parts) if parts else _events_table([], epoch, written_at)
-    return _events_table(events, epoch, written_at)
+    if not isinstance(events, EventBatch):
+        return _log_table([_log_columns(events)], epoch, written_at)
+    parts: list[pa.Table] = []
+    run: list[tuple[list, ...]] = []  # the columns of consecutive log segments
+    for seg in events.segments:
+        if isinstance(seg, DumpRows):
+            if run:
+                parts.append(_log_table(run, epoch, written_at))
+                run = []
+            parts.append(_dump_rows_table(seg, epoch, written_at))
+        else:
+            run.append(_log_columns(seg))
+    if run or not parts:
+        parts.append(_log_table(run or [_log_columns([])], epoch, written_at))
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 def _json_columns(keys: Sequence, befores: Sequence, afters: Sequence) -> tuple[list, list, list]:
@@ -316,26 +322,66 @@ def _json_columns(keys: Sequence, befores: Sequence, afters: Sequence) -> tuple[
         return ([dumps(list(k)) for k in keys], [dumps_row(b) for b in befores], [dumps_row(a) for a in afters])
 
 
-def _events_table(events: Sequence[ChangeEvent], epoch: Optional[int], written_at: int) -> pa.Table:
-    n = len(events)
-    keys, befores, afters = _json_columns(
-        [e.key for e in events], [e.before for e in events], [e.after for e in events]
+def _log_columns(seg: Sequence[ChangeEvent] | LogRows) -> tuple[list, ...]:
+    """The changelog's columns (before JSON encoding) of a list of events or a log block:
+    source_id, table, op, key, before, after, position, origin, dump_id, schema_id,
+    commit_ts, txid."""
+    if isinstance(seg, LogRows):
+        n = len(seg)
+        return (
+            [seg.source_id] * n,
+            [seg.table] * n,
+            [seg.op] * n,
+            list(seg.keys),
+            list(seg.befores),
+            list(seg.afters),
+            list(seg.positions),
+            [Origin.LOG] * n,
+            [None] * n,
+            [seg.schema_id] * n,
+            [seg.commit_ts] * n,
+            [seg.txid] * n,
+        )
+    return (
+        [e.source_id for e in seg],
+        [e.table for e in seg],
+        [e.op for e in seg],
+        [e.key for e in seg],
+        [e.before for e in seg],
+        [e.after for e in seg],
+        [e.position for e in seg],
+        [e.origin for e in seg],
+        [e.dump_id for e in seg],
+        [e.schema_id for e in seg],
+        [e.commit_ts for e in seg],
+        [e.txid for e in seg],
     )
+
+
+def _log_table(run: list[tuple[list, ...]], epoch: Optional[int], written_at: int) -> pa.Table:
+    cols = run[0] if len(run) == 1 else tuple(list(itertools.chain.from_iterable(c)) for c in zip(*run))
+    src, table, op, keys, befores, afters, positions, origin, dump_id, schema_id, commit_ts, txid = cols
+    keys, befores, afters = _json_columns(keys, befores, afters)
+    string = _STRING
     arrays = [
-        pa.array([e.source_id for e in events], pa.string()),
-        pa.array([e.table for e in events], pa.string()),
-        pa.array([e.op for e in events], pa.string()),  # str enums: Arrow takes their value
-        pa.array(keys, pa.string()),
-        pa.array(befores, pa.string()),
-        pa.array(afters, pa.string()),
-        pa.array(list(map(_ENCODE_POSITION, map(_POSITION, events))), pa.string()),
-        pa.array([e.origin for e in events], pa.string()),
-        pa.array([e.dump_id for e in events], pa.string()),
-        pa.array([e.schema_id for e in events], pa.string()),
-        pa.array([e.commit_ts for e in events], _TS),
-        pa.array([e.txid for e in events], pa.string()),
+        pa.array(src, string),
+        pa.array(table, string),
+        pa.array(op, string),  # str enums: Arrow takes their value
+        pa.array(keys, string),
+        pa.array(befores, string),
+        pa.array(afters, string),
+        pa.array(list(map(_ENCODE_POSITION, positions)), string),
+        pa.array(origin, string),
+        pa.array(dump_id, string),
+        pa.array(schema_id, string),
+        pa.array(commit_ts, _TS),
+        pa.array(txid, string),
     ]
-    return _table(arrays, n, epoch, written_at)
+    return _table(arrays, len(src), epoch, written_at)
+
+
+def _repeated(value: Any, n: int, typ: pa.DataType = _STRING) -> pa.Array:
+    return pa.nulls(n, typ) if value is None else pa.repeat(pa.scalar(value, typ), n)
 
 
 def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> pa.Table:
@@ -351,24 +397,19 @@ def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> 
     )
     positions = pc.binary_join_element_wise(pa.scalar(block.hw.coord + "."), subs, "")
 
-    string = pa.string()
-
-    def same(value, typ=string):
-        return pa.nulls(n, typ) if value is None else pa.repeat(pa.scalar(value, typ), n)
-
     arrays = [
-        same(block.source_id),
-        same(block.table),
-        same(Op.READ.value),
+        _repeated(block.source_id, n),
+        _repeated(block.table, n),
+        _repeated(Op.READ.value, n),
         pa.array(keys, pa.string()),
-        same(None),
+        _repeated(None, n),
         pa.array(afters, pa.string()),
         positions,
-        same(Origin.DUMP.value),
-        same(block.dump_id),
-        same(block.schema_id),
-        same(None, _TS),
-        same(None),
+        _repeated(Origin.DUMP.value, n),
+        _repeated(block.dump_id, n),
+        _repeated(block.schema_id, n),
+        _repeated(None, n, _TS),
+        _repeated(None, n),
     ]
     return _table(arrays, n, epoch, written_at)
 

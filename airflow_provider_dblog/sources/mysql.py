@@ -38,6 +38,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import pymysql
 
+from ..core.batch import LogRows
 from ..core.chunks import MYSQL, chunk_query, key_range, keys_query, max_key_query
 from ..core.errors import ConfigurationError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position, Row, TableSchema
@@ -417,13 +418,16 @@ class MySQLSource:
         return name, max(4, txn_start)
 
     @on_connection_loss
-    def poll(self, max_items: int, timeout: float) -> list[LogItem]:
+    def poll(self, max_items: int, timeout: float) -> list[LogItem | LogRows]:
         if self._reader is None:
             raise RuntimeError("start_log() must be called before poll()")
-        out: list[LogItem] = []
-        while len(out) < max_items:
+        out: list[LogItem | LogRows] = []
+        n = 0  # changes in out: a block (LogRows) counts as its changes
+        while n < max_items:
             if self._pending:
-                out.append(self._pending.popleft())
+                item = self._pending.popleft()
+                out.append(item)
+                n += len(item) if item.__class__ is LogRows else 1
                 continue
             if self._failure is not None:
                 break
@@ -436,7 +440,8 @@ class MySQLSource:
             else:
                 self._pending.extend(item)
                 if item and getattr(item, "ts", None) is not None:
-                    self._handed.append((item[-1].position, item.ts))
+                    last = item[-1]
+                    self._handed.append((last.last_position if last.__class__ is LogRows else last.position, item.ts))
         if not out and self._failure is not None:
             raise self._failure
         return out

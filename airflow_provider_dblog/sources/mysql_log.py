@@ -38,6 +38,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+from ..core.batch import LogRows
 from ..core.errors import ConfigurationError, PositionLostError
 from ..core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from ..core.row_text import loads_row
@@ -531,6 +532,11 @@ class BinlogReader(threading.Thread):
         commit_ts = ev.packet.timestamp * 1_000_000
         txid = self._txid()
         keyed = 0 if op is Op.DELETE else 1
+        before_keys, after_keys, befores, afters = zip(*rows)
+        if op is not Op.UPDATE or before_keys == after_keys:
+            # The usual case: the event's changes as one block (core/batch.py).
+            keys = after_keys if keyed else before_keys
+            return [LogRows(src, table, op, sid, commit_ts, txid, keys, befores, afters, positions)]
         return [
             ChangeEvent(src, table, op, row[keyed], row[2], row[3], pos, commit_ts, txid, Origin.LOG, None, sid)
             if op is not Op.UPDATE or row[0] == row[1]

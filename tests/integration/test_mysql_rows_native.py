@@ -25,6 +25,7 @@ from pymysqlreplication import BinLogStreamReader  # noqa: E402
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
 
 from airflow_provider_dblog.core import row_text  # noqa: E402
+from airflow_provider_dblog.core.batch import LogRows  # noqa: E402
 from airflow_provider_dblog.sources import mysql_rows_native  # noqa: E402
 from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
 from airflow_provider_dblog.sources.mysql_rows_native import NativeRows  # noqa: E402
@@ -519,6 +520,9 @@ def test_reader_gives_row_texts_when_asked(env, root, db):
         f"INSERT INTO `{db}`.o VALUES (1, '123e4567-e89b-12d3-a456-426614174000')",
     ]
     items = read_log(env, root, db, ["t", "o"], statements, texts=True)
+    # A rows event's text changes come as one block; the others as events.
+    assert [(b.op.value, len(b)) for b in items if isinstance(b, LogRows)] == [("c", 2), ("u", 1), ("d", 1)]
+    items = [e for i in items for e in (i.events() if isinstance(i, LogRows) else [i])]
     changes = [(i.op.value, i.key, i.before, i.after) for i in items if getattr(i, "op", None) is not None]
     row1 = '{"id":1,"v":"a\\"\\\\","j":{"x":[1,2.5]}}'
     row1b = '{"id":1,"v":"b","j":{"x":[1,2.5]}}'

@@ -1,12 +1,13 @@
-"""Dump rows as blocks (core/batch.py): they must read exactly like the per-row events they
-replace, in the writer, the bookkeeping of every output, and the Delta changelog's columns."""
+"""Dump rows and log rows as blocks (core/batch.py): they must read exactly like the per-row
+events they replace, in the writer, the bookkeeping of every output, and the Delta
+changelog's columns."""
 
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dblog.core.batch import DumpRows, EventBatch, spans_of
+from airflow_provider_dblog.core.batch import DumpRows, EventBatch, LogRows, spans_of
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Origin, Position
-from airflow_provider_dblog.core.writer import Writer
+from airflow_provider_dblog.core.writer import Writer, _estimate
 from airflow_provider_dblog.outputs._common import Bookkeeping
 from airflow_provider_dblog.outputs.delta import changelog_batch
 
@@ -104,3 +105,60 @@ def test_writer_splits_a_block_bigger_than_a_batch_and_keeps_order_and_markers()
     written = [e for x in out.batches for e in x]
     assert written == [log_ev("0000000000000900", 9)] + b.events() + [log_ev("0000000000000B00", 1)]
     assert w.buffered() == 0 and w.events_written == 12
+
+
+def log_block(op, n, start=0, coord="0000000000000C00"):
+    """A binlog rows event's changes as text (texts of ``op``'s images, None where none)."""
+    keys = [(start + i,) for i in range(n)]
+    before = [None if op is Op.CREATE else f'{{"id":{start + i},"v":"old"}}' for i in range(n)]
+    after = [None if op is Op.DELETE else f'{{"id":{start + i},"v":"new \\u00e9"}}' for i in range(n)]
+    positions = [Position(f"{coord}{i:04d}") for i in range(n)]
+    return LogRows("src", "public.t", op, "sch1", 1_700_000_000_000_000, "77", keys, before, after, positions)
+
+
+@pytest.mark.parametrize("op", [Op.CREATE, Op.UPDATE, Op.DELETE])
+def test_a_log_block_reads_as_its_events_and_splits_in_order(op):
+    b = log_block(op, 5)
+    evs = b.events()
+    assert [b.event(i) for i in range(5)] == evs
+    assert [(e.key, e.before, e.after, e.position) for e in evs] == list(zip(b.keys, b.befores, b.afters, b.positions))
+    assert all(
+        (e.source_id, e.table, e.op, e.commit_ts, e.txid, e.origin, e.dump_id, e.schema_id)
+        == ("src", "public.t", op, 1_700_000_000_000_000, "77", Origin.LOG, None, "sch1")
+        for e in evs
+    )
+    head, tail = b.split(2)
+    assert head.events() + tail.events() == evs and (len(head), len(tail)) == (2, 3)
+    assert (tail.first_position, tail.last_position) == (b.positions[2], b.positions[4])
+    batch = EventBatch([[log_ev("0000000000000900", 9)], b])
+    assert list(batch) == [log_ev("0000000000000900", 9)] + evs and batch[3] == evs[2]
+    assert spans_of(batch) == {"src": (Position("0000000000000900"), b.positions[-1])}
+
+
+def test_delta_columns_of_log_blocks_equal_those_of_their_events():
+    segments = [
+        log_block(Op.CREATE, 3),
+        [log_ev("0000000000000D00", 9)],
+        log_block(Op.DELETE, 2, 10, "0000000000000E00"),
+    ]
+    segments.insert(1, log_block(Op.UPDATE, 4, 20, "0000000000000C80"))
+    fast = changelog_batch(EventBatch(segments), epoch=None)
+    slow = changelog_batch(list(EventBatch(segments)), epoch=None)
+    drop = [c for c in fast.column_names if c != "written_at"]
+    assert fast.schema == slow.schema
+    assert fast.select(drop).to_pylist() == slow.select(drop).to_pylist()
+    assert fast.column("op").to_pylist()[:4] == ["c", "c", "c", "u"]
+
+
+def test_the_writer_counts_a_log_block_as_its_changes_and_splits_it():
+    b = log_block(Op.UPDATE, 10)
+    events, nbytes = _estimate([b])
+    assert events == 10 and nbytes >= 10 * len(b.afters[0])
+    out = MemoryOutput()
+    w = Writer(out, max_buffer=1000, max_batch=4, flush_interval=0.01)
+    w.start()
+    w.put_many([b, Tag("end")])
+    assert drain(w, 1) == ["end"]
+    w.close()
+    assert [len(x) for x in out.batches] == [4, 4, 2]
+    assert [e for x in out.batches for e in x] == b.events()

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from airflow_provider_dblog.core.batch import DumpRows
+from airflow_provider_dblog.core.batch import DumpRows, LogRows
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import DBLogError, PositionLostError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, TableSchema, WatermarkEvent
 from airflow_provider_dblog.core.protocols import ChunkResult
-from airflow_provider_dblog.core.row_text import ChunkTexts, dumps
+from airflow_provider_dblog.core.row_text import ChunkTexts, as_row, dumps
 from airflow_provider_dblog.core.schema_watch import schema_key
 from airflow_provider_dblog.core.verify import replay
 
@@ -728,3 +728,99 @@ def test_log_images_reach_an_output_that_takes_texts_as_texts_and_key_updates_st
         (Op.CREATE, (1001,)),
     ]
     assert replay(out.events) == db.snapshot(TABLE)
+
+
+class _LogBlockSource(_TextLogSource):
+    """Like the MySQL reader with texts: consecutive text changes of one table, op and
+    transaction come as one LogRows block (a key update stays an event of dicts)."""
+
+    def poll(self, max_items, timeout):
+        out: list = []
+        for i in super().poll(max_items, timeout):
+            text = isinstance(i, ChangeEvent) and all(x is None or isinstance(x, str) for x in (i.before, i.after))
+            if not text or i.op is Op.TRUNCATE:
+                out.append(i)
+                continue
+            last = out[-1] if out else None
+            same = (i.table, i.op, i.txid, i.commit_ts, i.schema_id)
+            if isinstance(last, LogRows) and (last.table, last.op, last.txid, last.commit_ts, last.schema_id) == same:
+                last.keys.append(i.key)
+                last.befores.append(i.before)
+                last.afters.append(i.after)
+                last.positions.append(i.position)
+            else:
+                out.append(
+                    LogRows(
+                        i.source_id,
+                        *same[:2],
+                        i.schema_id,
+                        i.commit_ts,
+                        i.txid,
+                        [i.key],
+                        [i.before],
+                        [i.after],
+                        [i.position],
+                    )
+                )
+        return out
+
+
+class _LogBlockChangelog(_TextChangelog):
+    """Counts the log blocks that reached the output whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log_blocks = 0
+
+    def write(self, events, epoch=None):
+        self.log_blocks += sum(isinstance(s, LogRows) for s in getattr(events, "segments", ()))
+        super().write(events, epoch)
+
+
+def test_log_blocks_pass_whole_outside_windows_and_change_by_change_inside(db, state):
+    """A block of changes reaches the output as one block while no chunk of its table is in
+    flight; inside a window its changes must still drop their keys from the chunk, or a
+    stale chunk row would win (the replay would differ from the source)."""
+    source, out = _LogBlockSource(db), _LogBlockChangelog()
+    n = {"chunk": 0}
+
+    def concurrent_writes(schema, selected):
+        n["chunk"] += 1
+        if selected:
+            for row in selected[:2]:  # one block of two updates of chunk keys, inside the window
+                db.upsert(TABLE, {"id": row["id"], "v": f"updated in window {n['chunk']}"})
+            if len(selected) > 2:
+                db.delete(TABLE, (selected[2]["id"],))
+
+    run, spec = dump_to_done(source, out, state, 17, concurrent_writes)
+    for i in range(300, 340):  # a burst outside any window: blocks pass whole
+        db.upsert(TABLE, {"id": i, "v": "burst"})
+    wait_until(lambda: out.events and out.events[-1].key == (339,), what="the burst")
+    run.stop()
+
+    positions = [e.position for e in out.events]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    assert replay(out.events) == db.snapshot(TABLE)
+    assert out.log_blocks > 0
+    updated = {
+        e.key
+        for e in out.events
+        if e.origin is Origin.LOG and "updated in window" in (as_row(e.after) or {}).get("v", "")
+    }
+    assert len(updated) >= 2 * (200 // 17)
+    assert state.get_checkpoint(SOURCE_ID) == out.events[-1].position
+
+
+def test_a_log_block_across_the_checkpoint_loses_only_what_is_durable(db, state):
+    """After a restart the first block straddles the checkpoint (the fixture's 200 inserts
+    come as one block): only its changes after the checkpoint are written again."""
+    source, out = _LogBlockSource(db), _LogBlockChangelog()
+    checkpoint = db.log[149].position
+    state.set_checkpoint(SOURCE_ID, checkpoint)
+    db.upsert(TABLE, {"id": 120, "v": "after the checkpoint"})
+    run = Running(source, out, state, poll_batch=1000)
+    wait_until(lambda: out.events and out.events[-1].key == (120,), what="the log after the checkpoint")
+    run.stop()
+
+    assert [e.key[0] for e in out.events] == list(range(151, 201)) + [120]
+    assert all(e.position > checkpoint for e in out.events)
