@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Callable, Optional
 
+from airflow_provider_dblog.core.batch import LogRows
+
 from .common import NAMES, standalone
 from .dbs import DATABASES
 
@@ -162,7 +164,13 @@ class Marks:
         self.times: list[float] = []
 
     def add(self, items, table: str, t: float) -> None:
-        top = max((e.key[0] for e in items if getattr(e, "table", None) == table), default=None)
+        keys = (
+            k[0]
+            for e in items
+            if getattr(e, "table", None) == table
+            for k in (e.keys if isinstance(e, LogRows) else (e.key,))  # a block of log changes
+        )
+        top = max(keys, default=None)
         if top is not None and top > 0:  # primer rows have negative keys
             self.keys.append(top)
             self.times.append(t)
