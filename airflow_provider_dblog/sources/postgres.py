@@ -50,6 +50,7 @@ import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 
+from ..core.batch import LogRows
 from ..core.chunks import POSTGRES, chunk_query, key_range, keys_query, max_key_query
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position, Row, TableSchema
@@ -560,18 +561,19 @@ class PostgresSource:
         return options
 
     @on_connection_loss
-    def poll(self, max_items: int, timeout: float) -> list[LogItem]:
+    def poll(self, max_items: int, timeout: float) -> list[LogItem | LogRows]:
         if self._stream is None:
             raise RuntimeError("poll() before start_log()")
         if self._deferred_error is not None:
             raise self._deferred_error
         if self._partitions.roots:
             self._partitions.step()
-        pending = self._decoder.pending
-        decode = self._decoder.pgoutput if self.plugin == "pgoutput" else self._decoder.wal2json
+        decoder = self._decoder
+        pending = decoder.pending
+        decode = decoder.pgoutput if self.plugin == "pgoutput" else decoder.wal2json
         deadline = time.monotonic() + timeout
-        while len(pending) < max_items:
-            payloads, failure = self._stream.read(max_items - len(pending))
+        while len(pending) + decoder.block_extra < max_items:
+            payloads, failure = self._stream.read(max_items - len(pending) - decoder.block_extra)
             try:
                 for payload in payloads:
                     decode(payload)
@@ -591,7 +593,17 @@ class PostgresSource:
                 if remaining <= 0:
                     break
                 select.select([self._cursor], [], [], remaining)
-        return [pending.popleft() for _ in range(min(max_items, len(pending)))]
+        out: list[LogItem | LogRows] = []
+        n = 0  # changes handed out: a block (LogRows) counts as its changes
+        while pending and n < max_items:
+            item = pending.popleft()
+            out.append(item)
+            if item.__class__ is LogRows:
+                n += len(item)
+                decoder.block_extra -= len(item) - 1
+            else:
+                n += 1
+        return out
 
     def take_unchanged_toast(self) -> list[tuple[str, Key, Position]]:
         """(table, key, position) of the changes decoded since the last call whose ``after``

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Optional
 
+from ..core.batch import LogRows
 from ..core.errors import ConfigurationError
 from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from ..core.row_text import loads_row
@@ -49,6 +50,7 @@ from .postgres_values import (
 )
 
 _ROW_CHANGE = (b"I", b"U", b"D")
+_new_tuple = tuple.__new__  # Position.unchecked without its Python call
 _OP_OF_TAG = {ord("I"): Op.CREATE, ord("U"): Op.UPDATE, ord("D"): Op.DELETE}
 
 
@@ -72,15 +74,16 @@ def format_lsn(lsn: int) -> str:
 
 
 class _Txn:
-    __slots__ = ("commit_lsn", "commit_ts", "txid", "index", "truncated")
+    __slots__ = ("commit_lsn", "commit_ts", "txid", "index", "truncated", "_coord")
 
     def __init__(self, commit_lsn: int, commit_ts: Optional[int], txid: str):
         self.commit_lsn, self.commit_ts, self.txid, self.index = commit_lsn, commit_ts, txid, 0
         self.truncated: set[str] = set()  # captured tables truncated so far in this transaction
+        self._coord = f"{commit_lsn:016X}%010d".__mod__  # make_position's coordinate, one C call
 
     def next_position(self) -> Position:
         self.index += 1
-        return make_position(self.commit_lsn, self.index)
+        return _new_tuple(Position, (self._coord(self.index), 0))
 
 
 class LogDecoder:
@@ -119,6 +122,10 @@ class LogDecoder:
         self.partial_truncates: list[tuple[str, str, Position]] = []
         self._native = NativePgRows(self._type_name)
         self._texts = texts
+        # The LogRows block text changes are added to, and how many changes the blocks in
+        # ``pending`` hold beyond one each (poll counts changes, not items).
+        self._block: Optional[LogRows] = None
+        self.block_extra = 0
         # relid -> (its Relation, the table's schema id, the key's column indices or None)
         self._key_columns: dict[int, tuple[Relation, str, Optional[list[int]]]] = {}
 
@@ -215,22 +222,56 @@ class LogDecoder:
             before, after = loads_row(before), loads_row(after)
         txn = self._txn
         assert txn is not None  # _native_change checked
-        self.pending.append(
-            ChangeEvent(
+        key_value = before_key if op is Op.DELETE else after_key
+        if before.__class__ is dict:  # a key update: an event of dicts, which the engine splits
+            self.pending.append(
+                ChangeEvent(
+                    self.source_id,
+                    table,
+                    op,
+                    key_value,
+                    before,
+                    after,
+                    txn.next_position(),
+                    txn.commit_ts,
+                    txn.txid,
+                    Origin.LOG,
+                    None,
+                    sid,
+                )
+            )
+            return True
+        # Consecutive changes of one table and op in a transaction make one block (core/batch.py),
+        # extended only while it is the last item queued (never once poll handed it out).
+        block, pending = self._block, self.pending
+        if (
+            block is not None
+            and pending
+            and pending[-1] is block
+            and block.op is op
+            and block.table == table
+            and block.txid == txn.txid
+            and block.schema_id == sid
+        ):
+            block.keys.append(key_value)  # type: ignore[attr-defined]  # lists while open
+            block.befores.append(before)  # type: ignore[attr-defined]
+            block.afters.append(after)  # type: ignore[attr-defined]
+            block.positions.append(txn.next_position())  # type: ignore[attr-defined]
+            self.block_extra += 1
+        else:
+            self._block = LogRows(
                 self.source_id,
                 table,
                 op,
-                before_key if op is Op.DELETE else after_key,
-                before,
-                after,
-                txn.next_position(),
+                sid,
                 txn.commit_ts,
                 txn.txid,
-                Origin.LOG,
-                None,
-                sid,
+                [key_value],
+                [before],
+                [after],
+                [txn.next_position()],
             )
-        )
+            pending.append(self._block)
         return True
 
     def _relation(self, relid: int) -> Relation:

@@ -9,6 +9,7 @@ import dataclasses
 import orjson
 import pytest
 
+from airflow_provider_dblog.core.batch import LogRows
 from airflow_provider_dblog.core.events import ChangeEvent, Column, TableSchema
 from airflow_provider_dblog.sources import pgoutput, pgoutput_native
 from airflow_provider_dblog.sources.pgoutput import UNCHANGED_TOAST
@@ -135,7 +136,7 @@ def test_row_texts_are_the_text_the_output_writes_for_the_python_decoders_images
         dec._texts = True
         for m in MESSAGES:
             dec.pgoutput(m)
-        texts = list(dec.pending)
+        texts = [e for i in dec.pending for e in (i.events() if isinstance(i, LogRows) else [i])]
     finally:
         del MESSAGES[-1 - len(extra) : -1]
     assert len(texts) == len(python) == 13
@@ -154,6 +155,39 @@ def test_row_texts_are_the_text_the_output_writes_for_the_python_decoders_images
     assert as_text == [2, 9, 11]
     assert texts[9].before == '{"id":1}' and texts[12].before == {"id": 2} and texts[12].key == (8,)
     assert '"jb":{"a":-0.0},"by":{"$b64":""},"f":"NaN","r":-1.5e-7,' in texts[11].after
+
+
+def test_consecutive_text_changes_of_one_table_op_and_transaction_make_one_block(monkeypatch):
+    """Like the binlog reader's rows events: a block per run of one table and op in a
+    transaction, extended only while it is the last item queued; the same changes as the
+    Python decoder's events, in order, and ``block_extra`` counts what the blocks add."""
+    row = lambda k: (str(k),) + NULLS[1:]  # noqa: E731
+    key_change = update(300, new=row(99), old=("7",) + (None,) * (len(COLUMNS) - 1))
+    stream = [begin(0x900, 10, 5), REL, *(insert(300, *row(k)) for k in (1, 2, 3))]
+    stream += [update(300, new=row(1)), update(300, new=row(2)), key_change, insert(300, *row(4))]
+    stream += [delete(300, ("3",) + (None,) * (len(COLUMNS) - 1)), commit(0x900, 0x930, 10)]
+    stream += [begin(0xA00, 11, 6), insert(300, *row(5)), insert(300, *row(6)), commit(0xA00, 0xA30, 11)]
+    python = _decoder()
+    python._native.on = False
+    blocks = _decoder()
+    blocks._texts = True
+    for m in stream:
+        python.pgoutput(m)
+        blocks.pgoutput(m)
+    items = list(blocks.pending)
+    shape = [(i.op.value, len(i)) if isinstance(i, LogRows) else i.__class__.__name__ for i in items]
+    assert shape == ["SchemaEvent", ("c", 3), ("u", 2), "ChangeEvent", ("c", 1), ("d", 1), ("c", 2)]
+    assert blocks.block_extra == sum(len(i) - 1 for i in items if isinstance(i, LogRows)) == 4
+    flat = [e for i in items[1:] for e in (i.events() if isinstance(i, LogRows) else [i])]
+    want = list(python.pending)[1:]
+    assert [(e.op, e.key, e.position, e.txid) for e in flat] == [(e.op, e.key, e.position, e.txid) for e in want]
+    assert flat[1].key == (2,) and flat[1].after == orjson.dumps(want[1].after).decode()
+    # A block handed out is never extended: the next change starts a new one.
+    blocks.pgoutput(begin(0xB00, 12, 7))
+    blocks.pgoutput(insert(300, *row(8)))
+    handed = blocks.pending.pop()  # as poll hands it out, mid-transaction
+    blocks.pgoutput(insert(300, *row(9)))
+    assert handed.keys == [(8,)] and blocks.pending[-1].keys == [(9,)]
 
 
 def test_a_binary_value_is_refused_by_the_python_path_as_before(monkeypatch):
