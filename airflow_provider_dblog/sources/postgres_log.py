@@ -218,12 +218,13 @@ class LogDecoder:
             return False
         tag, before_key, after_key, before, after = decoded
         op = _OP_OF_TAG[tag]
-        if op is Op.UPDATE and before_key is not None and before_key != after_key:
+        key_update = op is Op.UPDATE and before_key is not None and before_key != after_key
+        if key_update:
             before, after = loads_row(before), loads_row(after)
         txn = self._txn
         assert txn is not None  # _native_change checked
         key_value = before_key if op is Op.DELETE else after_key
-        if before.__class__ is dict:  # a key update: an event of dicts, which the engine splits
+        if key_update:  # an event of dicts, which the engine splits
             self.pending.append(
                 ChangeEvent(
                     self.source_id,

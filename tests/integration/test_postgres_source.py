@@ -82,6 +82,15 @@ def run(conn, sql: str, params=None) -> list:
         return cur.fetchall() if cur.description else []
 
 
+def drop_slot(admin, slot: str) -> None:
+    for _ in range(50):  # a closed walsender may take a moment to release its slot
+        try:
+            run(admin, "SELECT pg_drop_replication_slot(%s)", (slot,))
+            return
+        except psycopg2.errors.ObjectInUse:
+            time.sleep(0.1)
+
+
 @pytest.fixture
 def ns(db, admin):
     """A fresh schema; every slot/publication a test source made is dropped afterwards."""
@@ -92,12 +101,7 @@ def ns(db, admin):
     for (slot,) in run(
         admin, "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE %s", (f"dblog_{name}%",)
     ):
-        for _ in range(50):  # a closed walsender may take a moment to release its slot
-            try:
-                run(admin, "SELECT pg_drop_replication_slot(%s)", (slot,))
-                break
-            except psycopg2.errors.ObjectInUse:
-                time.sleep(0.1)
+        drop_slot(admin, slot)
     for (pub,) in run(admin, "SELECT pubname FROM pg_publication WHERE pubname LIKE %s", (f"dblog_{name}%",)):
         run(admin, f'DROP PUBLICATION "{pub}"')
     if run(admin, "SELECT to_regclass('dblog.watermarks')")[0][0]:

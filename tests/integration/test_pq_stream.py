@@ -16,6 +16,8 @@ extras = pytest.importorskip("psycopg2.extras")
 from airflow_provider_dblog.sources import pq_stream  # noqa: E402
 from airflow_provider_dblog.sources.pq_stream import ReplicationStream, compiled_reader  # noqa: E402
 
+from .test_postgres_source import drop_slot, run  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 READERS = ["compiled", "read_message"]
@@ -42,12 +44,6 @@ def admin(dsn):
     conn.close()
 
 
-def run(conn, sql: str, params=None) -> list:
-    with conn.cursor() as cur:
-        cur.execute(sql, params)
-        return cur.fetchall() if cur.description else []
-
-
 @pytest.fixture
 def table(admin):
     """A table in a publication, and a factory of pgoutput slots made now (dropped after)."""
@@ -64,12 +60,7 @@ def table(admin):
 
     yield name, slot
     for s in slots:
-        for _ in range(50):  # a closed walsender may take a moment to release its slot
-            try:
-                run(admin, "SELECT pg_drop_replication_slot(%s)", (s,))
-                break
-            except psycopg2.errors.ObjectInUse:
-                time.sleep(0.1)
+        drop_slot(admin, s)
     run(admin, f"DROP PUBLICATION {name}")
     run(admin, f"DROP TABLE {name}")
 
