@@ -45,16 +45,20 @@ class NativePgRows:
         """A chunk SELECT's rows as canonical dicts (``kinds``: each column's pg_kind,
         ``convert``: which columns' text still needs its kind's conversion), or None: convert
         them in Python (a value the extension hands back, such as an 'infinity' timestamp)."""
+        try:
+            return self.chunk_plan(names, kinds).rows(raw, convert)
+        except extension.Unsupported as exc:
+            self._once(f"chunk: {exc}", "a chunk's rows are converted in Python: %s (logged once)", exc)
+            return None
+
+    def chunk_plan(self, names: list[str], kinds: list[str]) -> Any:
+        """The plan of a chunk's columns (``kinds``: each one's pg_kind), cached."""
         key = (tuple(names), tuple(kinds))
         plan = self._chunk_plans.get(key)
         if plan is None:
             plan = extension.PgRowPlan(names, [PG_KINDS.index(k) for k in kinds], [False] * len(names))
             self._chunk_plans[key] = plan
-        try:
-            return plan.rows(raw, convert)
-        except extension.Unsupported as exc:
-            self._once(f"chunk: {exc}", "a chunk's rows are converted in Python: %s (logged once)", exc)
-            return None
+        return plan
 
     def change_text(self, rel: Relation, payload: bytes, key: list[int]) -> Optional[tuple]:
         """(tag, before_key, after_key, before, after) of an Insert/Update/Delete message, the

@@ -72,6 +72,7 @@ from .postgres_catalog import (
     server_version,
     type_names,
 )
+from .postgres_copy import ChunkCopy
 from .postgres_digest import digest_sql, row_hasher
 from .postgres_errors import ErrorContext, first_line, translate
 from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, make_position, parse_lsn
@@ -185,6 +186,7 @@ class PostgresSource:
         self._slot_created = False
         self._encoding = "utf-8"
         self._native_rows = NativePgRows()  # chunk rows made canonical by the extension
+        self._copy = ChunkCopy(self._native_rows)  # or read by COPY into their texts
         self._lease_check: Optional[Callable[[], None]] = None  # set by take_over
         # Kept across reopen(): a partition attached or detached while reconnecting is noticed.
         self._partitions = Partitions(self._cur, self._partition_keys, self._log_end_position, partition_check_interval)
@@ -751,7 +753,10 @@ class PostgresSource:
                 snapshot, own = cur.fetchone()
                 if read_only:  # a filtered chunk runs operator-given SQL: it may write nothing
                     cur.execute("SET TRANSACTION READ ONLY")
-                if texts:
+                copied = self._copy_chunk(conn or self._conn, cur, schema, sql, params) if texts else None
+                if copied is not None:
+                    keys, rows = copied
+                elif texts:
                     collected = ChunkTexts(schema)
                     # A cursor by SQL: psycopg2's named cursors refuse an autocommit connection,
                     # and this transaction is begun by hand.
@@ -770,15 +775,31 @@ class PostgresSource:
                 # Nothing was written: ROLLBACK ends it (and also clears an error).
                 cur.execute("ROLLBACK")
         invisible = invisible_xids(snapshot, int(own))
+        if copied is not None:
+            return ChunkResult(rows, invisible, keys, texts=True)
         if texts:
             return ChunkResult(collected.rows, invisible, collected.keys, texts=True)
         return ChunkResult(self._canonical(schema, raw, oids), invisible)
+
+    def _copy_chunk(self, conn, cur, schema, sql: str, params: list) -> Optional[tuple[list, list]]:
+        """(keys, row texts) of the chunk by COPY (sources/postgres_copy.py), or None: read
+        it with the cursor."""
+        if not self._copy.on:
+            return None
+        names = [c.name for c in schema.columns]
+        key = [names.index(k) for k in schema.key]
+        return self._copy.read(conn, cur, names, self._kinds(schema), key, sql, [_to_param(p) for p in params])
+
+    def _kinds(self, schema) -> list[str]:
+        """Each column's pg_kind (of its base type for a domain)."""
+        info = self._info(schema.table)
+        return [pg_kind(info.base_types.get(c.name, c.type)) for c in schema.columns]
 
     def _canonical(self, schema, raw: list, oids: list) -> list[dict]:
         """Rows as dicts of canonical values (the server's text as the log carries it)."""
         info = self._info(schema.table)
         names = [c.name for c in schema.columns]
-        kinds = [pg_kind(info.base_types.get(n, c.type)) for n, c in zip(names, schema.columns)]
+        kinds = self._kinds(schema)
         # Per column, not per value: which columns still need a text -> canonical step.
         convert = [oid not in _C_CANONICAL_OIDS and k != "text" for oid, k in zip(oids, kinds)]
         if self._native_rows.on:

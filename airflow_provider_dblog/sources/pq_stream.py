@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 MAX_BATCH_BYTES = 8 << 20
 
 _SEVERITY = re.compile(r"^[A-Z]+:  ")
-_reader: Any = None  # the process's PqStream, or False when it cannot be used
+_compiled: dict[str, Any] = {}  # class name -> its instance, or False when it cannot be used
 
 
 def _loaded_libpq() -> list[str]:
@@ -52,37 +52,55 @@ def _loaded_libpq() -> list[str]:
     return found
 
 
-def compiled_reader() -> Optional[Any]:
-    """The PqStream bound to psycopg2's libpq, or None (no extension, switched off, or not
-    exactly one libpq of psycopg2's version in the process); the reason is logged once."""
-    global _reader
-    if _reader is None:
-        _reader = False
+def compiled(name: str, instead: str) -> Optional[Any]:
+    """The extension's class ``name`` (``PqStream``, ``PqCopy``) bound to psycopg2's libpq, or
+    None (no extension, switched off, or not exactly one libpq of psycopg2's version in the
+    process); then the reason is logged once, after ``instead``: what is used in its place."""
+    if name not in _compiled:
+        _compiled[name] = False
         paths = _loaded_libpq()
         if not native.enabled():
-            log.info("replication stream: psycopg2's read_message (the compiled extension is off)")
+            log.info("%s (the compiled extension is off)", instead)
         elif len(paths) != 1:
-            log.info("replication stream: psycopg2's read_message (libpq libraries found: %s)", paths or "none")
+            log.info("%s (libpq libraries found: %s)", instead, paths or "none")
         else:
-            reader = native.extension.PqStream(paths[0])
-            if reader.lib_version() == psycopg2.extensions.libpq_version():
-                _reader = reader
+            obj = getattr(native.extension, name)(paths[0])
+            if obj.lib_version() == psycopg2.extensions.libpq_version():
+                _compiled[name] = obj
             else:
-                log.info("replication stream: psycopg2's read_message (%s is not psycopg2's libpq)", paths[0])
-    return _reader or None
+                log.info("%s (%s is not psycopg2's libpq)", instead, paths[0])
+    return _compiled[name] or None
+
+
+def compiled_reader() -> Optional[Any]:
+    """The PqStream bound to psycopg2's libpq, or None."""
+    return compiled("PqStream", "replication stream: psycopg2's read_message")
+
+
+def server_error(sqlstate: str, message: str) -> psycopg2.Error:
+    """The server's error as psycopg2 raises it: the class of its SQLSTATE (``pgcode``), the
+    text without its severity ("ERROR:  "), ``pgerror`` with it."""
+    try:
+        cls = psycopg2.errors.lookup(sqlstate)
+    except KeyError:
+        cls = psycopg2.DatabaseError
+    exc = cls(_SEVERITY.sub("", message, count=1))
+    exc.__setstate__({"pgerror": message, "pgcode": sqlstate})
+    return exc
+
+
+def libpq_error(message: str, connection_bad: bool) -> psycopg2.Error:
+    """libpq's failure as psycopg2's pq_raise raises it: OperationalError once the
+    connection is bad."""
+    return (psycopg2.OperationalError if connection_bad else psycopg2.DatabaseError)(
+        message or "no message from the libpq"
+    )
 
 
 def _copy_ended(sqlstate: str, message: str) -> psycopg2.Error:
     if not sqlstate:
         return psycopg2.OperationalError("the server ended the replication stream")
-    try:
-        cls = psycopg2.errors.lookup(sqlstate)
-    except KeyError:
-        cls = psycopg2.DatabaseError
-    # As psycopg2 raises it: the text without its severity ("FATAL:  "), pgerror with it.
-    exc = cls(_SEVERITY.sub("", message, count=1))
-    exc.__setstate__({"pgerror": message, "pgcode": sqlstate})
-    return exc
+    return server_error(sqlstate, message)
 
 
 def _failure(end: tuple) -> psycopg2.Error:
@@ -90,8 +108,7 @@ def _failure(end: tuple) -> psycopg2.Error:
     if kind == "copy":
         return _copy_ended(a, b)
     if kind == "broken":
-        # psycopg2's pq_raise: OperationalError once the connection is bad.
-        return (psycopg2.OperationalError if b else psycopg2.DatabaseError)(a or "no message from the libpq")
+        return libpq_error(a, b)
     return psycopg2.OperationalError(f"unrecognized replication message type {bytes([a])!r}")
 
 

@@ -20,6 +20,7 @@ use std::fmt::Write as _;
 
 mod mysql_text;
 mod pgoutput;
+mod pq_copy;
 mod pq_stream;
 mod row_json;
 
@@ -1192,6 +1193,7 @@ fn _rows_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pgoutput::PgRowPlan>()?;
     m.add_class::<mysql_text::MyTextPlan>()?;
     m.add_class::<pq_stream::PqStream>()?;
+    m.add_class::<pq_copy::PqCopy>()?;
     m.add("RowsDecodeError", m.py().get_type::<RowsDecodeError>())?;
     m.add("Unsupported", m.py().get_type::<Unsupported>())?;
     Ok(())

@@ -282,6 +282,39 @@ impl PgRowPlan {
         Ok(row.into_any())
     }
 
+    /// The JSON text of a whole row given as its columns' texts (None: NULL), for a chunk read
+    /// by COPY (crate::pq_stream).
+    pub(crate) fn image_json<B: AsRef<[u8]>>(&self, out: &mut String, raws: &[Option<B>]) -> U<()> {
+        if raws.len() != self.kinds.len() {
+            return Err(format!("a row of {} columns for {}", raws.len(), self.kinds.len()));
+        }
+        out.push('{');
+        for (c, raw) in raws.iter().enumerate() {
+            if c > 0 {
+                out.push(',');
+            }
+            out.push_str(&self.name_json[c]);
+            match raw {
+                None => out.push_str("null"),
+                Some(raw) => self.value_json(out, c, raw.as_ref())?,
+            }
+        }
+        out.push('}');
+        Ok(())
+    }
+
+    /// Column `c`'s canonical value from its text (a key value of a chunk read by COPY).
+    pub(crate) fn key_value<'py>(&self, py: Python<'py>, c: usize, raw: Option<&[u8]>) -> U<Bound<'py, PyAny>> {
+        match raw {
+            None => Ok(py.None().into_bound(py)),
+            Some(raw) => self.value(py, c, raw),
+        }
+    }
+
+    pub(crate) fn width(&self) -> usize {
+        self.kinds.len()
+    }
+
     /// One tuple as (its key tuple, its JSON text).
     fn tuple_text<'py>(
         &self,

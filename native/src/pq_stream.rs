@@ -17,26 +17,28 @@ use pyo3::types::{PyBytes, PyList};
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
 
-type Conn = *mut c_void;
+pub(crate) type Conn = *mut c_void;
 type Res = *mut c_void;
 
-struct LibPq {
-    get_copy_data: unsafe extern "C" fn(Conn, *mut *mut c_char, c_int) -> c_int,
-    consume_input: unsafe extern "C" fn(Conn) -> c_int,
-    freemem: unsafe extern "C" fn(*mut c_void),
-    get_result: unsafe extern "C" fn(Conn) -> Res,
-    result_status: unsafe extern "C" fn(Res) -> c_int,
-    result_error_field: unsafe extern "C" fn(Res, c_int) -> *const c_char,
-    result_error_message: unsafe extern "C" fn(Res) -> *const c_char,
-    clear: unsafe extern "C" fn(Res),
-    error_message: unsafe extern "C" fn(Conn) -> *const c_char,
-    status: unsafe extern "C" fn(Conn) -> c_int,
-    lib_version: unsafe extern "C" fn() -> c_int,
+pub(crate) struct LibPq {
+    pub(crate) send_query: unsafe extern "C" fn(Conn, *const c_char) -> c_int,
+    pub(crate) get_copy_data: unsafe extern "C" fn(Conn, *mut *mut c_char, c_int) -> c_int,
+    pub(crate) consume_input: unsafe extern "C" fn(Conn) -> c_int,
+    pub(crate) freemem: unsafe extern "C" fn(*mut c_void),
+    pub(crate) get_result: unsafe extern "C" fn(Conn) -> Res,
+    pub(crate) result_status: unsafe extern "C" fn(Res) -> c_int,
+    pub(crate) result_error_field: unsafe extern "C" fn(Res, c_int) -> *const c_char,
+    pub(crate) result_error_message: unsafe extern "C" fn(Res) -> *const c_char,
+    pub(crate) clear: unsafe extern "C" fn(Res),
+    pub(crate) error_message: unsafe extern "C" fn(Conn) -> *const c_char,
+    pub(crate) status: unsafe extern "C" fn(Conn) -> c_int,
+    pub(crate) lib_version: unsafe extern "C" fn() -> c_int,
 }
 
-const PGRES_FATAL_ERROR: c_int = 7; // ExecStatusType in libpq-fe.h
-const CONNECTION_BAD: c_int = 1; // ConnStatusType
-const PG_DIAG_SQLSTATE: c_int = b'C' as c_int;
+pub(crate) const PGRES_COPY_OUT: c_int = 3; // ExecStatusType in libpq-fe.h
+pub(crate) const PGRES_FATAL_ERROR: c_int = 7;
+pub(crate) const CONNECTION_BAD: c_int = 1; // ConnStatusType
+pub(crate) const PG_DIAG_SQLSTATE: c_int = b'C' as c_int;
 const XLOG_HEADER: usize = 1 + 8 + 8 + 8; // 'w', dataStart, walEnd, sendTime
 const KEEPALIVE_LEN: usize = 1 + 8 + 8 + 1; // 'k', walEnd, sendTime, replyRequested
 
@@ -54,7 +56,7 @@ unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &str) -> PyResult<F> {
     Ok(std::mem::transmute_copy::<*mut c_void, F>(&p))
 }
 
-fn text(p: *const c_char) -> String {
+pub(crate) fn text(p: *const c_char) -> String {
     if p.is_null() {
         return String::new();
     }
@@ -83,6 +85,63 @@ struct Batch {
     wal_end: u64,
     reply: bool,
     end: Option<End>,
+}
+
+impl LibPq {
+    /// The libpq already loaded at `path` (the one psycopg2 is linked with); never loads it.
+    pub(crate) fn open(path: &str) -> PyResult<LibPq> {
+        let c = CString::new(path).map_err(|_| PyOSError::new_err("a NUL in the libpq path"))?;
+        // SAFETY: RTLD_NOLOAD only returns a handle to a library already in the process.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            return Err(PyOSError::new_err(format!("{path} is not loaded in this process")));
+        }
+        // SAFETY: each symbol is libpq's function of that name, with the C signature above.
+        unsafe {
+            Ok(LibPq {
+                send_query: symbol(handle, "PQsendQuery")?,
+                get_copy_data: symbol(handle, "PQgetCopyData")?,
+                consume_input: symbol(handle, "PQconsumeInput")?,
+                freemem: symbol(handle, "PQfreemem")?,
+                get_result: symbol(handle, "PQgetResult")?,
+                result_status: symbol(handle, "PQresultStatus")?,
+                result_error_field: symbol(handle, "PQresultErrorField")?,
+                result_error_message: symbol(handle, "PQresultErrorMessage")?,
+                clear: symbol(handle, "PQclear")?,
+                error_message: symbol(handle, "PQerrorMessage")?,
+                status: symbol(handle, "PQstatus")?,
+                lib_version: symbol(handle, "PQlibVersion")?,
+            })
+        }
+    }
+
+    /// libpq's error message for `conn` and whether the connection is gone.
+    pub(crate) fn broken(&self, conn: Conn) -> (String, bool) {
+        // SAFETY: a PGconn; libpq's message lives until the next call on it.
+        unsafe { (text((self.error_message)(conn)), (self.status)(conn) == CONNECTION_BAD) }
+    }
+
+    /// The results that follow the end of a COPY (or a failed query): the first error's
+    /// SQLSTATE and message; reads them all, so that the connection is idle again.
+    pub(crate) fn results_error(&self, conn: Conn) -> Option<(String, String)> {
+        let mut error = None;
+        loop {
+            // SAFETY: a PGconn whose COPY ended; each result is cleared once.
+            let res = unsafe { (self.get_result)(conn) };
+            if res.is_null() {
+                return error;
+            }
+            unsafe {
+                if error.is_none() && (self.result_status)(res) == PGRES_FATAL_ERROR {
+                    error = Some((
+                        text((self.result_error_field)(res, PG_DIAG_SQLSTATE)),
+                        text((self.result_error_message)(res)),
+                    ));
+                }
+                (self.clear)(res);
+            }
+        }
+    }
 }
 
 #[pyclass(frozen)]
@@ -155,31 +214,12 @@ impl PqStream {
     }
 
     fn broken(&self, conn: Conn) -> End {
-        // SAFETY: a PGconn; libpq's message lives until the next call on it.
-        let (message, status) = unsafe { (text((self.lib.error_message)(conn)), (self.lib.status)(conn)) };
-        End::Broken(message, status == CONNECTION_BAD)
+        let (message, bad) = self.lib.broken(conn);
+        End::Broken(message, bad)
     }
 
-    /// The results that follow the end of a COPY: the first error's SQLSTATE and message.
     fn copy_error(&self, conn: Conn) -> Option<(String, String)> {
-        let lib = &self.lib;
-        let mut error = None;
-        loop {
-            // SAFETY: a PGconn whose COPY ended; each result is cleared once.
-            let res = unsafe { (lib.get_result)(conn) };
-            if res.is_null() {
-                return error;
-            }
-            unsafe {
-                if error.is_none() && (lib.result_status)(res) == PGRES_FATAL_ERROR {
-                    error = Some((
-                        text((lib.result_error_field)(res, PG_DIAG_SQLSTATE)),
-                        text((lib.result_error_message)(res)),
-                    ));
-                }
-                (lib.clear)(res);
-            }
-        }
+        self.lib.results_error(conn)
     }
 }
 
@@ -188,30 +228,9 @@ impl PqStream {
     /// The libpq already loaded at `path` (the one psycopg2 is linked with); never loads it.
     #[new]
     fn new(path: &str) -> PyResult<Self> {
-        let c = CString::new(path).map_err(|_| PyOSError::new_err("a NUL in the libpq path"))?;
-        // SAFETY: RTLD_NOLOAD only returns a handle to a library already in the process.
-        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-        if handle.is_null() {
-            return Err(PyOSError::new_err(format!("{path} is not loaded in this process")));
-        }
-        // SAFETY: each symbol is libpq's function of that name, with the C signature above.
-        unsafe {
-            Ok(PqStream {
-                lib: LibPq {
-                    get_copy_data: symbol(handle, "PQgetCopyData")?,
-                    consume_input: symbol(handle, "PQconsumeInput")?,
-                    freemem: symbol(handle, "PQfreemem")?,
-                    get_result: symbol(handle, "PQgetResult")?,
-                    result_status: symbol(handle, "PQresultStatus")?,
-                    result_error_field: symbol(handle, "PQresultErrorField")?,
-                    result_error_message: symbol(handle, "PQresultErrorMessage")?,
-                    clear: symbol(handle, "PQclear")?,
-                    error_message: symbol(handle, "PQerrorMessage")?,
-                    status: symbol(handle, "PQstatus")?,
-                    lib_version: symbol(handle, "PQlibVersion")?,
-                },
-            })
-        }
+        Ok(PqStream {
+            lib: LibPq::open(path)?,
+        })
     }
 
     fn lib_version(&self) -> i32 {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -18,6 +19,7 @@ from airflow_provider_dblog.core.errors import (  # noqa: E402
 )
 from airflow_provider_dblog.core.events import ChangeEvent, Op, SchemaEvent, WatermarkEvent  # noqa: E402
 from airflow_provider_dblog.core.row_text import loads_row  # noqa: E402
+from airflow_provider_dblog.sources import native, postgres_copy  # noqa: E402
 from airflow_provider_dblog.sources import postgres as postgres_module  # noqa: E402
 from airflow_provider_dblog.sources.postgres import PostgresSource  # noqa: E402
 from airflow_provider_dblog.sources.postgres_log import commit_lsn_of, parse_lsn  # noqa: E402
@@ -249,6 +251,9 @@ ROWS = [
     "'00000000-0000-0000-0000-000000000000', '[]', 'null', '\\x', -1e300, -2.5, 0, '{}', '::1', '0')",
     "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
     "NULL, NULL, NULL)",
+    # What COPY's text format escapes (tab, newline, backslash, other control characters).
+    "(5, NULL, NULL, E'a\\tb\\nc\\\\d\\re\\x01f\\bg\\fh\\x0bi\\\\N', E'\\\\N', E'\\t', NULL, NULL, "
+    'NULL, NULL, NULL, \'{"k": "a\\tb\\\\\\n"}\', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)',
 ]
 
 
@@ -289,12 +294,23 @@ def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns
         assert logged[(row["id"],)] == row, f"log and chunk differ for id {row['id']}"
     # As JSON texts (the Delta output's chunks, core/row_text.py), fetched two rows at a time
     # from a cursor: the same rows and keys, also for a filtered chunk.
+    # Read by COPY into the texts (sources/postgres_copy.py) two rows a part when the extension
+    # is there, and byte for byte the texts the cursor gives.
     monkeypatch.setattr(postgres_module, "PART_ROWS", 2)
+    monkeypatch.setattr(postgres_copy, "PART_ROWS", 2)
+    assert src._copy.on == (native.extension is not None)
     texted = src.select_chunk(schema, None, 100, texts=True)
     assert texted.texts and [loads_row(t) for t in texted.rows] == dumped and len(dumped) > 2
     assert texted.keys == schema.keys_of(dumped)
     filtered = src.select_chunk(schema, None, 100, where="id >= 2", texts=True)
     assert [loads_row(t) for t in filtered.rows] == [r for r in dumped if r["id"] >= 2]
+    monkeypatch.setattr(src._copy, "_copier", None)
+    by_cursor = src.select_chunk(schema, None, 100, texts=True)
+    assert (by_cursor.rows, by_cursor.keys) == (texted.rows, texted.keys)
+    escaped = logged[(5,)]
+    assert escaped["t"] == "a\tb\nc\\d\re\x01f\bg\fh\vi\\N" and escaped["vc"] == "\\N"
+    assert escaped["ch"] == "\t    "
+    assert escaped["j"] == {"k": "a\tb\\\n"}
     one = logged[(1,)]
     assert one["b"] == 9007199254740993 and one["n"] == "12.30" and one["ch"] == "ab   "
     assert one["t"] == 'héllo "q" \\\\ ✓' and one["bo"] is True and one["d"] == "2024-02-29"
@@ -306,6 +322,30 @@ def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns
     assert all(v is None for k, v in logged[(3,)].items() if k != "id")
     if plugin == "pgoutput":
         assert logged[(4,)]["n"] == "NaN" and logged[(4,)]["f"] == "Infinity" and logged[(4,)]["r"] == "-Infinity"
+
+
+def test_a_chunk_copy_cannot_write_exactly_is_read_by_the_cursor(make_source, db, ns, caplog, monkeypatch):
+    """A value the COPY path does not write exactly as the cursor path (a timestamp of
+    'infinity') sends that chunk to the cursor: same texts, logged once; a COPY the server
+    fails raises what the cursor would; the connection serves the next chunk either way."""
+    if native.extension is None:
+        pytest.skip("the compiled extension is not built")
+    t = f"{ns}.inf"
+    run(db, f"CREATE TABLE {t} (id int PRIMARY KEY, ts timestamp)")
+    run(db, f"INSERT INTO {t} VALUES (1, '2024-01-01'), (2, 'infinity'), (3, NULL)")
+    src = make_source([t], "pgoutput")
+    schema = src.table_schema(t)
+    with caplog.at_level(logging.INFO, logger=postgres_copy.__name__):
+        got = src.select_chunk(schema, None, 10, texts=True)
+    assert "read by a cursor instead of COPY" in caplog.text
+    assert got.keys == [(1,), (2,), (3,)] and loads_row(got.rows[0]) == {"id": 1, "ts": "2024-01-01T00:00:00"}
+    assert src.select_chunk(schema, (2,), 10, texts=True).keys == [(3,)]  # by COPY again
+    with pytest.raises(RequestError, match="row filter"):
+        src.select_chunk(schema, None, 10, where="no_such_column = 1", texts=True)
+    copied = src.select_chunk(schema, (2,), 10, texts=True)
+    monkeypatch.setattr(src._copy, "_copier", None)
+    assert got.rows == src.select_chunk(schema, None, 10, texts=True).rows
+    assert copied.rows == src.select_chunk(schema, (2,), 10, texts=True).rows
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
