@@ -56,7 +56,14 @@ DEFAULTS = {
 TARGET_MB = 500  # issue 6: capture RSS under 500 MB in every scenario
 TARGET_MIB = TARGET_MB * 10**6 / 2**20  # RSS is read in KiB: compare in the same unit (476.8 MiB)
 GROWTH_MB = 50  # txn peak this far above the control peak counts as growing with the transaction
-WRITER_SETTINGS = ("writer_buffer", "writer_buffer_bytes", "writer_batch", "poll_batch", "flush_interval")
+WRITER_SETTINGS = (
+    "writer_buffer",
+    "writer_buffer_bytes",
+    "writer_batch",
+    "writer_batch_bytes",
+    "poll_batch",
+    "flush_interval",
+)
 
 
 class MemoryPostgresBench(PostgresBench):

@@ -75,7 +75,8 @@ class EngineConfig:
     writer_buffer: int = 100_000  # events buffered before backpressure
     # ... or about this many bytes of them (wide rows: core/writer.py); None: events only
     writer_buffer_bytes: Optional[int] = 64 * 2**20
-    writer_batch: int = 20_000  # events per output commit at most
+    writer_batch: int = 50_000  # events per output commit at most
+    writer_batch_bytes: Optional[int] = 20 * 2**20  # and about this many bytes (None: events only)
     flush_interval: float = 0.2  # seconds an event may wait for its commit
     control_interval: float = 0.5  # seconds between reads of dump requests and controls
     status_interval: float = 5.0  # seconds between progress reports
@@ -235,6 +236,7 @@ class Engine:
             max_buffer=self.config.writer_buffer,
             max_buffer_bytes=self.config.writer_buffer_bytes,
             max_batch=self.config.writer_batch,
+            max_batch_bytes=self.config.writer_batch_bytes,
             flush_interval=self.config.flush_interval,
             epoch=self.config.epoch,
         )
