@@ -53,7 +53,7 @@ from .mysql_checks import StartupChecks
 from .mysql_gtid import History, decode_gtid_coord, era_after, is_gtid_coord
 from .mysql_gtid_resume import history_at, resume_point, server_history
 from .mysql_log import BinlogReader, Failure, decode_coord, file_number
-from .mysql_select_native import NativeSelect, pymysql_rows
+from .mysql_select_native import NativeSelect, pymysql_rows, query_texts
 from .mysql_values import select_converters, select_expression, to_param
 from .tls import TLSSettings
 
@@ -546,6 +546,13 @@ class MySQLSource:
             with filter_errors(schema.table, where, self.lost):
                 raw = session.read_only_query(sql, list(params))  # a list: %% is formatted
         elif self._native_select.on and self._native_select.plan(schema) is not None:
+            if texts:
+                with mysql_dump_errors(schema.table, self._settings.user):
+                    read = session.read(
+                        lambda conn: query_texts(conn, sql, params or None, self._native_select, schema)
+                    )
+                if read is not None:
+                    return ChunkResult(read[1], keys=read[0], texts=True)
             with mysql_dump_errors(schema.table, self._settings.user):
                 result, encoding = session.query_packets(sql, params or None)
             collected = ChunkTexts(schema) if texts else None

@@ -147,6 +147,11 @@ class Session:
         (the result, the connection's encoding). Retried once on a lost connection."""
         return self._retried(lambda conn: (query_packets(conn, sql, params), conn.encoding))
 
+    def read(self, work: Callable[[pymysql.connections.Connection], _T]) -> _T:
+        """``work(connection)`` for a statement it runs itself (mysql_select_native.query_texts).
+        Retried once on a lost connection."""
+        return self._retried(work)
+
     def read_only_query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         """One statement in a READ ONLY transaction (a filtered dump's operator-given SQL),
         on one connection and never retried: a retry on a new connection would run outside

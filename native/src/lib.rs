@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::fmt::Write as _;
 
+mod mysql_result;
 mod mysql_text;
 mod pgoutput;
 mod pq_copy;
@@ -1192,6 +1193,7 @@ fn _rows_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
     m.add_class::<pgoutput::PgRowPlan>()?;
     m.add_class::<mysql_text::MyTextPlan>()?;
+    m.add_class::<mysql_result::MyRowsReader>()?;
     m.add_class::<pq_stream::PqStream>()?;
     m.add_class::<pq_copy::PqCopy>()?;
     m.add("RowsDecodeError", m.py().get_type::<RowsDecodeError>())?;

@@ -7,7 +7,7 @@
 //! reproduce exactly (a value of unexpected shape) raises `Unsupported`, and the chunk is
 //! converted by PyMySQL and `from_select` instead.
 
-use crate::{base64, days_in_month, loads_json, Unsupported};
+use crate::{base64, days_in_month, loads_json, push_int, row_json, Unsupported};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
@@ -30,6 +30,7 @@ type U<T> = Result<T, String>;
 #[pyclass(frozen, module = "airflow_provider_dblog._rows_native")]
 pub struct MyTextPlan {
     names: Vec<Py<PyString>>,
+    name_json: Vec<String>, // `"name":` per column (row_text)
     kinds: Vec<u8>,
     b64_key: Py<PyString>,
     json_loads: Py<PyAny>,
@@ -46,8 +47,18 @@ impl MyTextPlan {
                 "one known kind per column name",
             ));
         }
+        let name_json = names
+            .iter()
+            .map(|n| {
+                let mut j = String::new();
+                row_json::push_str(&mut j, n);
+                j.push(':');
+                j
+            })
+            .collect();
         let names: Vec<Py<PyString>> = names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
         Ok(MyTextPlan {
+            name_json,
             template: crate::row_template(py, &names)?,
             names,
             kinds,
@@ -91,19 +102,16 @@ impl MyTextPlan {
         Ok(dict)
     }
 
-    fn value<'py>(&self, py: Python<'py>, c: usize, raw: &[u8]) -> U<Bound<'py, PyAny>> {
+    /// A value's text checked and read by its column's kind.
+    fn parse<'a>(&self, c: usize, raw: &'a [u8]) -> U<MVal<'a>> {
         let bad = |what: &str| format!("column {c}: {what}");
         let text = || std::str::from_utf8(raw).map_err(|_| bad("text that is not UTF-8"));
-        let obj = |r: PyResult<Bound<'py, PyAny>>| r.map_err(|e| e.to_string());
         Ok(match self.kinds[c] {
             INT => {
                 let t = text()?;
                 match t.parse::<i64>() {
-                    Ok(v) => v.into_pyobject(py).unwrap_or_else(|e| match e {}).into_any(),
-                    Err(_) => {
-                        let v = t.parse::<u64>().map_err(|_| bad("no integer"))?;
-                        v.into_pyobject(py).unwrap_or_else(|e| match e {}).into_any()
-                    }
+                    Ok(v) => MVal::Int(v),
+                    Err(_) => MVal::UInt(t.parse::<u64>().map_err(|_| bad("no integer"))?),
                 }
             }
             DECIMAL => {
@@ -114,7 +122,7 @@ impl MyTextPlan {
                 if !plain(whole) || !plain(frac) || (whole.len() > 1 && whole.starts_with('0')) {
                     return Err(bad("a DECIMAL not in plain form"));
                 }
-                PyString::new(py, t).into_any()
+                MVal::Str(t)
             }
             DOUBLE | FLOAT => {
                 let v: f64 = text()?.parse().map_err(|_| bad("no number"))?;
@@ -122,54 +130,127 @@ impl MyTextPlan {
                     return Err(bad("a number that is not finite"));
                 }
                 // FLOAT: 7 significant digits, as '%.7g' rounds (see the binlog decoder).
-                let v = if self.kinds[c] == FLOAT {
+                MVal::Float(if self.kinds[c] == FLOAT {
                     format!("{v:.6e}").parse::<f64>().unwrap_or(v)
                 } else {
                     v
-                };
-                v.into_pyobject(py).unwrap_or_else(|e| match e {}).into_any()
+                })
             }
-            TEXT => PyString::new(py, text()?).into_any(),
-            BINARY => {
-                let d = PyDict::new(py);
-                d.set_item(self.b64_key.bind(py), base64(raw, 0))
-                    .map_err(|e| e.to_string())?;
-                d.into_any()
-            }
+            TEXT => MVal::Str(text()?),
+            BINARY => MVal::Bytes(raw),
             BIT => {
                 if raw.len() > 8 {
                     return Err(bad("a BIT wider than 64"));
                 }
-                let v = raw.iter().fold(0u64, |acc, &b| (acc << 8) | b as u64);
-                v.into_pyobject(py).unwrap_or_else(|e| match e {}).into_any()
+                MVal::UInt(raw.iter().fold(0u64, |acc, &b| (acc << 8) | b as u64))
             }
-            YEAR => {
-                let v: i64 = text()?.parse().map_err(|_| bad("no year"))?;
-                v.into_pyobject(py).unwrap_or_else(|e| match e {}).into_any()
-            }
+            YEAR => MVal::Int(text()?.parse().map_err(|_| bad("no year"))?),
             DATE => match date(raw).ok_or_else(|| bad("a DATE of unexpected shape"))? {
-                true => PyString::new(py, text()?).into_any(),
-                false => py.None().into_bound(py), // zero or impossible: no Python date
+                true => MVal::Str(text()?),
+                false => MVal::Null, // zero or impossible: no Python date
             },
             DATETIME | TIMESTAMP => match datetime(raw).ok_or_else(|| bad("a DATETIME of unexpected shape"))? {
                 Some(mut iso) => {
                     if self.kinds[c] == TIMESTAMP {
                         iso.push_str("+00:00");
                     }
-                    PyString::new(py, &iso).into_any()
+                    MVal::Owned(iso)
                 }
-                None => py.None().into_bound(py),
+                None => MVal::Null,
             },
-            JSON => obj(loads_json(
-                py,
-                self.orjson_loads.as_ref(),
-                &self.json_loads,
-                PyString::new(py, text()?),
-            ))
-            .map_err(|_| bad("a value that is not JSON"))?,
+            JSON => MVal::Json(text()?),
             _ => unreachable!("kinds are checked in new()"),
         })
     }
+
+    fn value<'py>(&self, py: Python<'py>, c: usize, raw: &[u8]) -> U<Bound<'py, PyAny>> {
+        let int = |r: Bound<'py, pyo3::types::PyInt>| r.into_any();
+        Ok(match self.parse(c, raw)? {
+            MVal::Null => py.None().into_bound(py),
+            MVal::Int(v) => int(v.into_pyobject(py).unwrap_or_else(|e| match e {})),
+            MVal::UInt(v) => int(v.into_pyobject(py).unwrap_or_else(|e| match e {})),
+            MVal::Float(v) => v.into_pyobject(py).unwrap_or_else(|e| match e {}).into_any(),
+            MVal::Str(t) => PyString::new(py, t).into_any(),
+            MVal::Owned(t) => PyString::new(py, &t).into_any(),
+            MVal::Bytes(b) => {
+                let d = PyDict::new(py);
+                d.set_item(self.b64_key.bind(py), base64(b, 0))
+                    .map_err(|e| e.to_string())?;
+                d.into_any()
+            }
+            MVal::Json(t) => loads_json(py, self.orjson_loads.as_ref(), &self.json_loads, PyString::new(py, t))
+                .map_err(|_| format!("column {c}: a value that is not JSON"))?,
+        })
+    }
+
+    /// One value as orjson writes the object ``value`` makes of it (crate::row_json).
+    fn value_json(&self, out: &mut String, c: usize, raw: &[u8]) -> U<()> {
+        match self.parse(c, raw)? {
+            MVal::Null => out.push_str("null"),
+            MVal::Int(v) => push_int(out, v),
+            MVal::UInt(v) => crate::push_digits(out, v, 0),
+            MVal::Float(v) => row_json::push_float(out, v),
+            MVal::Str(t) => row_json::push_str(out, t),
+            MVal::Owned(t) => row_json::push_str(out, &t),
+            MVal::Bytes(b) => {
+                out.push_str("{\"$b64\":\"");
+                crate::base64_into(out, b, 0);
+                out.push_str("\"}");
+            }
+            MVal::Json(t) => row_json::push_json_text(out, t).map_err(|m| format!("column {c}: {m}"))?,
+        }
+        Ok(())
+    }
+
+    pub(crate) fn width(&self) -> usize {
+        self.kinds.len()
+    }
+
+    /// Column `c`'s canonical value from its text (a key value of a row read as text).
+    pub(crate) fn key_value<'py>(&self, py: Python<'py>, c: usize, raw: &[u8]) -> U<Bound<'py, PyAny>> {
+        self.value(py, c, raw)
+    }
+
+    /// A row packet as its JSON text and its key columns' raw texts.
+    pub(crate) fn row_text(&self, d: &[u8], key: &[usize]) -> U<(String, Vec<Option<Vec<u8>>>)> {
+        let mut out = String::with_capacity(d.len() + 16 * self.kinds.len());
+        let mut keys = vec![None; key.len()];
+        let mut pos = 0usize;
+        out.push('{');
+        for c in 0..self.kinds.len() {
+            if c > 0 {
+                out.push(',');
+            }
+            out.push_str(&self.name_json[c]);
+            match field(d, &mut pos).ok_or("a row packet shorter than its columns")? {
+                None => out.push_str("null"),
+                Some(raw) => {
+                    self.value_json(&mut out, c, raw)?;
+                    for (k, &kc) in key.iter().enumerate() {
+                        if kc == c {
+                            keys[k] = Some(raw.to_vec());
+                        }
+                    }
+                }
+            }
+        }
+        if pos != d.len() {
+            return Err("a row packet longer than its columns".into());
+        }
+        out.push('}');
+        Ok((out, keys))
+    }
+}
+
+enum MVal<'a> {
+    Null,
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Str(&'a str),
+    Owned(String),
+    Bytes(&'a [u8]),
+    Json(&'a str),
 }
 
 /// One length-coded string at `pos`: Some(None) for NULL (0xFB); None past the end.

@@ -599,6 +599,7 @@ NATIVE_ROWS = [
 
 
 def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, caplog, monkeypatch):
+    caplog.set_level("INFO", logger="airflow_provider_dblog.sources.mysql_select_native")
     sql(root, f"CREATE TABLE `{db}`.t ({NATIVE_TYPES})")
     src = started(make_source(tables=[f"{db}.t"]))
     schema = src.table_schema(f"{db}.t")
@@ -630,3 +631,29 @@ def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, ca
         assert texted.keys == schema.keys_of(native) and len(native) > 2
     filtered = src.select_chunk(schema, None, 100, where="id >= 2", texts=True)
     assert [loads_row(t) for t in filtered.rows] == [r for r in native if r["id"] >= 2]
+    # Read from the connection's bytes by the extension (mysql_select_native.query_texts): row
+    # 1's JSON integer beyond 64 bits sends the chunk back to the packets (logged); without it,
+    # in 7-byte blocks, the same texts and keys byte for byte as from PyMySQL's values.
+    src._native_select.on = True
+    read_by_extension = []
+    real_query_texts = mysql_module.query_texts
+
+    monkeypatch.setattr(mysql_module, "query_texts", lambda *a: _spied(read_by_extension, real_query_texts, *a))
+    again = src.select_chunk(schema, None, 100, texts=True)
+    assert read_by_extension == [False] and "selected again as packets" in caplog.text
+    assert [loads_row(t) for t in again.rows] == native
+    sql(root, f"UPDATE `{db}`.t SET j = JSON_REMOVE(j, '$.big') WHERE id = 1")
+    monkeypatch.setattr(mysql_select_native, "READ_BLOCK", 7)
+    read = src.select_chunk(schema, None, 100, texts=True)
+    assert read_by_extension == [False, True]
+    src._native_select.on = False
+    by_pymysql = src.select_chunk(schema, None, 100, texts=True)
+    assert (read.rows, read.keys) == (by_pymysql.rows, by_pymysql.keys) and len(read.rows) == 4
+    src._native_select.on = True
+    assert src.select_chunk(schema, (2,), 100, texts=True).keys == [(3,), (4,)]  # the connection goes on
+
+
+def _spied(calls: list, real, *args):
+    got = real(*args)
+    calls.append(got is not None)
+    return got
