@@ -17,7 +17,8 @@ block at a time, and writes each row's text and key with the GIL released
 
 This subclasses PyMySQL's ``MySQLResult`` and uses ``Connection._execute_command``,
 ``_read_packet``, ``_rfile`` and ``_next_seq_id``, which are not public API:
-tests/integration/test_mysql_select_native.py exercises them against the installed PyMySQL.
+tests/integration/test_mysql_source.py exercises them against the installed PyMySQL (and
+tests/unit/test_mysql_result.py the extension's reading of the protocol's bytes).
 """
 
 from __future__ import annotations

@@ -739,9 +739,10 @@ class PostgresSource:
         from its xmax on; the latter cannot be listed from the snapshot, so the statement
         also takes an xid of its own, N: every transaction running at the snapshot has an
         xid below N, and [xmax, N) covers them. ``conn``: a parallel reader's connection.
-        ``texts``: the rows as JSON texts, made a part at a time (core/row_text.py) from a
-        cursor of the same transaction, so that the chunk is never in memory all at once as
-        the server's result, tuples or dicts (only its texts are)."""
+        ``texts``: the rows as JSON texts, read by COPY in the same transaction
+        (sources/postgres_copy.py) or, where that path cannot, made a part at a time
+        (core/row_text.py) from a cursor of it; either way the chunk is never in memory all at
+        once as the server's result, tuples or dicts (only its texts are)."""
         with (conn or self._conn).cursor() as cur:
             # Keep every value but bool/ints as the server's text: from_pg_text then treats
             # it exactly like the text the log carries.
@@ -788,7 +789,8 @@ class PostgresSource:
             return None
         names = [c.name for c in schema.columns]
         key = [names.index(k) for k in schema.key]
-        return self._copy.read(conn, cur, names, self._kinds(schema), key, sql, [_to_param(p) for p in params])
+        params = [_to_param(p) for p in params]
+        return self._copy.read(conn, cur, schema.table, names, self._kinds(schema), key, sql, params)
 
     def _kinds(self, schema) -> list[str]:
         """Each column's pg_kind (of its base type for a domain)."""

@@ -40,11 +40,20 @@ class ChunkCopy:
         return self._copier is not None
 
     def read(
-        self, conn: Any, cur: Any, names: list[str], kinds: list[str], key: list[int], sql: str, params: list
+        self,
+        conn: Any,
+        cur: Any,
+        table: str,
+        names: list[str],
+        kinds: list[str],
+        key: list[int],
+        sql: str,
+        params: list,
     ) -> Optional[tuple[list[Key], list[str]]]:
-        """(keys, row texts) of the chunk ``sql`` selects (``params`` bound by psycopg2, as
-        its cursor would), or None: read it with the cursor. ``kinds``: each selected column's
-        pg_kind; ``key``: the key columns' indices. Raises the psycopg2 error the cursor would."""
+        """(keys, row texts) of the chunk of ``table`` that ``sql`` selects (``params`` bound
+        by psycopg2, as its cursor would), or None: read it with the cursor. ``kinds``: each
+        selected column's pg_kind; ``key``: the key columns' indices. Raises the psycopg2
+        error the cursor would."""
         assert self._copier is not None
         copy_sql = cur.mogrify(f"COPY ({sql}) TO STDOUT", params)
         plan = self._plans.chunk_plan(names, kinds)
@@ -53,7 +62,8 @@ class ChunkCopy:
             return keys, texts
         kind, a, b = end
         if kind == "unsupported":
-            self._once(a, "a chunk is read by a cursor instead of COPY: %s (logged once)", a)
+            reason = f"{table}: {a}"
+            self._once(reason, "a chunk is read by a cursor instead of COPY: %s (logged once)", reason)
             return None
         if kind == "error":
             raise server_error(a, b)

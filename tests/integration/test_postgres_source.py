@@ -337,7 +337,7 @@ def test_a_chunk_copy_cannot_write_exactly_is_read_by_the_cursor(make_source, db
     schema = src.table_schema(t)
     with caplog.at_level(logging.INFO, logger=postgres_copy.__name__):
         got = src.select_chunk(schema, None, 10, texts=True)
-    assert "read by a cursor instead of COPY" in caplog.text
+    assert f"read by a cursor instead of COPY: {t}: column 1" in caplog.text
     assert got.keys == [(1,), (2,), (3,)] and loads_row(got.rows[0]) == {"id": 1, "ts": "2024-01-01T00:00:00"}
     assert src.select_chunk(schema, (2,), 10, texts=True).keys == [(3,)]  # by COPY again
     with pytest.raises(RequestError, match="row filter"):
