@@ -24,6 +24,7 @@ mod pgoutput;
 mod pq_copy;
 mod pq_stream;
 mod row_json;
+mod values;
 
 create_exception!(
     airflow_provider_dblog._rows_native,

@@ -7,9 +7,11 @@
 //! reproduce exactly (a value of unexpected shape) raises `Unsupported`, and the chunk is
 //! converted by PyMySQL and `from_select` instead.
 
-use crate::{base64, days_in_month, loads_json, push_int, row_json, Unsupported};
+use crate::values::{PyCtx, Val};
+use crate::{days_in_month, row_json, Unsupported};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use std::borrow::Cow;
 
 // Column kinds (mysql_select_native.TEXT_KINDS has the same list, in this order).
 const INT: u8 = 0;
@@ -32,9 +34,7 @@ pub struct MyTextPlan {
     names: Vec<Py<PyString>>,
     name_json: Vec<String>, // `"name":` per column (row_text)
     kinds: Vec<u8>,
-    b64_key: Py<PyString>,
-    json_loads: Py<PyAny>,
-    orjson_loads: Option<Py<PyAny>>,
+    ctx: PyCtx,           // the values' Python side (crate::values)
     template: Py<PyDict>, // crate::row_template
 }
 
@@ -62,13 +62,7 @@ impl MyTextPlan {
             template: crate::row_template(py, &names)?,
             names,
             kinds,
-            b64_key: PyString::intern(py, "$b64").unbind(),
-            json_loads: py.import("json")?.getattr("loads")?.unbind(),
-            orjson_loads: py
-                .import("orjson")
-                .and_then(|m| m.getattr("loads"))
-                .ok()
-                .map(Bound::unbind),
+            ctx: PyCtx::new(py)?,
         })
     }
 
@@ -103,15 +97,15 @@ impl MyTextPlan {
     }
 
     /// A value's text checked and read by its column's kind.
-    fn parse<'a>(&self, c: usize, raw: &'a [u8]) -> U<MVal<'a>> {
+    fn parse<'a>(&self, c: usize, raw: &'a [u8]) -> U<Val<'a>> {
         let bad = |what: &str| format!("column {c}: {what}");
         let text = || std::str::from_utf8(raw).map_err(|_| bad("text that is not UTF-8"));
         Ok(match self.kinds[c] {
             INT => {
                 let t = text()?;
                 match t.parse::<i64>() {
-                    Ok(v) => MVal::Int(v),
-                    Err(_) => MVal::UInt(t.parse::<u64>().map_err(|_| bad("no integer"))?),
+                    Ok(v) => Val::Int(v),
+                    Err(_) => Val::UInt(t.parse::<u64>().map_err(|_| bad("no integer"))?),
                 }
             }
             DECIMAL => {
@@ -122,7 +116,7 @@ impl MyTextPlan {
                 if !plain(whole) || !plain(frac) || (whole.len() > 1 && whole.starts_with('0')) {
                     return Err(bad("a DECIMAL not in plain form"));
                 }
-                MVal::Str(t)
+                Val::Str(t)
             }
             DOUBLE | FLOAT => {
                 let v: f64 = text()?.parse().map_err(|_| bad("no number"))?;
@@ -130,76 +124,50 @@ impl MyTextPlan {
                     return Err(bad("a number that is not finite"));
                 }
                 // FLOAT: 7 significant digits, as '%.7g' rounds (see the binlog decoder).
-                MVal::Float(if self.kinds[c] == FLOAT {
+                Val::Float(if self.kinds[c] == FLOAT {
                     format!("{v:.6e}").parse::<f64>().unwrap_or(v)
                 } else {
                     v
                 })
             }
-            TEXT => MVal::Str(text()?),
-            BINARY => MVal::Bytes(raw),
+            TEXT => Val::Str(text()?),
+            BINARY => Val::Bytes(Cow::Borrowed(raw)),
             BIT => {
                 if raw.len() > 8 {
                     return Err(bad("a BIT wider than 64"));
                 }
-                MVal::UInt(raw.iter().fold(0u64, |acc, &b| (acc << 8) | b as u64))
+                Val::UInt(raw.iter().fold(0u64, |acc, &b| (acc << 8) | b as u64))
             }
-            YEAR => MVal::Int(text()?.parse().map_err(|_| bad("no year"))?),
+            YEAR => Val::Int(text()?.parse().map_err(|_| bad("no year"))?),
             DATE => match date(raw).ok_or_else(|| bad("a DATE of unexpected shape"))? {
-                true => MVal::Str(text()?),
-                false => MVal::Null, // zero or impossible: no Python date
+                true => Val::Str(text()?),
+                false => Val::Null, // zero or impossible: no Python date
             },
             DATETIME | TIMESTAMP => match datetime(raw).ok_or_else(|| bad("a DATETIME of unexpected shape"))? {
                 Some(mut iso) => {
                     if self.kinds[c] == TIMESTAMP {
                         iso.push_str("+00:00");
                     }
-                    MVal::Owned(iso)
+                    Val::Owned(iso)
                 }
-                None => MVal::Null,
+                None => Val::Null,
             },
-            JSON => MVal::Json(text()?),
+            JSON => Val::Json(text()?),
             _ => unreachable!("kinds are checked in new()"),
         })
     }
 
     fn value<'py>(&self, py: Python<'py>, c: usize, raw: &[u8]) -> U<Bound<'py, PyAny>> {
-        let int = |r: Bound<'py, pyo3::types::PyInt>| r.into_any();
-        Ok(match self.parse(c, raw)? {
-            MVal::Null => py.None().into_bound(py),
-            MVal::Int(v) => int(v.into_pyobject(py).unwrap_or_else(|e| match e {})),
-            MVal::UInt(v) => int(v.into_pyobject(py).unwrap_or_else(|e| match e {})),
-            MVal::Float(v) => v.into_pyobject(py).unwrap_or_else(|e| match e {}).into_any(),
-            MVal::Str(t) => PyString::new(py, t).into_any(),
-            MVal::Owned(t) => PyString::new(py, &t).into_any(),
-            MVal::Bytes(b) => {
-                let d = PyDict::new(py);
-                d.set_item(self.b64_key.bind(py), base64(b, 0))
-                    .map_err(|e| e.to_string())?;
-                d.into_any()
-            }
-            MVal::Json(t) => loads_json(py, self.orjson_loads.as_ref(), &self.json_loads, PyString::new(py, t))
-                .map_err(|_| format!("column {c}: a value that is not JSON"))?,
-        })
+        self.parse(c, raw)?
+            .to_py(py, &self.ctx)
+            .map_err(|m| format!("column {c}: {m}"))
     }
 
     /// One value as orjson writes the object ``value`` makes of it (crate::row_json).
     fn value_json(&self, out: &mut String, c: usize, raw: &[u8]) -> U<()> {
-        match self.parse(c, raw)? {
-            MVal::Null => out.push_str("null"),
-            MVal::Int(v) => push_int(out, v),
-            MVal::UInt(v) => crate::push_digits(out, v, 0),
-            MVal::Float(v) => row_json::push_float(out, v),
-            MVal::Str(t) => row_json::push_str(out, t),
-            MVal::Owned(t) => row_json::push_str(out, &t),
-            MVal::Bytes(b) => {
-                out.push_str("{\"$b64\":\"");
-                crate::base64_into(out, b, 0);
-                out.push_str("\"}");
-            }
-            MVal::Json(t) => row_json::push_json_text(out, t).map_err(|m| format!("column {c}: {m}"))?,
-        }
-        Ok(())
+        self.parse(c, raw)?
+            .push_json(out)
+            .map_err(|m| format!("column {c}: {m}"))
     }
 
     pub(crate) fn width(&self) -> usize {
@@ -213,44 +181,29 @@ impl MyTextPlan {
 
     /// A row packet as its JSON text and its key columns' raw texts.
     pub(crate) fn row_text(&self, d: &[u8], key: &[usize]) -> U<(String, Vec<Option<Vec<u8>>>)> {
-        let mut out = String::with_capacity(d.len() + 16 * self.kinds.len());
-        let mut keys = vec![None; key.len()];
+        let mut raws = Vec::with_capacity(self.kinds.len());
         let mut pos = 0usize;
-        out.push('{');
-        for c in 0..self.kinds.len() {
-            if c > 0 {
-                out.push(',');
-            }
-            out.push_str(&self.name_json[c]);
-            match field(d, &mut pos).ok_or("a row packet shorter than its columns")? {
-                None => out.push_str("null"),
-                Some(raw) => {
-                    self.value_json(&mut out, c, raw)?;
-                    for (k, &kc) in key.iter().enumerate() {
-                        if kc == c {
-                            keys[k] = Some(raw.to_vec());
-                        }
-                    }
-                }
-            }
+        for _ in 0..self.kinds.len() {
+            raws.push(field(d, &mut pos).ok_or("a row packet shorter than its columns")?);
         }
         if pos != d.len() {
             return Err("a row packet longer than its columns".into());
         }
+        let mut out = String::with_capacity(d.len() + 16 * raws.len());
+        out.push('{');
+        for (c, raw) in raws.iter().enumerate() {
+            if c > 0 {
+                out.push(',');
+            }
+            out.push_str(&self.name_json[c]);
+            match raw {
+                None => out.push_str("null"),
+                Some(raw) => self.value_json(&mut out, c, raw)?,
+            }
+        }
         out.push('}');
-        Ok((out, keys))
+        Ok((out, key.iter().map(|&k| raws[k].map(<[u8]>::to_vec)).collect()))
     }
-}
-
-enum MVal<'a> {
-    Null,
-    Int(i64),
-    UInt(u64),
-    Float(f64),
-    Str(&'a str),
-    Owned(String),
-    Bytes(&'a [u8]),
-    Json(&'a str),
 }
 
 /// One length-coded string at `pos`: Some(None) for NULL (0xFB); None past the end.

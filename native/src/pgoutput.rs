@@ -9,9 +9,11 @@
 //! the UTC ISO one, an unchanged-TOAST column, binary values, text that is no number of its
 //! kind, ...) raises `Unsupported`, and that message is decoded in Python instead.
 
-use crate::{base64, loads_json, push_int, row_json, Unsupported};
+use crate::values::{PyCtx, Val};
+use crate::{row_json, Unsupported};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use std::borrow::Cow;
 
 // Column kinds (postgres_values.PG_KINDS has the same list, in this order).
 const TEXT: u8 = 0; // canonical as PostgreSQL prints it
@@ -32,9 +34,7 @@ pub struct PgRowPlan {
     name_json: Vec<String>, // `"name":` per column (change_text)
     kinds: Vec<u8>,
     is_key: Vec<bool>,
-    b64_key: Py<PyString>,
-    json_loads: Py<PyAny>,
-    orjson_loads: Option<Py<PyAny>>,
+    ctx: PyCtx,           // the values' Python side (crate::values)
     template: Py<PyDict>, // crate::row_template
 }
 
@@ -91,13 +91,7 @@ impl PgRowPlan {
             names,
             kinds,
             is_key,
-            b64_key: PyString::intern(py, "$b64").unbind(),
-            json_loads: py.import("json")?.getattr("loads")?.unbind(),
-            orjson_loads: py
-                .import("orjson")
-                .and_then(|m| m.getattr("loads"))
-                .ok()
-                .map(Bound::unbind),
+            ctx: PyCtx::new(py)?,
         })
     }
 
@@ -160,17 +154,6 @@ impl PgRowPlan {
         }
         Ok(out)
     }
-}
-
-/// One column's value, parsed and checked once for both renderings (Python object, JSON text).
-enum Val<'a> {
-    Text(&'a str),
-    Owned(String), // a timestamp in ISO form, a lower-case uuid
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-    Bytes(Vec<u8>),
-    Json(&'a str),
 }
 
 /// An Insert/Update/Delete message's (tag, before, after), each image read by `image(rd,
@@ -359,10 +342,10 @@ impl PgRowPlan {
         let text = std::str::from_utf8(raw).map_err(|_| format!("column {c}: text that is not UTF-8"))?;
         let bad = |what: &str| format!("column {c}: {what}");
         Ok(match self.kinds[c] {
-            TEXT => Val::Text(text),
+            TEXT => Val::Str(text),
             INT => Val::Int(text.parse().map_err(|_| bad("an integer beyond 64 bits"))?),
             FLOAT => match text {
-                "NaN" | "Infinity" | "-Infinity" => Val::Text(text),
+                "NaN" | "Infinity" | "-Infinity" => Val::Str(text),
                 _ => {
                     let v: f64 = text.parse().map_err(|_| bad("a float it cannot read"))?;
                     if !v.is_finite() {
@@ -378,7 +361,9 @@ impl PgRowPlan {
             },
             BYTEA => {
                 let hex = text.strip_prefix("\\x").ok_or_else(|| bad("bytea not in hex format"))?;
-                Val::Bytes(unhex(hex.as_bytes()).ok_or_else(|| bad("bytea with an odd hex digit"))?)
+                Val::Bytes(Cow::Owned(
+                    unhex(hex.as_bytes()).ok_or_else(|| bad("bytea with an odd hex digit"))?,
+                ))
             }
             TIMESTAMP | TIMESTAMPTZ => Val::Owned(
                 iso_timestamp(text, self.kinds[c] == TIMESTAMPTZ)
@@ -391,39 +376,16 @@ impl PgRowPlan {
     }
 
     fn value<'py>(&self, py: Python<'py>, c: usize, raw: &[u8]) -> U<Bound<'py, PyAny>> {
-        Ok(match self.parse(c, raw)? {
-            Val::Text(t) => PyString::new(py, t).into_any(),
-            Val::Owned(t) => PyString::new(py, &t).into_any(),
-            Val::Int(v) => v.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any(),
-            Val::Float(v) => v.into_pyobject(py).unwrap_or_else(|never| match never {}).into_any(),
-            Val::Bool(v) => PyBool::new(py, v).to_owned().into_any(),
-            Val::Bytes(b) => {
-                let d = PyDict::new(py);
-                d.set_item(self.b64_key.bind(py), base64(&b, 0))
-                    .map_err(|e| e.to_string())?;
-                d.into_any()
-            }
-            Val::Json(t) => loads_json(py, self.orjson_loads.as_ref(), &self.json_loads, PyString::new(py, t))
-                .map_err(|_| format!("column {c}: a value that is not JSON"))?,
-        })
+        self.parse(c, raw)?
+            .to_py(py, &self.ctx)
+            .map_err(|m| format!("column {c}: {m}"))
     }
 
     /// One value as orjson writes the object ``value`` makes of it.
     fn value_json(&self, out: &mut String, c: usize, raw: &[u8]) -> U<()> {
-        match self.parse(c, raw)? {
-            Val::Text(t) => row_json::push_str(out, t),
-            Val::Owned(t) => row_json::push_str(out, &t),
-            Val::Int(v) => push_int(out, v),
-            Val::Float(v) => row_json::push_float(out, v),
-            Val::Bool(v) => out.push_str(if v { "true" } else { "false" }),
-            Val::Bytes(b) => {
-                out.push_str("{\"$b64\":\"");
-                crate::base64_into(out, &b, 0);
-                out.push_str("\"}");
-            }
-            Val::Json(t) => row_json::push_json_text(out, t).map_err(|m| format!("column {c}: {m}"))?,
-        }
-        Ok(())
+        self.parse(c, raw)?
+            .push_json(out)
+            .map_err(|m| format!("column {c}: {m}"))
     }
 }
 

@@ -11,7 +11,7 @@
 //! (sources/postgres_copy.py).
 
 use crate::pgoutput::PgRowPlan;
-use crate::pq_stream::{Conn, LibPq, PGRES_COPY_OUT, PGRES_FATAL_ERROR};
+use crate::pq_stream::{Conn, LibPq, PGRES_COPY_OUT};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
@@ -118,14 +118,8 @@ impl PqCopy {
             return Some(End::Broken(message, bad));
         }
         let status = unsafe { (lib.result_status)(res) };
-        let error = if status == PGRES_FATAL_ERROR {
-            let e = unsafe {
-                (
-                    crate::pq_stream::text((lib.result_error_field)(res, crate::pq_stream::PG_DIAG_SQLSTATE)),
-                    crate::pq_stream::text((lib.result_error_message)(res)),
-                )
-            };
-            Some(End::Error(e.0, e.1))
+        let error = if let Some((state, message)) = lib.result_error(res) {
+            Some(End::Error(state, message))
         } else if status != PGRES_COPY_OUT {
             Some(End::Broken(format!("COPY started with result status {status}"), false))
         } else {

@@ -18,7 +18,7 @@ use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
 
 pub(crate) type Conn = *mut c_void;
-type Res = *mut c_void;
+pub(crate) type Res = *mut c_void;
 
 pub(crate) struct LibPq {
     pub(crate) send_query: unsafe extern "C" fn(Conn, *const c_char) -> c_int,
@@ -36,9 +36,9 @@ pub(crate) struct LibPq {
 }
 
 pub(crate) const PGRES_COPY_OUT: c_int = 3; // ExecStatusType in libpq-fe.h
-pub(crate) const PGRES_FATAL_ERROR: c_int = 7;
+const PGRES_FATAL_ERROR: c_int = 7;
 pub(crate) const CONNECTION_BAD: c_int = 1; // ConnStatusType
-pub(crate) const PG_DIAG_SQLSTATE: c_int = b'C' as c_int;
+const PG_DIAG_SQLSTATE: c_int = b'C' as c_int;
 const XLOG_HEADER: usize = 1 + 8 + 8 + 8; // 'w', dataStart, walEnd, sendTime
 const KEEPALIVE_LEN: usize = 1 + 8 + 8 + 1; // 'k', walEnd, sendTime, replyRequested
 
@@ -56,7 +56,7 @@ unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &str) -> PyResult<F> {
     Ok(std::mem::transmute_copy::<*mut c_void, F>(&p))
 }
 
-pub(crate) fn text(p: *const c_char) -> String {
+fn text(p: *const c_char) -> String {
     if p.is_null() {
         return String::new();
     }
@@ -131,15 +131,24 @@ impl LibPq {
             if res.is_null() {
                 return error;
             }
-            unsafe {
-                if error.is_none() && (self.result_status)(res) == PGRES_FATAL_ERROR {
-                    error = Some((
-                        text((self.result_error_field)(res, PG_DIAG_SQLSTATE)),
-                        text((self.result_error_message)(res)),
-                    ));
-                }
-                (self.clear)(res);
+            if error.is_none() {
+                error = self.result_error(res);
             }
+            // SAFETY: a result of this connection, cleared once.
+            unsafe { (self.clear)(res) };
+        }
+    }
+
+    /// A failed result's SQLSTATE and message; None for any other result.
+    pub(crate) fn result_error(&self, res: Res) -> Option<(String, String)> {
+        // SAFETY: a live result; libpq's strings live until it is cleared.
+        unsafe {
+            ((self.result_status)(res) == PGRES_FATAL_ERROR).then(|| {
+                (
+                    text((self.result_error_field)(res, PG_DIAG_SQLSTATE)),
+                    text((self.result_error_message)(res)),
+                )
+            })
         }
     }
 }
@@ -203,7 +212,7 @@ impl PqStream {
                 }
                 consumed = true;
             } else if n == -1 {
-                b.end = Some(End::Copy(self.copy_error(conn)));
+                b.end = Some(End::Copy(self.lib.results_error(conn)));
                 break;
             } else {
                 b.end = Some(self.broken(conn));
@@ -216,10 +225,6 @@ impl PqStream {
     fn broken(&self, conn: Conn) -> End {
         let (message, bad) = self.lib.broken(conn);
         End::Broken(message, bad)
-    }
-
-    fn copy_error(&self, conn: Conn) -> Option<(String, String)> {
-        self.lib.results_error(conn)
     }
 }
 
