@@ -25,8 +25,9 @@ from .row_text import loads_row
 @dataclasses.dataclass(slots=True)
 class DumpRows:
     """Rows ``keys[i]``/``rows[i]`` of one chunk at positions ``hw.first_sub + i`` (op r).
-    With ``texts`` each row is its changelog JSON text (core/row_text.py); ``event`` and
-    ``events`` give dicts either way."""
+    With ``texts`` each row is its changelog JSON text (core/row_text.py), in a list or a
+    TextColumn (core/text_column.py); ``event`` and ``events`` give dicts either way.
+    ``key_texts``: the keys' JSON texts, where the source wrote them."""
 
     source_id: str
     table: str
@@ -35,8 +36,9 @@ class DumpRows:
     hw: Position
     first_sub: int
     keys: list[Key]
-    rows: list[Any]  # Row dicts, or their JSON texts (``texts``)
+    rows: Sequence[Any]  # Row dicts, or their JSON texts (``texts``)
     texts: bool = False
+    key_texts: Optional[Sequence[str]] = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -54,8 +56,17 @@ class DumpRows:
 
     def split(self, n: int) -> tuple["DumpRows", "DumpRows"]:
         """The first ``n`` rows and the rest (the writer's batches have a maximum size)."""
-        head = dataclasses.replace(self, keys=self.keys[:n], rows=self.rows[:n])
-        tail = dataclasses.replace(self, first_sub=self.first_sub + n, keys=self.keys[n:], rows=self.rows[n:])
+        kt = self.key_texts
+        head = dataclasses.replace(
+            self, keys=self.keys[:n], rows=self.rows[:n], key_texts=None if kt is None else kt[:n]
+        )
+        tail = dataclasses.replace(
+            self,
+            first_sub=self.first_sub + n,
+            keys=self.keys[n:],
+            rows=self.rows[n:],
+            key_texts=None if kt is None else kt[n:],
+        )
         return head, tail
 
     def event(self, i: int) -> ChangeEvent:

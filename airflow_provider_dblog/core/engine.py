@@ -62,7 +62,7 @@ from .row_text import encode_rows
 from .scheduler import ChunkPlan, DumpScheduler
 from .schema_watch import SchemaWatch, describe
 from .toast import ToastKnown, ToastRepairs
-from .watermark import ChunkAborted, ChunkDone, Emitted, WatermarkWindow
+from .watermark import ChunkAborted, ChunkDone, ChunkRows, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
 
 log = logging.getLogger(__name__)
@@ -580,6 +580,7 @@ class Engine:
             done.keys,
             done.rows,
             chunk.texts,
+            done.key_texts,
         )
         out: list[Any] = [self._range_event(done, chunk)] if self._repairs(plan, chunk.schema) else []
         return out + [rows, self.scheduler.emitted(plan, chunk.progress, len(rows))]
@@ -691,7 +692,8 @@ class Engine:
                 encode_rows(selected)
         progress = plan.progress_of(len(keys), keys[-1] if keys else None, short)
         chunk = _OpenChunk(plan, progress, schema, texts)
-        opened = self.window.open(lw, hw, plan.table, zip(keys, selected), invisible, chunk)
+        key_texts = result.key_texts if result is not None and result.keys is not None else None
+        opened = self.window.open(lw, hw, plan.table, ChunkRows(keys, selected, key_texts), invisible, chunk)
         aborted = [em for em in opened if isinstance(em, ChunkAborted)]
         if aborted:
             self.scheduler.aborted(plan.table, aborted[0].reason)

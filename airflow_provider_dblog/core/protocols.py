@@ -24,13 +24,15 @@ class ChunkResult:
     order can differ). Their log events remove keys from the chunk like window events do.
 
     ``texts``: the rows are their changelog JSON texts and ``keys`` their keys, in order
-    (``select_chunk(..., texts=True)``; core/row_text.py).
+    (``select_chunk(..., texts=True)``; core/row_text.py); the texts may be a TextColumn
+    (core/text_column.py), which may come with the keys' JSON texts too (``key_texts``).
     """
 
-    rows: list[Any]  # Row dicts, or JSON texts (texts)
+    rows: Sequence[Any]  # Row dicts, or JSON texts (texts)
     invisible_txids: frozenset[str] = frozenset()
     keys: Optional[list[Key]] = None
     texts: bool = False
+    key_texts: Optional[Sequence[str]] = None
 
 
 @runtime_checkable

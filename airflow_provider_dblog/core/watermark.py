@@ -29,10 +29,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from .errors import WatermarkSequenceError
 from .events import ChangeEvent, Key, Op, Position, Row, WatermarkEvent
+from .text_column import take_rows
 
 
 class WindowState(enum.Enum):
@@ -42,17 +43,34 @@ class WindowState(enum.Enum):
 
 
 @dataclasses.dataclass
+class ChunkRows:
+    """A selected chunk: ``keys[i]`` is the key of ``rows[i]`` (dicts, or their JSON texts:
+    a list or a TextColumn, core/text_column.py), in key order; ``key_texts``: the keys'
+    JSON texts, where the source wrote them."""
+
+    keys: list[Key]
+    rows: Sequence[Any]
+    key_texts: Optional[Sequence[str]] = None
+
+    def take(self, indices: list[int]) -> "ChunkRows":
+        keys = self.keys
+        kt = None if self.key_texts is None else take_rows(self.key_texts, indices)
+        return ChunkRows([keys[i] for i in indices], take_rows(self.rows, indices), kt)
+
+
+@dataclasses.dataclass
 class ChunkDone:
     """HW reached: ``rows`` are the chunk rows to emit at ``hw`` (in key order)."""
 
     hw: Position
-    rows: list[Row]
+    rows: Sequence[Row]  # or their texts (ChunkRows)
     selected: int  # rows the SELECT returned (before removals)
     context: Any
     keys: list[Key] = dataclasses.field(default_factory=list)  # the key of each row, same order
     # The chunk's range repair holds for keys whose last event is older than this: the LW's
     # position, or the earliest event of a transaction the SELECT could not see (PostgreSQL).
     since: Optional[Position] = None
+    key_texts: Optional[Sequence[str]] = None  # the keys' JSON texts (ChunkRows)
 
 
 @dataclasses.dataclass
@@ -74,7 +92,10 @@ class WatermarkWindow:
         self._lw: Optional[str] = None
         self._hw: Optional[str] = None
         self._table: Optional[str] = None
-        self._rows: dict[Key, Row] = {}
+        self._chunk = ChunkRows([], [])
+        # Key -> row number of the rows still in the chunk; made at the first removal (most
+        # chunks see no change of their table in their window).
+        self._index: Optional[dict[Key, int]] = None
         self._selected = 0
         self._invisible: frozenset[str] = frozenset()
         self._context: Any = None
@@ -93,11 +114,12 @@ class WatermarkWindow:
         lw: str,
         hw: str,
         table: str,
-        rows: Iterable[tuple[Key, Row]],
+        rows: Union[ChunkRows, Iterable[tuple[Key, Row]]],
         invisible_txids: frozenset[str] = frozenset(),
         context: Any = None,
     ) -> list[Emitted]:
-        """Register a selected chunk whose LW and HW are committed but not yet processed."""
+        """Register a selected chunk whose LW and HW are committed but not yet processed;
+        ``rows``: a ChunkRows, or (key, row) pairs in key order."""
         if self.busy:
             raise WatermarkSequenceError("a chunk window is already open; wait for its high watermark")
         if lw == hw:
@@ -105,8 +127,12 @@ class WatermarkWindow:
         seen = [t for t in invisible_txids if t in self._recent]
         if seen:
             return [ChunkAborted(context, f"transaction {seen[0]} was emitted but invisible to the SELECT")]
-        self._rows = dict(rows)  # insertion order = key order of the SELECT
-        self._selected = len(self._rows)
+        if not isinstance(rows, ChunkRows):
+            pairs = list(rows)
+            rows = ChunkRows([k for k, _ in pairs], [r for _, r in pairs])
+        self._chunk = rows
+        self._index = None
+        self._selected = len(rows.keys)
         self._lw, self._hw, self._table = lw, hw, table
         self._invisible = invisible_txids
         self._context = context
@@ -127,7 +153,7 @@ class WatermarkWindow:
                     aborted = ChunkAborted(self._context, f"table {item.table} was truncated inside the window")
                     self._reset()
                     return [item, aborted]
-                self._rows.pop(item.key, None)
+                self._remove(item.key)
                 if self._since is None or item.position < self._since:
                     self._since = item.position
         return [item]
@@ -149,8 +175,12 @@ class WatermarkWindow:
                 self._since = wm.position
             return []
         if self.state is WindowState.OPEN and wm.uuid == self._hw:
-            rows = list(self._rows.values())
-            done = ChunkDone(wm.position, rows, self._selected, self._context, list(self._rows), self._since)
+            chunk = self._chunk
+            if self._index is not None and len(self._index) < len(chunk.keys):
+                chunk = chunk.take(list(self._index.values()))  # in key order still
+            done = ChunkDone(
+                wm.position, chunk.rows, self._selected, self._context, chunk.keys, self._since, chunk.key_texts
+            )
             self._reset()
             return [done]
         if self.state is WindowState.AWAITING_LW and wm.uuid == self._hw:
@@ -165,11 +195,21 @@ class WatermarkWindow:
     def _reset(self) -> None:
         self.state = WindowState.IDLE
         self._lw = self._hw = self._table = None
-        self._rows = {}
+        self._chunk = ChunkRows([], [])
+        self._index = None
         self._selected = 0
         self._invisible = frozenset()
         self._context = None
         self._since = None
+
+    def _remove(self, key: Key) -> None:
+        """The chunk's row of ``key``, if any, is not emitted at HW."""
+        if self._index is None:
+            keys = self._chunk.keys
+            # Insertion order = key order; a key listed twice keeps its last row (as a dict
+            # of the pairs would).
+            self._index = dict(zip(keys, range(len(keys))))
+        self._index.pop(key, None)
 
     def _remember(self, txid: str) -> None:
         self._last_txid = txid

@@ -28,6 +28,7 @@ import pyarrow.dataset as pds
 from ..core.batch import DumpRows, EventBatch, LogRows
 from ..core.errors import ConfigurationError
 from ..core.events import SUB_WIDTH, ChangeEvent, Op, Origin, TableSchema
+from ..core.text_column import TextColumn
 from ._common import (
     CHANGELOG_FIELDS,
     EPOCH_KEY,
@@ -384,12 +385,23 @@ def _repeated(value: Any, n: int, typ: pa.DataType = _STRING) -> pa.Array:
     return pa.nulls(n, typ) if value is None else pa.repeat(pa.scalar(value, typ), n)
 
 
+def _strings(texts: Sequence) -> Any:
+    """A string column of ``texts``: a TextColumn's Arrow array as it is (no copy)."""
+    return texts.array if isinstance(texts, TextColumn) else pa.array(texts, _STRING)
+
+
 def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> pa.Table:
     """One chunk's rows: constant columns repeated, positions ``HW.sub`` built by Arrow."""
     n = len(block)
-    keys, _, afters = _json_columns(block.keys, (), () if block.texts else block.rows)
+    keys: Sequence[str]
+    afters: Sequence[str]
+    keys, _, afters = _json_columns(
+        block.keys if block.key_texts is None else (), (), () if block.texts else block.rows
+    )
     if block.texts:  # the rows' JSON already (core/row_text.py)
         afters = block.rows
+    if block.key_texts is not None:  # the keys' too (core/text_column.py)
+        keys = block.key_texts
     subs = pc.utf8_lpad(
         pc.cast(pa.array(range(block.first_sub, block.first_sub + n), pa.int64()), pa.string()),
         width=SUB_WIDTH,
@@ -401,9 +413,9 @@ def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> 
         _repeated(block.source_id, n),
         _repeated(block.table, n),
         _repeated(Op.READ.value, n),
-        pa.array(keys, pa.string()),
+        _strings(keys),
         _repeated(None, n),
-        pa.array(afters, pa.string()),
+        _strings(afters),
         positions,
         _repeated(Origin.DUMP.value, n),
         _repeated(block.dump_id, n),

@@ -552,7 +552,7 @@ class MySQLSource:
                         lambda conn: query_texts(conn, sql, params or None, self._native_select, schema)
                     )
                 if read is not None:
-                    return ChunkResult(read[1], keys=read[0], texts=True)
+                    return ChunkResult(read[1], keys=read[0], texts=True, key_texts=read[2])
             with mysql_dump_errors(schema.table, self._settings.user):
                 result, encoding = session.query_packets(sql, params or None)
             collected = ChunkTexts(schema) if texts else None

@@ -32,6 +32,7 @@ from pymysql.constants import COMMAND, CR
 
 from ..core.events import Column
 from ..core.row_text import PART_ROWS, ChunkTexts
+from ..core.text_column import TextColumn
 from .mysql_values import column_kind
 from .native import LogOnce, enabled, extension
 
@@ -92,7 +93,7 @@ READ_BLOCK = 1 << 16
 
 def query_texts(conn: Any, sql: str, params: Optional[Sequence[Any]], native: "NativeSelect", schema: Any) -> Any:
     """Run one statement as ``query_packets`` does, the rows read by the extension into
-    (keys, JSON texts); None when the columns do not look as planned or a value is not
+    (keys, JSON texts, key JSON texts), the texts as TextColumns (core/text_column.py); None when the columns do not look as planned or a value is not
     written exactly (the rows are read and dropped: select again with ``query_packets``).
     Raises what PyMySQL would for an error packet or a lost connection."""
     with conn.cursor() as cur:
@@ -114,7 +115,6 @@ def query_texts(conn: Any, sql: str, params: Optional[Sequence[Any]], native: "N
     names = [c.name for c in schema.columns]
     reader = extension.MyRowsReader(plan, [names.index(k) for k in schema.key], conn._next_seq_id)
     keys: list = []
-    texts: list = []
     while True:
         try:
             block = conn._rfile.read1(READ_BLOCK)
@@ -127,9 +127,7 @@ def query_texts(conn: Any, sql: str, params: Optional[Sequence[Any]], native: "N
             conn._force_close()
             raise err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
         done = reader.feed(block)
-        k, t = reader.take()  # a block at a time: the texts are never in memory twice
-        keys += k
-        texts += t
+        keys += reader.take()
         if done:
             break
     conn._next_seq_id = reader.next_seq
@@ -144,7 +142,8 @@ def query_texts(conn: Any, sql: str, params: Optional[Sequence[Any]], native: "N
     if unsupported is not None:
         native.fell_back(schema, unsupported)
         return None
-    return keys, texts
+    texts, key_texts = reader.texts()
+    return keys, TextColumn.from_pieces(texts), TextColumn.from_pieces(key_texts)
 
 
 def pymysql_rows(encoding: str, result: Any) -> list[tuple]:

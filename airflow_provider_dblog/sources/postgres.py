@@ -756,7 +756,7 @@ class PostgresSource:
                     cur.execute("SET TRANSACTION READ ONLY")
                 copied = self._copy_chunk(conn or self._conn, cur, schema, sql, params) if texts else None
                 if copied is not None:
-                    keys, rows = copied
+                    keys, rows, key_texts = copied
                 elif texts:
                     collected = ChunkTexts(schema)
                     # A cursor by SQL: psycopg2's named cursors refuse an autocommit connection,
@@ -777,14 +777,14 @@ class PostgresSource:
                 cur.execute("ROLLBACK")
         invisible = invisible_xids(snapshot, int(own))
         if copied is not None:
-            return ChunkResult(rows, invisible, keys, texts=True)
+            return ChunkResult(rows, invisible, keys, texts=True, key_texts=key_texts)
         if texts:
             return ChunkResult(collected.rows, invisible, collected.keys, texts=True)
         return ChunkResult(self._canonical(schema, raw, oids), invisible)
 
-    def _copy_chunk(self, conn, cur, schema, sql: str, params: list) -> Optional[tuple[list, list]]:
-        """(keys, row texts) of the chunk by COPY (sources/postgres_copy.py), or None: read
-        it with the cursor."""
+    def _copy_chunk(self, conn, cur, schema, sql: str, params: list) -> Optional[tuple[list, Any, Any]]:
+        """(keys, row texts, key texts) of the chunk by COPY (sources/postgres_copy.py), or
+        None: read it with the cursor."""
         if not self._copy.on:
             return None
         names = [c.name for c in schema.columns]

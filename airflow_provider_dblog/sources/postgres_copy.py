@@ -1,5 +1,5 @@
 """A dump chunk read by ``COPY (SELECT ...) TO STDOUT`` into the changelog's row texts, by the
-compiled extension (native/src/pq_copy.rs).
+compiled extension (native/src/pq_copy.rs), as Arrow string arrays (core/text_column.py).
 
 The other way, a cursor (sources/postgres.py ``_select``), makes a tuple per row in psycopg2,
 a dict of canonical values from it, and its JSON text, all with the GIL held; the COPY makes
@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from ..core.events import Key
 from ..core.row_text import PART_ROWS
+from ..core.text_column import TextColumn
 from .native import LogOnce
 from .pgoutput_native import NativePgRows
 from .pq_stream import compiled, libpq_error, server_error
@@ -49,17 +50,17 @@ class ChunkCopy:
         key: list[int],
         sql: str,
         params: list,
-    ) -> Optional[tuple[list[Key], list[str]]]:
-        """(keys, row texts) of the chunk of ``table`` that ``sql`` selects (``params`` bound
-        by psycopg2, as its cursor would), or None: read it with the cursor. ``kinds``: each
-        selected column's pg_kind; ``key``: the key columns' indices. Raises the psycopg2
-        error the cursor would."""
+    ) -> Optional[tuple[list[Key], TextColumn, TextColumn]]:
+        """(keys, row texts, key texts) of the chunk of ``table`` that ``sql`` selects
+        (``params`` bound by psycopg2, as its cursor would), or None: read it with the cursor.
+        ``kinds``: each selected column's pg_kind; ``key``: the key columns' indices. Raises
+        the psycopg2 error the cursor would."""
         assert self._copier is not None
         copy_sql = cur.mogrify(f"COPY ({sql}) TO STDOUT", params)
         plan = self._plans.chunk_plan(names, kinds)
-        keys, texts, end = self._copier.rows(conn.pgconn_ptr, copy_sql, plan, key, PART_ROWS)
+        keys, texts, key_texts, end = self._copier.rows(conn.pgconn_ptr, copy_sql, plan, key, PART_ROWS)
         if end is None:
-            return keys, texts
+            return keys, TextColumn.from_pieces(texts), TextColumn.from_pieces(key_texts)
         kind, a, b = end
         if kind == "unsupported":
             reason = f"{table}: {a}"

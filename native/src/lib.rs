@@ -24,6 +24,7 @@ mod pgoutput;
 mod pq_copy;
 mod pq_stream;
 mod row_json;
+mod text_column;
 mod values;
 
 create_exception!(

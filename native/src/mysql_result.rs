@@ -9,9 +9,10 @@
 //! ERR packet: the connection is then where PyMySQL's own reading would have left it.
 
 use crate::mysql_text::MyTextPlan;
+use crate::text_column::TextColumn;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
 const MAX_PAYLOAD: usize = 0xFF_FFFF; // a payload this long continues in the next packet
 const MORE_RESULTS: u16 = 0x0008; // SERVER_MORE_RESULTS_EXISTS
@@ -32,8 +33,9 @@ pub struct MyRowsReader {
     buf: Vec<u8>,     // bytes of packets not complete yet
     payload: Vec<u8>, // a payload longer than one packet, so far
     seq: u8,
-    texts: Vec<String>,
-    keys: Vec<Vec<Option<Vec<u8>>>>,
+    texts: TextColumn,               // the rows' JSON texts, all of the result
+    key_texts: TextColumn,           // their keys' (JSON arrays)
+    keys: Vec<Vec<Option<Vec<u8>>>>, // raw key values not yet taken
     end: Option<End>,
     unsupported: Option<String>,
 }
@@ -90,13 +92,19 @@ impl MyRowsReader {
             }
             Some(0xFF) => self.end = Some(End::Err(d.to_vec())),
             _ if self.unsupported.is_some() => {} // read to the end, then the caller selects again
-            _ => match plan.row_text(d, &self.key) {
-                Ok((text, key)) => {
-                    self.texts.push(text);
-                    self.keys.push(key);
+            _ => {
+                let written = plan
+                    .row_text(d, &self.key, self.texts.buf(), self.key_texts.buf())
+                    .and_then(|key| {
+                        self.texts.end_text()?;
+                        self.key_texts.end_text()?;
+                        Ok(key)
+                    });
+                match written {
+                    Ok(key) => self.keys.push(key),
+                    Err(why) => self.unsupported = Some(why),
                 }
-                Err(why) => self.unsupported = Some(why),
-            },
+            }
         }
     }
 }
@@ -116,7 +124,8 @@ impl MyRowsReader {
             buf: Vec::new(),
             payload: Vec::new(),
             seq: next_seq,
-            texts: Vec::new(),
+            texts: TextColumn::new(),
+            key_texts: TextColumn::new(),
             keys: Vec::new(),
             end: None,
             unsupported: None,
@@ -133,8 +142,8 @@ impl MyRowsReader {
         self.end.is_some()
     }
 
-    /// The rows read so far as (key tuples, texts); they leave the reader.
-    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    /// The key tuples of the rows read since the last call.
+    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let plan = self.plan.get();
         let keys = PyList::empty(py);
         for raw in self.keys.drain(..) {
@@ -147,8 +156,13 @@ impl MyRowsReader {
             }
             keys.append(PyTuple::new(py, values)?)?;
         }
-        let texts = PyList::new(py, self.texts.drain(..).map(|t| PyString::new(py, &t)))?;
-        Ok((keys, texts))
+        Ok(keys)
+    }
+
+    /// The rows' JSON texts and their keys' as Arrow string pieces `[(n, offsets, data), ...]`
+    /// (crate::text_column); they leave the reader.
+    fn texts<'py>(&mut self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        Ok((self.texts.take_py(py)?, self.key_texts.take_py(py)?))
     }
 
     /// The next packet's sequence number (PyMySQL's `_next_seq_id` after the result).

@@ -179,8 +179,15 @@ impl MyTextPlan {
         self.value(py, c, raw)
     }
 
-    /// A row packet as its JSON text and its key columns' raw texts.
-    pub(crate) fn row_text(&self, d: &[u8], key: &[usize]) -> U<(String, Vec<Option<Vec<u8>>>)> {
+    /// A row packet's JSON text into `out`, its key's (a JSON array) into `key_out`; gives its
+    /// key columns' raw texts.
+    pub(crate) fn row_text(
+        &self,
+        d: &[u8],
+        key: &[usize],
+        out: &mut String,
+        key_out: &mut String,
+    ) -> U<Vec<Option<Vec<u8>>>> {
         let mut raws = Vec::with_capacity(self.kinds.len());
         let mut pos = 0usize;
         for _ in 0..self.kinds.len() {
@@ -189,7 +196,6 @@ impl MyTextPlan {
         if pos != d.len() {
             return Err("a row packet longer than its columns".into());
         }
-        let mut out = String::with_capacity(d.len() + 16 * raws.len());
         out.push('{');
         for (c, raw) in raws.iter().enumerate() {
             if c > 0 {
@@ -198,11 +204,22 @@ impl MyTextPlan {
             out.push_str(&self.name_json[c]);
             match raw {
                 None => out.push_str("null"),
-                Some(raw) => self.value_json(&mut out, c, raw)?,
+                Some(raw) => self.value_json(out, c, raw)?,
             }
         }
         out.push('}');
-        Ok((out, key.iter().map(|&k| raws[k].map(<[u8]>::to_vec)).collect()))
+        key_out.push('[');
+        for (i, &k) in key.iter().enumerate() {
+            if i > 0 {
+                key_out.push(',');
+            }
+            match raws[k] {
+                None => key_out.push_str("null"),
+                Some(raw) => self.value_json(key_out, k, raw)?,
+            }
+        }
+        key_out.push(']');
+        Ok(key.iter().map(|&k| raws[k].map(<[u8]>::to_vec)).collect())
     }
 }
 

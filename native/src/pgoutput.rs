@@ -286,6 +286,23 @@ impl PgRowPlan {
         Ok(())
     }
 
+    /// The JSON array of the key columns `key` of a row given as its columns' texts, as
+    /// orjson writes the key tuple of `key_value`s (the changelog's key column).
+    pub(crate) fn key_json<B: AsRef<[u8]>>(&self, out: &mut String, key: &[usize], raws: &[Option<B>]) -> U<()> {
+        out.push('[');
+        for (i, &k) in key.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            match &raws[k] {
+                None => out.push_str("null"),
+                Some(raw) => self.value_json(out, k, raw.as_ref())?,
+            }
+        }
+        out.push(']');
+        Ok(())
+    }
+
     /// Column `c`'s canonical value from its text (a key value of a chunk read by COPY).
     pub(crate) fn key_value<'py>(&self, py: Python<'py>, c: usize, raw: Option<&[u8]>) -> U<Bound<'py, PyAny>> {
         match raw {

@@ -12,9 +12,10 @@
 
 use crate::pgoutput::PgRowPlan;
 use crate::pq_stream::{Conn, LibPq, PGRES_COPY_OUT};
+use crate::text_column::TextColumn;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyList, PyTuple};
 use std::borrow::Cow;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_void};
@@ -29,11 +30,17 @@ enum End {
     Unsupported(String),
 }
 
-/// Rows read between two visits to Python.
+/// Rows read between two visits to Python: their keys' texts (their JSON texts go to the
+/// chunk's `Texts`).
 struct Part {
-    texts: Vec<String>,
     keys: Vec<Vec<Option<Vec<u8>>>>,
     done: bool,
+}
+
+/// The chunk's row texts and key texts (JSON arrays, as the changelog's key column holds).
+struct Texts {
+    rows: TextColumn,
+    keys: TextColumn,
 }
 
 /// One COPY text field with its escapes undone (COPY TO writes `\\`, `\b`, `\f`, `\n`, `\r`,
@@ -97,6 +104,9 @@ pub(crate) fn fields(line: &[u8]) -> Result<Vec<Option<Cow<'_, [u8]>>>, String> 
     Ok(out)
 }
 
+/// `PqCopy.rows`' answer: (key tuples, row text pieces, key text pieces, end).
+type CopiedRows<'py> = (Bound<'py, PyList>, Bound<'py, PyList>, Bound<'py, PyList>, PyObject);
+
 #[pyclass(frozen)]
 pub struct PqCopy {
     lib: LibPq,
@@ -133,14 +143,21 @@ impl PqCopy {
     }
 
     /// Up to `rows` rows (all that are left when `unsupported` is set: then read and dropped).
-    fn part(&self, conn: Conn, plan: &PgRowPlan, key: &[usize], rows: usize, end: &mut Option<End>) -> Part {
+    fn part(
+        &self,
+        conn: Conn,
+        plan: &PgRowPlan,
+        key: &[usize],
+        rows: usize,
+        texts: &mut Texts,
+        end: &mut Option<End>,
+    ) -> Part {
         let lib = &self.lib;
         let mut p = Part {
-            texts: Vec::with_capacity(rows),
             keys: Vec::with_capacity(rows),
             done: false,
         };
-        while end.is_some() || p.texts.len() < rows {
+        while end.is_some() || p.keys.len() < rows {
             let mut buf: *mut c_char = std::ptr::null_mut();
             // SAFETY: a PGconn in COPY OUT, used by this thread alone; a blocking read.
             let n = unsafe { (lib.get_copy_data)(conn, &mut buf, 0) };
@@ -160,7 +177,7 @@ impl PqCopy {
             if end.is_none() {
                 // SAFETY: libpq returns n bytes at buf, freed below.
                 let msg = unsafe { std::slice::from_raw_parts(buf as *const u8, n as usize) };
-                if let Err(why) = self.row(plan, key, msg, &mut p) {
+                if let Err(why) = self.row(plan, key, msg, &mut p, texts) {
                     *end = Some(End::Unsupported(why));
                 }
             }
@@ -170,12 +187,13 @@ impl PqCopy {
         p
     }
 
-    fn row(&self, plan: &PgRowPlan, key: &[usize], msg: &[u8], p: &mut Part) -> Result<(), String> {
+    fn row(&self, plan: &PgRowPlan, key: &[usize], msg: &[u8], p: &mut Part, texts: &mut Texts) -> Result<(), String> {
         let line = msg.strip_suffix(b"\n").ok_or("a COPY row without its newline")?;
         let f = fields(line)?;
-        let mut text = String::with_capacity(line.len() + 16 * f.len());
-        plan.image_json(&mut text, &f)?;
-        p.texts.push(text);
+        plan.image_json(texts.rows.buf(), &f)?;
+        texts.rows.end_text()?;
+        plan.key_json(texts.keys.buf(), key, &f)?;
+        texts.keys.end_text()?;
         p.keys
             .push(key.iter().map(|&k| f[k].as_ref().map(|v| v.to_vec())).collect());
         Ok(())
@@ -198,9 +216,10 @@ impl PqCopy {
     }
 
     /// Runs `sql` (a `COPY (...) TO STDOUT` in text format, the row's columns in `plan`'s
-    /// order) on the connection at `conn` (`pgconn_ptr`) and gives `(keys, texts, end)`: each
-    /// row's key tuple (the columns at `key`) and JSON text, read `part_rows` at a time with
-    /// the GIL released. `end` is None, `("error", sqlstate, message)`, `("broken", message,
+    /// order) on the connection at `conn` (`pgconn_ptr`) and gives `(keys, texts, key_texts,
+    /// end)`: each row's key tuple (the columns at `key`), read `part_rows` at a time with the
+    /// GIL released, and the rows' JSON texts and their keys' as Arrow string pieces
+    /// `[(n, offsets, data), ...]` (crate::text_column). `end` is None, `("error", sqlstate, message)`, `("broken", message,
     /// connection_bad)` or `("unsupported", reason, "")` (a value only the Python path writes
     /// exactly: read the chunk again that way); the COPY is always read to its end, so the
     /// connection is idle again. No other thread may use the connection meanwhile.
@@ -212,7 +231,7 @@ impl PqCopy {
         plan: &PgRowPlan,
         key: Vec<usize>,
         part_rows: usize,
-    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, PyObject)> {
+    ) -> PyResult<CopiedRows<'py>> {
         if conn == 0 {
             return Err(PyOSError::new_err("the connection is closed"));
         }
@@ -223,12 +242,15 @@ impl PqCopy {
         }
         let sql = CString::new(sql.to_vec()).map_err(|_| PyValueError::new_err("a NUL in the SQL"))?;
         let keys = PyList::empty(py);
-        let texts = PyList::empty(py);
+        let mut texts = Texts {
+            rows: TextColumn::new(),
+            keys: TextColumn::new(),
+        };
         let mut end = py.allow_threads(|| self.start(conn as Conn, &sql));
         if end.is_none() {
             loop {
-                let p = py.allow_threads(|| self.part(conn as Conn, plan, &key, part_rows, &mut end));
-                for (text, raw) in p.texts.iter().zip(&p.keys) {
+                let p = py.allow_threads(|| self.part(conn as Conn, plan, &key, part_rows, &mut texts, &mut end));
+                for raw in &p.keys {
                     let mut values = Vec::with_capacity(raw.len());
                     for (&k, v) in key.iter().zip(raw) {
                         match plan.key_value(py, k, v.as_deref()) {
@@ -243,14 +265,13 @@ impl PqCopy {
                         break;
                     }
                     keys.append(PyTuple::new(py, values)?)?;
-                    texts.append(PyString::new(py, text))?;
                 }
                 if p.done {
                     break;
                 }
                 if end.is_some() {
                     // Read the rest to leave the connection idle.
-                    py.allow_threads(|| self.part(conn as Conn, plan, &key, part_rows, &mut end));
+                    py.allow_threads(|| self.part(conn as Conn, plan, &key, part_rows, &mut texts, &mut end));
                     break;
                 }
             }
@@ -261,7 +282,7 @@ impl PqCopy {
             Some(End::Broken(message, bad)) => ("broken", message, bad).into_pyobject(py)?.into_any().unbind(),
             Some(End::Unsupported(why)) => ("unsupported", why, "").into_pyobject(py)?.into_any().unbind(),
         };
-        Ok((keys, texts, end))
+        Ok((keys, texts.rows.take_py(py)?, texts.keys.take_py(py)?, end))
     }
 }
 

@@ -19,7 +19,8 @@ pytest.importorskip("pymysqlreplication")
 
 from airflow_provider_dblog.core.errors import ConfigurationError, PositionLostError, RequestError  # noqa: E402
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, SchemaEvent, WatermarkEvent  # noqa: E402
-from airflow_provider_dblog.core.row_text import loads_row  # noqa: E402
+from airflow_provider_dblog.core.row_text import dumps, loads_row  # noqa: E402
+from airflow_provider_dblog.core.text_column import TextColumn  # noqa: E402
 from airflow_provider_dblog.sources import mysql as mysql_module  # noqa: E402
 from airflow_provider_dblog.sources import mysql_select_native  # noqa: E402
 from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
@@ -649,8 +650,34 @@ def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, ca
     src._native_select.on = False
     by_pymysql = src.select_chunk(schema, None, 100, texts=True)
     assert (read.rows, read.keys) == (by_pymysql.rows, by_pymysql.keys) and len(read.rows) == 4
+    assert isinstance(read.rows, TextColumn) and list(read.key_texts) == [dumps(list(k)) for k in read.keys]
     src._native_select.on = True
     assert src.select_chunk(schema, (2,), 100, texts=True).keys == [(3,), (4,)]  # the connection goes on
+
+
+def test_native_chunk_key_texts_are_its_keys_json(root, db, make_source):
+    """The keys' JSON texts the extension writes from the row packets (the changelog's key
+    column) are what the writer makes of the key tuples, for a key of many kinds."""
+    sql(
+        root,
+        f"CREATE TABLE `{db}`.ck (s varchar(20), dt datetime(6), n decimal(10,3), d date, b bigint unsigned, "
+        "v int, PRIMARY KEY (s, dt, n, d, b))",
+    )
+    sql(
+        root,
+        f"INSERT INTO `{db}`.ck VALUES ('a\\tb\"é\\\\', '2024-01-02 03:04:05.5', 12.3, '2024-02-29', "
+        "18446744073709551615, 1), ('', '1970-01-01 00:00:00', -0.5, '1000-01-01', 0, 2)",
+    )
+    src = started(make_source(tables=[f"{db}.ck"]))
+    schema = src.table_schema(f"{db}.ck")
+    read = src.select_chunk(schema, None, 10, texts=True)
+    assert isinstance(read.rows, TextColumn) and len(read.keys) == 2
+    assert list(read.key_texts) == [dumps(list(k)) for k in read.keys]
+    assert read.keys[1][0] == 'a\tb"é\\' and read.key_texts[1].startswith(
+        '["a\\tb\\"é\\\\","2024-01-02T03:04:05.500000"'
+    )
+    src._native_select.on = False
+    assert src.select_chunk(schema, None, 10, texts=True).keys == read.keys
 
 
 def _spied(calls: list, real, *args):

@@ -18,7 +18,8 @@ from airflow_provider_dblog.core.errors import (  # noqa: E402
     RequestError,
 )
 from airflow_provider_dblog.core.events import ChangeEvent, Op, SchemaEvent, WatermarkEvent  # noqa: E402
-from airflow_provider_dblog.core.row_text import loads_row  # noqa: E402
+from airflow_provider_dblog.core.row_text import dumps, loads_row  # noqa: E402
+from airflow_provider_dblog.core.text_column import TextColumn  # noqa: E402
 from airflow_provider_dblog.sources import native, postgres_copy  # noqa: E402
 from airflow_provider_dblog.sources import postgres as postgres_module  # noqa: E402
 from airflow_provider_dblog.sources.postgres import PostgresSource  # noqa: E402
@@ -304,9 +305,13 @@ def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns
     assert texted.keys == schema.keys_of(dumped)
     filtered = src.select_chunk(schema, None, 100, where="id >= 2", texts=True)
     assert [loads_row(t) for t in filtered.rows] == [r for r in dumped if r["id"] >= 2]
+    if src._copy.on:  # the texts in an Arrow array, the keys' JSON texts with them
+        assert isinstance(texted.rows, TextColumn)
+        assert list(texted.key_texts) == [dumps(list(k)) for k in texted.keys]
     monkeypatch.setattr(src._copy, "_copier", None)
     by_cursor = src.select_chunk(schema, None, 100, texts=True)
     assert (by_cursor.rows, by_cursor.keys) == (texted.rows, texted.keys)
+    assert by_cursor.key_texts is None and isinstance(by_cursor.rows, list)
     escaped = logged[(5,)]
     assert escaped["t"] == "a\tb\nc\\d\re\x01f\bg\fh\vi\\N" and escaped["vc"] == "\\N"
     assert escaped["ch"] == "\t    "
@@ -322,6 +327,31 @@ def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns
     assert all(v is None for k, v in logged[(3,)].items() if k != "id")
     if plugin == "pgoutput":
         assert logged[(4,)]["n"] == "NaN" and logged[(4,)]["f"] == "Infinity" and logged[(4,)]["r"] == "-Infinity"
+
+
+def test_a_chunk_copys_key_texts_are_its_keys_json(make_source, db, ns):
+    """The keys' JSON texts the COPY writes (the changelog's key column) are what the writer
+    makes of the key tuples (``dumps(list(key))``), for a key of many kinds and escapes."""
+    if native.extension is None:
+        pytest.skip("the compiled extension is not built")
+    t = f"{ns}.ck"
+    run(
+        db,
+        f"CREATE TABLE {t} (t text, ts timestamptz, n numeric, u uuid, d date, b bigint, f float8, v int, "
+        "PRIMARY KEY (t, ts, n, u, d, b, f))",
+    )
+    run(
+        db,
+        f"INSERT INTO {t} VALUES (E'a\\tb\"é\\\\', '2024-01-02 03:04:05.5+02', 12.30, "
+        "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '2024-02-29', -9007199254740993, 0.1, 1), "
+        "('', '1970-01-01 00:00:00+00', -0.000, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a12', '0001-01-01', 0, -1e300, 2)",
+    )
+    src = make_source([t], "pgoutput")
+    schema = src.table_schema(t)
+    copied = src.select_chunk(schema, None, 10, texts=True)
+    assert isinstance(copied.rows, TextColumn) and len(copied.keys) == 2
+    assert list(copied.key_texts) == [dumps(list(k)) for k in copied.keys]
+    assert copied.keys[1][0] == 'a\tb"é\\' and copied.key_texts[0].startswith('["","1970-01-01T00:00:00+00:00",')
 
 
 def test_a_chunk_copy_cannot_write_exactly_is_read_by_the_cursor(make_source, db, ns, caplog, monkeypatch):

@@ -8,6 +8,8 @@ import pytest
 native = pytest.importorskip("airflow_provider_dblog._rows_native")
 pymysql = pytest.importorskip("pymysql")
 
+from airflow_provider_dblog.core.row_text import dumps  # noqa: E402
+from airflow_provider_dblog.core.text_column import TextColumn  # noqa: E402
 from airflow_provider_dblog.sources.mysql_select_native import TEXT_KINDS  # noqa: E402
 
 EOF_OK = b"\xfe" + (0).to_bytes(2, "little") + (0x0002).to_bytes(2, "little")  # autocommit status
@@ -28,13 +30,13 @@ def reader(next_seq=5):
 
 
 def read(r, data: bytes, block: int) -> tuple[list, list, bool]:
-    keys, texts, done = [], [], False
+    keys, done = [], False
     for at in range(0, len(data), block):
         assert not done, "bytes after the end were asked for"
         done = r.feed(data[at : at + block])
-        k, t = r.take()
-        keys += k
-        texts += t
+        keys += r.take()
+    texts, key_texts = (list(TextColumn.from_pieces(p)) for p in r.texts())
+    assert key_texts == [dumps(list(k)) for k in keys] or not done
     return keys, texts, done
 
 
