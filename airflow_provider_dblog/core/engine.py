@@ -67,6 +67,10 @@ from .writer import Writer, WriterFailed
 
 log = logging.getLogger(__name__)
 
+# Seconds the log is waited for at a time while a marker written at once is in flight
+# (Writer.awaits_urgent): the dump's end is applied within this after its commit.
+URGENT_POLL = 0.01
+
 
 @dataclasses.dataclass
 class EngineConfig:
@@ -465,7 +469,9 @@ class Engine:
 
     # -- log ------------------------------------------------------------------------------
     def _log_step(self, writer: Writer) -> None:
-        items = self.source.poll(self.config.poll_batch, self.config.poll_timeout)
+        # A dump's last chunk is being written: its DONE should not wait for an idle log.
+        timeout = min(self.config.poll_timeout, URGENT_POLL) if writer.awaits_urgent() else self.config.poll_timeout
+        items = self.source.poll(self.config.poll_batch, timeout)
         if not items:
             self._queue_unchanged_toast([])  # e.g. keys of a partition that came or went
             return

@@ -18,6 +18,12 @@ class Marker:
 
     __slots__ = ()
 
+    @property
+    def flush_now(self) -> bool:
+        """Whether the writer should end its batch here rather than wait out its flush
+        interval (someone waits for this marker to complete)."""
+        return False
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LogCheckpoint(Marker):
@@ -34,6 +40,12 @@ class ChunkProgress(Marker):
     table: str
     progress: TableProgress
     dump_done: bool
+
+    @property
+    def flush_now(self) -> bool:
+        """A dump's last chunk: its DONE status (which a DumpOperator or `dblog status`
+        waits for) need not wait for the flush interval too."""
+        return self.dump_done
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The dump scheduler: which dump gets the next chunk, and when (beside the log loop).
 
 The engine asks ``next_chunk`` whenever no chunk window is open. The scheduler reads the dump
-requests and their controls from the state store (every ``control_interval``), moves each dump
+requests and their controls from the state store (every ``control_interval``, and as soon as
+the store's ``dumps_version`` says a request came or went), moves each dump
 through its lifecycle (running, paused, cancelled, failed, done), paces the chunks (the dump's
 delay; a back-off after an aborted chunk) and keeps each table's progress twice:
 
@@ -27,6 +28,9 @@ from .pacing import Pacer, PaceSignals
 from .protocols import StateStore
 
 log = logging.getLogger(__name__)
+
+# Seconds between two looks at the state store's dumps_version (_requests_moved).
+REQUEST_CHECK = 0.02
 
 # After an aborted chunk: wait 20 ms, doubling up to 1 s, before selecting again.
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.02, 1.0
@@ -109,6 +113,8 @@ class DumpScheduler:
         self._emitted: dict[str, dict[str, TableProgress]] = {}  # dump id -> table -> progress
         self._finished: set[str] = set()  # dumps this engine ended (done emitted, cancelled, failed)
         self._next_refresh = 0.0
+        self._version: Any = None  # the store's dumps_version at the last read
+        self._next_version_check = 0.0
         self._next_chunk_at = 0.0
         self._backoff = 0.0
         self._rate_base: dict[str, tuple[float, int]] = {}  # dump id -> (first seen, rows then)
@@ -123,9 +129,11 @@ class DumpScheduler:
 
     def _refresh(self) -> None:
         now = self._clock()
-        if now < self._next_refresh:
+        if now < self._next_refresh and not self._requests_moved(now):
             return
         self._next_refresh = now + self.control_interval
+        self._next_version_check = now + REQUEST_CHECK
+        self._version = self._dumps_version()  # before the read: a change after it shows next time
         self.dumps = [d for d in self.state.list_dumps(self.source_id) if not d.status.finished]
         for d in self.dumps:
             for t in self._tables_of(d):
@@ -138,6 +146,23 @@ class DumpScheduler:
             for t, p in d.progress.items():  # durable progress from an earlier run
                 if t not in emitted or emitted[t].chunks < p.chunks:
                     emitted[t] = p
+
+    def _dumps_version(self) -> Any:
+        """The store's token for this source's requests (None: the store has none, and is
+        read every ``control_interval`` only)."""
+        version_of = getattr(self.state, "dumps_version", None)
+        return version_of(self.source_id) if version_of is not None else None
+
+    def _requests_moved(self, now: float) -> bool:
+        """Whether a request came or went since the last read: a dump asked for starts within
+        one turn of the engine's loop, not up to ``control_interval`` later. The token costs no
+        round trip (a ZooKeeper watch, SQLite's data_version), and is checked at most every
+        REQUEST_CHECK seconds."""
+        if now < self._next_version_check:
+            return False
+        self._next_version_check = now + REQUEST_CHECK
+        version = self._dumps_version()
+        return version is not None and version != self._version
 
     def _tables_of(self, dump: Dump) -> list[str]:
         return list(dump.spec.tables) if dump.spec.tables else self._all_tables()

@@ -122,6 +122,7 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="dblog-writer", daemon=True)
         self.events_written = 0
         self.flushes = 0
+        self._urgent = 0  # markers put with flush_now and not yet taken by completed()
 
     # -- engine side -------------------------------------------------------------------
     def start(self) -> None:
@@ -132,6 +133,7 @@ class Writer:
         if not items:
             return
         n, nbytes = _estimate(items)
+        urgent = sum(1 for i in items if isinstance(i, Marker) and i.flush_now)
         with self._cond:
             while self._full() and self._error is None:
                 self._cond.wait(0.5)
@@ -141,6 +143,7 @@ class Writer:
             self._items.extend(items)
             self._buffered_events += n
             self._buffered_bytes += nbytes
+            self._urgent += urgent
             self._cond.notify_all()
 
     def has_room(self) -> bool:
@@ -164,7 +167,14 @@ class Writer:
         out: list[Marker] = []
         while self._completed:
             out.append(self._completed.popleft())
+        if self._urgent:
+            self._urgent -= sum(1 for m in out if m.flush_now)
         return out
+
+    def awaits_urgent(self) -> bool:
+        """Whether a marker that is written at once (Marker.flush_now) has not completed yet:
+        the engine then waits for the log in short steps, to apply it as soon as it is done."""
+        return self._urgent > 0
 
     def buffered(self) -> int:
         return self._buffered_events
@@ -214,6 +224,7 @@ class Writer:
         size = 0
         nbytes = 0  # approximate, as _estimate
         full = False  # max_batch events or max_batch_bytes reached
+        due = False  # a marker that wants its batch written now (Marker.flush_now)
         event_bytes: Optional[int] = None  # of this batch's first ChangeEvent, for all of them
         schemas: list[TableSchema] = []
         markers: list[Marker] = []
@@ -225,7 +236,7 @@ class Writer:
         taken = 0  # events taken off the buffer since the last release
         with self._cond:
             while True:
-                while self._items and not full:
+                while self._items and not full and not due:
                     item = self._items.popleft()
                     if isinstance(item, ChangeEvent):
                         if event_bytes is None:
@@ -256,6 +267,7 @@ class Writer:
                         taken += len(item)
                     elif isinstance(item, Marker):
                         markers.append(item)
+                        due = item.flush_now
                     elif isinstance(item, TableSchema):
                         schemas.append(item)
                     else:
@@ -266,7 +278,7 @@ class Writer:
                 self._take(taken)
                 taken = 0
                 self._cond.notify_all()  # room in the buffer again
-                if full:
+                if full or due:
                     return batch(), schemas, markers, False
                 if self._stopping and not self._items:
                     return batch(), schemas, markers, True

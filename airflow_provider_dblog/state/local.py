@@ -64,6 +64,7 @@ class LocalStateStore:
                 "pass a writable file path with --state (or DBLOG_STATE).",
             ) from None
         self._lock = threading.Lock()
+        self._requests = 0  # dumps added and controls set through this object
 
     def _exec(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._lock:
@@ -90,9 +91,19 @@ class LocalStateStore:
             try:
                 self.insert_dump(spec, control)
                 self._db.execute("COMMIT")
+                self._requests += 1
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def dumps_version(self, source_id: str) -> tuple[int, int]:
+        """Moves when another connection (the CLI, an Airflow task) commits to the store, or a
+        dump is added or a control set through this object: SQLite's data_version, read
+        without touching the tables. The engine reads the requests again when it moves
+        (core/scheduler.py)."""
+        with self._lock:
+            (version,) = self._db.execute("PRAGMA data_version").fetchone()
+            return version, self._requests
 
     def insert_dump(self, spec: DumpSpec, control: Optional[DumpControl]) -> None:
         """The inserts of one dump, inside the caller's transaction."""
@@ -141,6 +152,7 @@ class LocalStateStore:
     def set_control(self, dump_id: str, control: DumpControl) -> None:
         self.get_dump(dump_id)  # RequestError when unknown
         self._exec("UPDATE dump_control SET control=? WHERE dump_id=?", (_control_json(control), dump_id))
+        self._requests += 1
 
     def set_status(self, dump_id: str, status: DumpStatus, error: Optional[str] = None) -> None:
         self._exec(

@@ -151,6 +151,8 @@ class ZooKeeperStateStore:
             self._stop_client()
             raise
 
+        self._dump_watches: dict[str, list[int]] = {}  # source id -> [changes seen]
+
     def __repr__(self) -> str:
         user = f", auth_user={self.auth.user!r}" if self.auth else ""
         return f"ZooKeeperStateStore({self.hosts!r}, chroot={self.chroot!r}{user})"
@@ -253,6 +255,26 @@ class ZooKeeperStateStore:
             ):
                 return
             raise failed[0]
+
+    def dumps_version(self, source_id: str) -> int:
+        """A number that moves when a dump request of the source is added or removed, read
+        without a round trip: a children watch on the source's dumps counts the changes
+        (kazoo sets it again after each change and after a lost session). The engine reads
+        the requests again when it moves (core/scheduler.py)."""
+        seen = self._dump_watches.get(source_id)
+        if seen is None:
+            from kazoo.recipe.watchers import ChildrenWatch
+
+            path = self._source(source_id, "dumps")
+            self._retry(self.client.ensure_path, path)
+            seen = [0]
+
+            def changed(_children: list[str], seen: list[int] = seen) -> None:
+                seen[0] += 1
+
+            ChildrenWatch(self.client, path, changed)
+            self._dump_watches[source_id] = seen
+        return seen[0]
 
     def _source_of(self, dump_id: str) -> Optional[str]:
         return self._get(self.path("dump_ids", encode_name(dump_id)))

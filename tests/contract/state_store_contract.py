@@ -5,6 +5,7 @@ A store's test module imports ``StateStoreContract`` and provides a ``store`` fi
 """
 
 import threading
+import time
 
 import pytest
 
@@ -47,6 +48,17 @@ class StateStoreContract:
         d = store.get_dump(spec.dump_id)
         assert d.control.paused and d.control.chunk_size == 3
         assert d.progress["x.y"].last_key == (9,)
+
+    def test_dumps_version_moves_when_another_handle_adds_a_dump(self, store, reopen):
+        """What the scheduler polls between its reads of the requests (core/scheduler.py): a
+        request from another process moves it (a ZooKeeper watch fires a moment later)."""
+        before = store.dumps_version("src")
+        assert store.dumps_version("src") == before  # reading it changes nothing
+        reopen().add_dump(DumpSpec.new("src", ["public.t"], None))
+        deadline = time.monotonic() + 10
+        while store.dumps_version("src") == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.dumps_version("src") != before
 
     def test_list_dumps_is_per_source_and_ordered(self, store):
         ids = []

@@ -9,7 +9,8 @@ import pytest
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.errors import RequestError
 from airflow_provider_dblog.core.events import Position
-from airflow_provider_dblog.core.scheduler import DumpScheduler
+from airflow_provider_dblog.core.scheduler import REQUEST_CHECK, DumpScheduler
+from airflow_provider_dblog.state.local import LocalStateStore
 
 from .memory_capture import SCHEMA, SOURCE_ID, TABLE
 
@@ -95,10 +96,42 @@ def test_pause_and_resume(state, clock):
     clock.advance(10)
     assert s.next_chunk() is None  # stays paused, no chunk
     state.set_control(dump_id, DumpControl().as_resumed())
-    assert s.next_chunk() is None  # not read again before the control interval
-    clock.advance(0.5)
+    assert s.next_chunk() is None  # not read again before the next look at dumps_version
+    clock.advance(REQUEST_CHECK)
     assert s.next_chunk() is not None
     assert status(state, dump_id) is DumpStatus.RUNNING
+
+
+class WithoutVersion:
+    """A store without ``dumps_version``: its requests are read every control interval."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def __getattr__(self, name):
+        if name == "dumps_version":
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
+def test_a_request_is_read_at_once_and_a_store_without_a_version_every_control_interval(state, clock, tmp_path):
+    s = scheduler(state, clock)
+    assert s.next_chunk() is None  # nothing asked: the requests are read
+    other = LocalStateStore(str(tmp_path / "state.db"))  # another process: the CLI, an Airflow task
+    try:
+        dump_id = request(other)
+    finally:
+        other.close()
+    clock.advance(REQUEST_CHECK)
+    assert s.next_chunk().dump_id == dump_id  # long before the control interval
+    plain = scheduler(WithoutVersion(state), clock)
+    assert plain.next_chunk().dump_id == dump_id
+    second = request(state, tables=("app.other",))
+    state.set_control(dump_id, DumpControl().as_cancelled())
+    clock.advance(0.4)
+    assert plain.next_chunk().dump_id == dump_id  # not read again yet
+    clock.advance(0.1)
+    assert plain.next_chunk().dump_id == second
 
 
 def test_cancel_ends_the_dump_and_the_next_one_runs(state, clock):

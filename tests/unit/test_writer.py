@@ -216,3 +216,31 @@ def test_a_batch_of_wide_rows_ends_at_the_byte_bound(batch_bytes):
         per_row = 300 + sum(map(sys.getsizeof, row.values())) + sys.getsizeof(row)
         assert sizes[0] == batch_bytes // per_row < 1_000  # the first chunk split at the bound
         assert max(sizes) == 2_000  # ~0.5 kB events: max_batch ends their batches
+
+
+def test_a_dumps_last_chunk_is_written_without_waiting_for_the_flush_interval():
+    """A ChunkProgress that finishes its dump ends the batch at once (Marker.flush_now): the
+    dump's DONE waits for nothing but the commit; an ordinary marker waits for the interval."""
+    from airflow_provider_dblog.core.dumps import TableProgress
+    from airflow_provider_dblog.core.markers import ChunkProgress
+
+    out = MemoryOutput()
+    w = Writer(out, flush_interval=3600)
+    w.start()
+    progress = TableProgress((3,), 3, 1, True, 0)
+    w.put_many([ev(1), ChunkProgress("d1", "public.t", progress, False), ev(2)])
+    time.sleep(0.2)
+    assert w.completed() == [] and out.batches == []  # waits for the interval (an hour)
+    last = ChunkProgress("d1", "public.t", progress, True)
+    assert not w.awaits_urgent()
+    w.put_many([ev(3), last, ev(4)])
+    assert w.awaits_urgent()  # the engine waits for the log in short steps meanwhile
+    end = time.time() + 10
+    done: list = []
+    while not done and time.time() < end:
+        done = w.completed()
+        time.sleep(0.01)
+    assert done and done[-1] == last and not w.awaits_urgent()
+    # What came after the marker waits for the next batch (and its interval).
+    assert [e.position for b in out.batches for e in b] == [ev(i).position for i in (1, 2, 3)]
+    w.close()
