@@ -72,6 +72,16 @@ class NativePgRows:
             self._once("text " + reason, "a change of %s is decoded into dicts (logged once)", reason)
             return None
 
+    def run_text(self, rel: Relation, payloads: list[bytes], start: int, key: list[int]) -> Optional[tuple]:
+        """``change_text`` for the run of changes of ``rel`` with one tag from
+        ``payloads[start]`` on, in one call: (n, tag, keys, befores, afters) of the first n
+        messages; or None: decode ``payloads[start]`` alone (the run stops before any message
+        ``change_text`` would not give, which is then decoded alone)."""
+        try:
+            return self.plan(rel).run_text(payloads, start, key)
+        except extension.Unsupported:
+            return None  # change_text says why, logged once
+
     def change(self, rel: Relation, payload: bytes) -> Optional[tuple]:
         try:
             return self.plan(rel).change(payload)

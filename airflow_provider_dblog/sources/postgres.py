@@ -572,13 +572,16 @@ class PostgresSource:
             self._partitions.step()
         decoder = self._decoder
         pending = decoder.pending
-        decode = decoder.pgoutput if self.plugin == "pgoutput" else decoder.wal2json
+        pgoutput = self.plugin == "pgoutput"
         deadline = time.monotonic() + timeout
         while len(pending) + decoder.block_extra < max_items:
             payloads, failure = self._stream.read(max_items - len(pending) - decoder.block_extra)
             try:
-                for payload in payloads:
-                    decode(payload)
+                if pgoutput:
+                    decoder.pgoutput_many(payloads)
+                else:
+                    for payload in payloads:
+                        decoder.wal2json(payload)
             except DBLogError as exc:
                 failure = exc
             if failure is not None:

@@ -28,6 +28,7 @@ TRUNCATE of partitions alone removes rows the log does not list, so it is report
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 from typing import Any, Callable, Optional
 
 from ..core.batch import LogRows
@@ -85,6 +86,13 @@ class _Txn:
         self.index += 1
         return _new_tuple(Position, (self._coord(self.index), 0))
 
+    def next_positions(self, n: int) -> list[Position]:
+        """``next_position`` ``n`` times, without a Python call per position."""
+        first = self.index + 1
+        self.index += n
+        coords = map(self._coord, range(first, first + n))
+        return list(map(_new_tuple, repeat(Position), zip(coords, repeat(0))))
+
 
 class LogDecoder:
     """State of one replication stream: open transaction, relations, announced schemas."""
@@ -137,6 +145,21 @@ class LogDecoder:
         return self._root_of(name)
 
     # -- pgoutput ---------------------------------------------------------------------
+    def pgoutput_many(self, payloads: list[bytes]) -> None:
+        """``pgoutput`` for each payload in order; with row images as text, a run of changes of
+        one relation and op is decoded by the extension in one call (``_text_run``)."""
+        i, n = 0, len(payloads)
+        texts = self._texts and self._native.on
+        while i < n:
+            payload = payloads[i]
+            if texts and payload[:1] in _ROW_CHANGE:
+                took = self._text_run(payloads, i)
+                if took:
+                    i += took
+                    continue
+            self.pgoutput(payload)
+            i += 1
+
     def pgoutput(self, payload: bytes) -> None:
         if payload[:1] in _ROW_CHANGE and self._native.on and self._native_change(payload):
             return
@@ -199,20 +222,66 @@ class LogDecoder:
         self._change(table, _OP_OF_TAG[tag], before, after, self._txn.next_position(), self._txn)
         return True
 
-    def _text_change(self, table: str, rel: Relation, payload: bytes) -> bool:
-        """``_native_change`` with the images as JSON text (start_log's ``texts``); False:
-        make dicts. An update that changes the key keeps dict images (the engine splits it)."""
+    def _text_run(self, payloads: list[bytes], start: int) -> int:
+        """The run of changes from ``payloads[start]`` that the extension decodes in one call
+        (PgRowPlan.run_text: one relation, one op, no key change), added to the log block as
+        ``_text_change`` adds them one by one; the number taken (0: decode it alone)."""
+        txn = self._txn
+        rel = self._relations.get(int.from_bytes(payloads[start][1:5], "big"))
+        if rel is None or txn is None:
+            return 0
+        table = self._target(rel.qualified_name)
+        if table is None or table == self.watermark_table:
+            return 0
+        sid, key = self._text_key(table, rel)
+        run = self._native.run_text(rel, payloads, start, key) if key is not None else None
+        if run is None:
+            return 0
+        n, tag, keys, befores, afters = run
+        op = _OP_OF_TAG[tag]
+        positions = txn.next_positions(n)
+        block, pending = self._block, self.pending
+        if (
+            block is not None
+            and pending
+            and pending[-1] is block
+            and block.op is op
+            and block.table == table
+            and block.txid == txn.txid
+            and block.schema_id == sid
+        ):
+            block.keys.extend(keys)  # type: ignore[attr-defined]  # lists while open
+            block.befores.extend(befores)  # type: ignore[attr-defined]
+            block.afters.extend(afters)  # type: ignore[attr-defined]
+            block.positions.extend(positions)  # type: ignore[attr-defined]
+            self.block_extra += n
+        else:
+            self._block = LogRows(
+                self.source_id, table, op, sid, txn.commit_ts, txn.txid, keys, befores, afters, positions
+            )
+            pending.append(self._block)
+            self.block_extra += n - 1
+        return int(n)
+
+    def _text_key(self, table: str, rel: Relation) -> tuple[str, Optional[list[int]]]:
+        """The table's schema id (announced first if it was not yet in this stream) and its
+        key's column indices in ``rel`` (None: a key column the relation lacks)."""
         if table not in self._announced:
             self._use_schema(self._schema(table))
         schema = self._schema(table)
         sid = schema.schema_id()
         cached = self._key_columns.get(rel.relid)
         if cached is not None and cached[0] is rel and cached[1] == sid:
-            key = cached[2]
-        else:
-            names = [c.name for c in rel.columns]
-            key = [names.index(k) for k in schema.key] if all(k in names for k in schema.key) else None
-            self._key_columns[rel.relid] = (rel, sid, key)
+            return sid, cached[2]
+        names = [c.name for c in rel.columns]
+        key = [names.index(k) for k in schema.key] if all(k in names for k in schema.key) else None
+        self._key_columns[rel.relid] = (rel, sid, key)
+        return sid, key
+
+    def _text_change(self, table: str, rel: Relation, payload: bytes) -> bool:
+        """``_native_change`` with the images as JSON text (start_log's ``texts``); False:
+        make dicts. An update that changes the key keeps dict images (the engine splits it)."""
+        sid, key = self._text_key(table, rel)
         decoded = self._native.change_text(rel, payload, key) if key is not None else None
         if decoded is None:
             return False

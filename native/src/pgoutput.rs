@@ -122,6 +122,69 @@ impl PgRowPlan {
         self.decode_text(py, msg.as_bytes(), &key).map_err(Unsupported::new_err)
     }
 
+    /// ``change_text`` for a run of messages: from ``payloads[start]`` on, the Insert, Update or
+    /// Delete messages of one relation with the first one's tag, as far as each is a change
+    /// ``change_text`` decodes whose key the change keeps (an update that moves its key ends
+    /// the run). Gives (n, tag, keys, befores, afters): n messages decoded, each one's key
+    /// tuple (the old image's for a delete) and images as text (None where it has none), in
+    /// one call instead of one per message. Unsupported when the first message is not one.
+    fn run_text<'py>(
+        &self,
+        py: Python<'py>,
+        payloads: &Bound<'py, PyList>,
+        start: usize,
+        key: Vec<usize>,
+    ) -> PyResult<RunText<'py>> {
+        if key.is_empty() || key.iter().any(|&c| c >= self.kinds.len()) {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "key must list column indices of the plan",
+            ));
+        }
+        let (keys, befores, afters) = (PyList::empty(py), PyList::empty(py), PyList::empty(py));
+        let mut head: Option<(u8, [u8; 4])> = None; // the run's tag and relation id bytes
+        let mut n = 0;
+        for item in payloads.iter().skip(start) {
+            let msg = item.downcast::<PyBytes>()?;
+            let d = msg.as_bytes();
+            match head {
+                Some((tag, relid)) if d.first() != Some(&tag) || d.get(1..5) != Some(&relid[..]) => break,
+                _ => {}
+            }
+            let decoded = frame(d, |rd, key_only| self.tuple_text(py, rd, key_only, &key));
+            let (tag, before, after) = match decoded {
+                Ok(v) => v,
+                Err(why) if n == 0 => return Err(Unsupported::new_err(why)),
+                Err(_) => break, // decoded alone next, where its reason is logged
+            };
+            let text = |image: Option<&(Bound<'py, PyAny>, String)>| match image {
+                Some((_, t)) => PyString::new(py, t).into_any(),
+                None => py.None().into_bound(py),
+            };
+            let row_key = match (&before, &after) {
+                (Some((old, _)), Some((new, _))) => {
+                    if !old.eq(new)? {
+                        if n == 0 {
+                            return Err(Unsupported::new_err("an update that changes its key"));
+                        }
+                        break;
+                    }
+                    new.clone()
+                }
+                (_, Some((k, _))) | (Some((k, _)), None) => k.clone(),
+                (None, None) => unreachable!("a row change has an image"),
+            };
+            if head.is_none() {
+                head = Some((tag, d[1..5].try_into().expect("a decoded message has its relation id")));
+            }
+            keys.append(row_key)?;
+            befores.append(text(before.as_ref()))?;
+            afters.append(text(after.as_ref()))?;
+            n += 1;
+        }
+        let tag = head.map_or(0, |(t, _)| t);
+        Ok((n, tag, keys, befores, afters))
+    }
+
     /// A chunk SELECT's rows (tuples in column order, values as psycopg2 gave them) as
     /// {name: value} dicts, the text of the columns ``convert`` marks made canonical like
     /// the log's; the others are taken as they are (bool/int columns psycopg2 already cast,
@@ -155,6 +218,9 @@ impl PgRowPlan {
         Ok(out)
     }
 }
+
+/// `PgRowPlan.run_text`'s answer: (n, tag, keys, befores, afters).
+type RunText<'py> = (usize, u8, Bound<'py, PyList>, Bound<'py, PyList>, Bound<'py, PyList>);
 
 /// An Insert/Update/Delete message's (tag, before, after), each image read by `image(rd,
 /// key_only)`; None where the message has none.
