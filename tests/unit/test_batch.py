@@ -162,3 +162,12 @@ def test_the_writer_counts_a_log_block_as_its_changes_and_splits_it():
     w.close()
     assert [len(x) for x in out.batches] == [4, 4, 2]
     assert [e for x in out.batches for e in x] == b.events()
+
+
+def test_positions_are_encoded_as_position_encode_writes_them():
+    from airflow_provider_dblog.outputs.delta import _encoded_positions
+
+    log = [Position(f"0000000000000C00{i:010d}") for i in range(3)]  # sub 0: coordinate + suffix
+    mixed = log + [HW.with_sub(7)]
+    for positions in (log, mixed, []):
+        assert _encoded_positions(positions).to_pylist() == [p.encode() for p in positions]
