@@ -407,15 +407,9 @@ def _strings(texts: Sequence) -> Any:
 def _dump_rows_table(block: DumpRows, epoch: Optional[int], written_at: int) -> pa.Table:
     """One chunk's rows: constant columns repeated, positions ``HW.sub`` built by Arrow."""
     n = len(block)
-    keys: Sequence[str]
-    afters: Sequence[str]
-    keys, _, afters = _json_columns(
-        block.keys if block.key_texts is None else (), (), () if block.texts else block.rows
-    )
-    if block.texts:  # the rows' JSON already (core/row_text.py)
-        afters = block.rows
-    if block.key_texts is not None:  # the keys' too (core/text_column.py)
-        keys = block.key_texts
+    # The rows' JSON, and the keys', may be there already (core/row_text.py, core/text_column.py).
+    keys = block.key_texts if block.key_texts is not None else _json_columns(block.keys, (), ())[0]
+    afters = block.rows if block.texts else _json_columns((), (), block.rows)[2]
     subs = pc.utf8_lpad(
         pc.cast(pa.array(range(block.first_sub, block.first_sub + n), pa.int64()), pa.string()),
         width=SUB_WIDTH,

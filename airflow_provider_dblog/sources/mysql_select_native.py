@@ -93,9 +93,10 @@ READ_BLOCK = 1 << 16
 
 def query_texts(conn: Any, sql: str, params: Optional[Sequence[Any]], native: "NativeSelect", schema: Any) -> Any:
     """Run one statement as ``query_packets`` does, the rows read by the extension into
-    (keys, JSON texts, key JSON texts), the texts as TextColumns (core/text_column.py); None when the columns do not look as planned or a value is not
-    written exactly (the rows are read and dropped: select again with ``query_packets``).
-    Raises what PyMySQL would for an error packet or a lost connection."""
+    (keys, JSON texts, key JSON texts), the texts as TextColumns (core/text_column.py);
+    None when the columns do not look as planned or a value is not written exactly (the
+    rows are read and dropped: select again with ``query_packets``). Raises what PyMySQL
+    would for an error packet or a lost connection."""
     with conn.cursor() as cur:
         query = cur.mogrify(sql, params)
     conn._execute_command(COMMAND.COM_QUERY, query.encode(conn.encoding))

@@ -239,7 +239,15 @@ class LogDecoder:
             return 0
         n, tag, keys, befores, afters = run
         op = _OP_OF_TAG[tag]
-        positions = txn.next_positions(n)
+        self._to_block(table, op, sid, txn, keys, befores, afters, txn.next_positions(n))
+        return int(n)
+
+    def _to_block(
+        self, table: str, op: Op, sid: str, txn: _Txn, keys: list, befores: list, afters: list, positions: list
+    ) -> None:
+        """Text changes (lists, in order) into the log block: consecutive changes of one table
+        and op in a transaction make one block (core/batch.py), extended only while it is the
+        last item queued (never once poll handed it out)."""
         block, pending = self._block, self.pending
         if (
             block is not None
@@ -254,14 +262,13 @@ class LogDecoder:
             block.befores.extend(befores)  # type: ignore[attr-defined]
             block.afters.extend(afters)  # type: ignore[attr-defined]
             block.positions.extend(positions)  # type: ignore[attr-defined]
-            self.block_extra += n
+            self.block_extra += len(keys)
         else:
             self._block = LogRows(
                 self.source_id, table, op, sid, txn.commit_ts, txn.txid, keys, befores, afters, positions
             )
             pending.append(self._block)
-            self.block_extra += n - 1
-        return int(n)
+            self.block_extra += len(keys) - 1
 
     def _text_key(self, table: str, rel: Relation) -> tuple[str, Optional[list[int]]]:
         """The table's schema id (announced first if it was not yet in this stream) and its
@@ -311,37 +318,7 @@ class LogDecoder:
                 )
             )
             return True
-        # Consecutive changes of one table and op in a transaction make one block (core/batch.py),
-        # extended only while it is the last item queued (never once poll handed it out).
-        block, pending = self._block, self.pending
-        if (
-            block is not None
-            and pending
-            and pending[-1] is block
-            and block.op is op
-            and block.table == table
-            and block.txid == txn.txid
-            and block.schema_id == sid
-        ):
-            block.keys.append(key_value)  # type: ignore[attr-defined]  # lists while open
-            block.befores.append(before)  # type: ignore[attr-defined]
-            block.afters.append(after)  # type: ignore[attr-defined]
-            block.positions.append(txn.next_position())  # type: ignore[attr-defined]
-            self.block_extra += 1
-        else:
-            self._block = LogRows(
-                self.source_id,
-                table,
-                op,
-                sid,
-                txn.commit_ts,
-                txn.txid,
-                [key_value],
-                [before],
-                [after],
-                [txn.next_position()],
-            )
-            pending.append(self._block)
+        self._to_block(table, op, sid, txn, [key_value], [before], [after], [txn.next_position()])
         return True
 
     def _relation(self, relid: int) -> Relation:

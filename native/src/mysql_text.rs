@@ -7,7 +7,7 @@
 //! reproduce exactly (a value of unexpected shape) raises `Unsupported`, and the chunk is
 //! converted by PyMySQL and `from_select` instead.
 
-use crate::values::{PyCtx, Val};
+use crate::values::{push_key_json, PyCtx, Val};
 use crate::{days_in_month, row_json, Unsupported};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
@@ -208,17 +208,7 @@ impl MyTextPlan {
             }
         }
         out.push('}');
-        key_out.push('[');
-        for (i, &k) in key.iter().enumerate() {
-            if i > 0 {
-                key_out.push(',');
-            }
-            match raws[k] {
-                None => key_out.push_str("null"),
-                Some(raw) => self.value_json(key_out, k, raw)?,
-            }
-        }
-        key_out.push(']');
+        push_key_json(key_out, key, &raws, |out, c, raw| self.value_json(out, c, raw))?;
         Ok(key.iter().map(|&k| raws[k].map(<[u8]>::to_vec)).collect())
     }
 }

@@ -9,7 +9,7 @@
 //! the UTC ISO one, an unchanged-TOAST column, binary values, text that is no number of its
 //! kind, ...) raises `Unsupported`, and that message is decoded in Python instead.
 
-use crate::values::{PyCtx, Val};
+use crate::values::{push_key_json, PyCtx, Val};
 use crate::{row_json, Unsupported};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
@@ -355,18 +355,7 @@ impl PgRowPlan {
     /// The JSON array of the key columns `key` of a row given as its columns' texts, as
     /// orjson writes the key tuple of `key_value`s (the changelog's key column).
     pub(crate) fn key_json<B: AsRef<[u8]>>(&self, out: &mut String, key: &[usize], raws: &[Option<B>]) -> U<()> {
-        out.push('[');
-        for (i, &k) in key.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            match &raws[k] {
-                None => out.push_str("null"),
-                Some(raw) => self.value_json(out, k, raw.as_ref())?,
-            }
-        }
-        out.push(']');
-        Ok(())
+        push_key_json(out, key, raws, |out, c, raw| self.value_json(out, c, raw))
     }
 
     /// Column `c`'s canonical value from its text (a key value of a chunk read by COPY).

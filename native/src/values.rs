@@ -82,3 +82,25 @@ impl Val<'_> {
         Ok(())
     }
 }
+
+/// A key's JSON array, as orjson writes the key tuple (the changelog's key column): the columns
+/// at `key` of a row given as its columns' raw texts (None: NULL), each written by `value`.
+pub(crate) fn push_key_json<B: AsRef<[u8]>>(
+    out: &mut String,
+    key: &[usize],
+    raws: &[Option<B>],
+    mut value: impl FnMut(&mut String, usize, &[u8]) -> Result<(), String>,
+) -> Result<(), String> {
+    out.push('[');
+    for (i, &k) in key.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match &raws[k] {
+            None => out.push_str("null"),
+            Some(raw) => value(out, k, raw.as_ref())?,
+        }
+    }
+    out.push(']');
+    Ok(())
+}
