@@ -128,6 +128,10 @@ def test_a_paused_leader_writes_nothing_anywhere_after_it_wakes(pair, zk, run):
         )
         a.proc.send_signal(signal.SIGSTOP)
         stopped_at = time.time()
+        # A request a sent just before the stop still leaves its socket (the kernel sends a
+        # stopped process's buffered bytes) and may commit a moment later, with the fence
+        # still held: a write from before the pause. Let such requests land first.
+        time.sleep(0.5)
         # Every write after this marker must come from b or from this test.
         marker = pair.state.path("values", encode_name("fencing-test-marker"))
         pair.state.client.create(marker, b"sigstop", makepath=True)
