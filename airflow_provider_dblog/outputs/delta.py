@@ -15,10 +15,10 @@ meets the newer epoch and is refused.
 
 from __future__ import annotations
 
-import itertools
 import json
 import operator
 import os
+from itertools import repeat
 from typing import Any, Iterator, Optional, Sequence
 
 import orjson
@@ -286,23 +286,28 @@ class DeltaChangelogOutput:
 def changelog_batch(events: Sequence[ChangeEvent], epoch: Optional[int]) -> pa.Table:
     """Events as one Arrow table, built column by column (no per-row dicts); an EventBatch's
     blocks without making their events (core/batch.py). Log events and log blocks in a row
-    make one table: a binlog rows event of wide rows holds a few dozen changes, too few to
-    build Arrow columns for each."""
+    make one table: a binlog rows event of wide rows holds a few dozen changes, and a
+    one-row transaction's block one, too few to build Arrow columns for each."""
     written_at = now_micros()
     if not isinstance(events, EventBatch):
-        return _log_table([_log_columns(events)], epoch, written_at)
+        return _LogColumns().add_events(events).table(epoch, written_at)
     parts: list[pa.Table] = []
-    run: list[tuple[list, ...]] = []  # the columns of consecutive log segments
+    run: Optional[_LogColumns] = None  # the columns of consecutive log segments
     for seg in events.segments:
         if isinstance(seg, DumpRows):
-            if run:
-                parts.append(_log_table(run, epoch, written_at))
-                run = []
+            if run is not None:
+                parts.append(run.table(epoch, written_at))
+                run = None
             parts.append(_dump_rows_table(seg, epoch, written_at))
         else:
-            run.append(_log_columns(seg))
-    if run or not parts:
-        parts.append(_log_table(run or [_log_columns([])], epoch, written_at))
+            if run is None:
+                run = _LogColumns()
+            if isinstance(seg, LogRows):
+                run.add_block(seg)
+            else:
+                run.add_events(seg)
+    if run is not None or not parts:
+        parts.append((run or _LogColumns()).table(epoch, written_at))
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
@@ -325,62 +330,81 @@ def _json_columns(keys: Sequence, befores: Sequence, afters: Sequence) -> tuple[
         return ([dumps(list(k)) for k in keys], [dumps_row(b) for b in befores], [dumps_row(a) for a in afters])
 
 
-def _log_columns(seg: Sequence[ChangeEvent] | LogRows) -> tuple[list, ...]:
-    """The changelog's columns (before JSON encoding) of a list of events or a log block:
-    source_id, table, op, key, before, after, position, origin, dump_id, schema_id,
-    commit_ts, txid."""
-    if isinstance(seg, LogRows):
+class _LogColumns:
+    """The changelog's columns (before JSON encoding) of log events and log blocks, appended
+    to in stream order: source_id, table, op, key, before, after, position, origin, dump_id,
+    schema_id, commit_ts, txid."""
+
+    __slots__ = ("cols",)
+
+    def __init__(self) -> None:
+        self.cols: tuple[list, ...] = tuple([] for _ in range(12))
+
+    def add_block(self, seg: LogRows) -> None:
+        src, table, op, keys, befores, afters, positions, origin, dump_id, schema_id, commit_ts, txid = self.cols
         n = len(seg)
-        return (
-            [seg.source_id] * n,
-            [seg.table] * n,
-            [seg.op] * n,
-            list(seg.keys),
-            list(seg.befores),
-            list(seg.afters),
-            list(seg.positions),
-            [Origin.LOG] * n,
-            [None] * n,
-            [seg.schema_id] * n,
-            [seg.commit_ts] * n,
-            [seg.txid] * n,
-        )
-    return (
-        [e.source_id for e in seg],
-        [e.table for e in seg],
-        [e.op for e in seg],
-        [e.key for e in seg],
-        [e.before for e in seg],
-        [e.after for e in seg],
-        [e.position for e in seg],
-        [e.origin for e in seg],
-        [e.dump_id for e in seg],
-        [e.schema_id for e in seg],
-        [e.commit_ts for e in seg],
-        [e.txid for e in seg],
-    )
+        if n == 1:  # a one-row transaction's change: appended, no iterators
+            src.append(seg.source_id)
+            table.append(seg.table)
+            op.append(seg.op)
+            keys.append(seg.keys[0])
+            befores.append(seg.befores[0])
+            afters.append(seg.afters[0])
+            positions.append(seg.positions[0])
+            origin.append(Origin.LOG)
+            dump_id.append(None)
+            schema_id.append(seg.schema_id)
+            commit_ts.append(seg.commit_ts)
+            txid.append(seg.txid)
+            return
+        src.extend(repeat(seg.source_id, n))
+        table.extend(repeat(seg.table, n))
+        op.extend(repeat(seg.op, n))
+        keys.extend(seg.keys)
+        befores.extend(seg.befores)
+        afters.extend(seg.afters)
+        positions.extend(seg.positions)
+        origin.extend(repeat(Origin.LOG, n))
+        dump_id.extend(repeat(None, n))
+        schema_id.extend(repeat(seg.schema_id, n))
+        commit_ts.extend(repeat(seg.commit_ts, n))
+        txid.extend(repeat(seg.txid, n))
 
+    def add_events(self, seg: Sequence[ChangeEvent]) -> "_LogColumns":
+        src, table, op, keys, befores, afters, positions, origin, dump_id, schema_id, commit_ts, txid = self.cols
+        src.extend([e.source_id for e in seg])
+        table.extend([e.table for e in seg])
+        op.extend([e.op for e in seg])
+        keys.extend([e.key for e in seg])
+        befores.extend([e.before for e in seg])
+        afters.extend([e.after for e in seg])
+        positions.extend([e.position for e in seg])
+        origin.extend([e.origin for e in seg])
+        dump_id.extend([e.dump_id for e in seg])
+        schema_id.extend([e.schema_id for e in seg])
+        commit_ts.extend([e.commit_ts for e in seg])
+        txid.extend([e.txid for e in seg])
+        return self
 
-def _log_table(run: list[tuple[list, ...]], epoch: Optional[int], written_at: int) -> pa.Table:
-    cols = run[0] if len(run) == 1 else tuple(list(itertools.chain.from_iterable(c)) for c in zip(*run))
-    src, table, op, keys, befores, afters, positions, origin, dump_id, schema_id, commit_ts, txid = cols
-    keys, befores, afters = _json_columns(keys, befores, afters)
-    string = _STRING
-    arrays = [
-        pa.array(src, string),
-        pa.array(table, string),
-        pa.array(op, string),  # str enums: Arrow takes their value
-        pa.array(keys, string),
-        pa.array(befores, string),
-        pa.array(afters, string),
-        _encoded_positions(positions),
-        pa.array(origin, string),
-        pa.array(dump_id, string),
-        pa.array(schema_id, string),
-        pa.array(commit_ts, _TS),
-        pa.array(txid, string),
-    ]
-    return _table(arrays, len(src), epoch, written_at)
+    def table(self, epoch: Optional[int], written_at: int) -> pa.Table:
+        src, table, op, keys, befores, afters, positions, origin, dump_id, schema_id, commit_ts, txid = self.cols
+        keys, befores, afters = _json_columns(keys, befores, afters)
+        string = _STRING
+        arrays = [
+            pa.array(src, string),
+            pa.array(table, string),
+            pa.array(op, string),  # str enums: Arrow takes their value
+            pa.array(keys, string),
+            pa.array(befores, string),
+            pa.array(afters, string),
+            _encoded_positions(positions),
+            pa.array(origin, string),
+            pa.array(dump_id, string),
+            pa.array(schema_id, string),
+            pa.array(commit_ts, _TS),
+            pa.array(txid, string),
+        ]
+        return _table(arrays, len(src), epoch, written_at)
 
 
 def _encoded_positions(positions: Sequence) -> pa.Array:

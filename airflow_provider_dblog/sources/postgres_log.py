@@ -27,6 +27,7 @@ TRUNCATE of partitions alone removes rows the log does not list, so it is report
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from itertools import repeat
 from typing import Any, Callable, Optional
@@ -51,6 +52,9 @@ from .postgres_values import (
 )
 
 _ROW_CHANGE = (b"I", b"U", b"D")
+_ROW_TAGS = frozenset(b"IUD")  # the same as payload[0]: no slice made per message
+# Begin: final LSN, commit time (µs since 2000-01-01), xid; Commit: flags and two LSNs, time.
+_BEGIN, _BEGIN_LEN, _COMMIT_LEN = struct.Struct("!QqI"), 21, 26
 _new_tuple = tuple.__new__  # Position.unchecked without its Python call
 _OP_OF_TAG = {ord("I"): Op.CREATE, ord("U"): Op.UPDATE, ord("D"): Op.DELETE}
 
@@ -88,6 +92,9 @@ class _Txn:
 
     def next_positions(self, n: int) -> list[Position]:
         """``next_position`` ``n`` times, without a Python call per position."""
+        if n == 1:  # a one-row transaction's change: no iterators to build
+            self.index += 1
+            return [_new_tuple(Position, (self._coord(self.index), 0))]
         first = self.index + 1
         self.index += n
         coords = map(self._coord, range(first, first + n))
@@ -152,11 +159,23 @@ class LogDecoder:
         texts = self._texts and self._native.on
         while i < n:
             payload = payloads[i]
-            if texts and payload[:1] in _ROW_CHANGE:
+            tag = payload[0] if payload else 0
+            if texts and tag in _ROW_TAGS:
                 took = self._text_run(payloads, i)
                 if took:
                     i += took
                     continue
+            # Begin and Commit without a message object: with one-row transactions they are
+            # two of every three messages.
+            elif tag == 66 and len(payload) == _BEGIN_LEN:  # b"B"
+                final_lsn, ts, xid = _BEGIN.unpack_from(payload, 1)
+                self._txn = _Txn(final_lsn, ts + pgoutput.PG_EPOCH_OFFSET_US, str(xid))
+                i += 1
+                continue
+            elif tag == 67 and len(payload) == _COMMIT_LEN:  # b"C"
+                self._txn = None
+                i += 1
+                continue
             self.pgoutput(payload)
             i += 1
 

@@ -136,18 +136,23 @@ def test_a_log_block_reads_as_its_events_and_splits_in_order(op):
 
 
 def test_delta_columns_of_log_blocks_equal_those_of_their_events():
+    """Blocks of many changes and of one (a one-row transaction's), and events, in a row."""
     segments = [
         log_block(Op.CREATE, 3),
         [log_ev("0000000000000D00", 9)],
         log_block(Op.DELETE, 2, 10, "0000000000000E00"),
+        log_block(Op.UPDATE, 1, 40, "0000000000000F00"),
+        log_block(Op.CREATE, 1, 41, "0000000000000F10"),
     ]
     segments.insert(1, log_block(Op.UPDATE, 4, 20, "0000000000000C80"))
+    segments.insert(0, log_block(Op.DELETE, 1, 50, "0000000000000B00"))
     fast = changelog_batch(EventBatch(segments), epoch=None)
     slow = changelog_batch(list(EventBatch(segments)), epoch=None)
     drop = [c for c in fast.column_names if c != "written_at"]
     assert fast.schema == slow.schema
     assert fast.select(drop).to_pylist() == slow.select(drop).to_pylist()
-    assert fast.column("op").to_pylist()[:4] == ["c", "c", "c", "u"]
+    assert fast.column("op").to_pylist()[:5] == ["d", "c", "c", "c", "u"]
+    assert fast.column("op").to_pylist()[-2:] == ["u", "c"] and fast.num_rows == 1 + 3 + 4 + 1 + 2 + 1 + 1
 
 
 def test_the_writer_counts_a_log_block_as_its_changes_and_splits_it():

@@ -192,7 +192,8 @@ def test_consecutive_text_changes_of_one_table_op_and_transaction_make_one_block
 
 def _items(dec: LogDecoder) -> list:
     return [
-        (i.op, i.table, i.txid, i.schema_id, list(i.keys), list(i.befores), list(i.afters), list(i.positions))
+        (i.op, i.table, i.txid, i.commit_ts, i.schema_id, list(i.keys), list(i.befores), list(i.afters))
+        + (list(i.positions),)
         if isinstance(i, LogRows)
         else i
         for i in dec.pending
@@ -215,6 +216,9 @@ def test_runs_decoded_in_one_call_give_the_blocks_of_one_message_at_a_time(split
     stream += [delete(300, ("3",) + (None,) * (len(COLUMNS) - 1)), delete(300, ("4",) + (None,) * (len(COLUMNS) - 1))]
     stream += [commit(0x900, 0x930, 10), begin(0xA00, 11, 6), insert(300, *row(5)), insert(300, *row(6))]
     stream += [commit(0xA00, 0xA30, 11)]
+    # One-row transactions: Begin and Commit are two of every three messages.
+    for t in range(3):
+        stream += [begin(0xB00 + t, 12 + t, 7 + t), update(300, new=row(t + 1)), commit(0xB00 + t, 0xB10 + t, 12 + t)]
     one, runs = _decoder(), _decoder()
     one._texts = runs._texts = True
     for m in stream:
@@ -227,13 +231,25 @@ def test_runs_decoded_in_one_call_give_the_blocks_of_one_message_at_a_time(split
     assert _items(runs) == _items(one) and runs.block_extra == one.block_extra
     shape = [(i.op.value, len(i)) if isinstance(i, LogRows) else i.__class__.__name__ for i in runs.pending]
     # "other" is not captured; ROW's JSON integer, the key change and the TOAST are dicts.
-    assert shape == ["SchemaEvent", ("c", 4), "ChangeEvent", ("c", 1), ("u", 2), "ChangeEvent", "ChangeEvent"] + [
-        ("u", 1),
-        ("d", 2),
-        ("c", 2),
-    ]
+    first = ["SchemaEvent", ("c", 4), "ChangeEvent", ("c", 1), ("u", 2), "ChangeEvent", "ChangeEvent"]
+    assert shape == first + [("u", 1), ("d", 2), ("c", 2)] + [("u", 1)] * 3
+    assert [(i.txid, i.commit_ts) for i in list(runs.pending)[-3:]] == [("7", 12 + P), ("8", 13 + P), ("9", 14 + P)]
     if split > 3:  # whole runs went to the extension in one call each
-        assert ran == [3, 1, 1, 2, 1, 2, 2]
+        assert ran == [3, 1, 1, 2, 1, 2, 2, 1, 1, 1]
+
+
+P = pgoutput.PG_EPOCH_OFFSET_US
+
+
+@pytest.mark.parametrize("message", [b"B" + bytes(19), b"B" + bytes(21), b"C" + bytes(24), b"C" + bytes(26)])
+def test_a_begin_or_commit_of_another_length_fails_as_the_python_decoder_says(message):
+    """pgoutput_many reads Begin and Commit without the message classes only at their exact
+    lengths; any other is pgoutput.decode's to refuse, with its message."""
+    with pytest.raises(pgoutput.DecodeError) as many:
+        _decoder().pgoutput_many([message])
+    with pytest.raises(pgoutput.DecodeError) as one:
+        pgoutput.decode(message)
+    assert str(many.value) == str(one.value)
 
 
 def test_a_binary_value_is_refused_by_the_python_path_as_before(monkeypatch):
