@@ -42,12 +42,14 @@ from ..core.batch import LogRows
 from ..core.errors import ConfigurationError, PositionLostError
 from ..core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
 from ..core.row_text import loads_row
+from . import mysql_table_maps
 from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
 from .mysql_gtid import History, encode_gtid_coord, gtid_coord_prefix, parse_gtid
 from .mysql_rows_native import NativeRows
 from .mysql_values import binlog_converters
 
 log = logging.getLogger(__name__)
+mysql_table_maps.install()
 
 # How long to wait for a killed predecessor's binlog dump thread to go away (seconds).
 _SAME_SERVER_ID_WAIT = 120.0
@@ -56,6 +58,7 @@ _FILE_W, _OFF_W, _ROW_W = 6, 12, 6
 # The row-index part of a coordinate for the first rows of an event, made once (_take_rows).
 _ROW_PARTS = [f"{i:0{_ROW_W}d}" for i in range(2048)]
 _ZEROS = itertools.repeat(0)  # sub 0 for every row
+_COORD = f"%0{_FILE_W}d%0{_OFF_W}d%0{_OFF_W}d%0{_ROW_W}d"  # file, transaction, event, row
 _ANONYMOUS_GTID = 0x22  # MySQL's GTID event when gtid_mode is OFF (parsed as NotImplementedEvent)
 _TAGGED_GTID = 0x2A  # MySQL 8.3+ tagged GTID event, which mysql-replication does not decode
 # Events the library cannot decode but that may carry row changes: failing beats skipping.
@@ -92,7 +95,7 @@ def truncated_table(query: str, current_db: str, captured: set[str]) -> Optional
 def encode_coord(file_number: int, txn_start: int, event_pos: int, row_index: int) -> str:
     if file_number >= 10**_FILE_W or max(txn_start, event_pos) >= 10**_OFF_W or row_index >= 10**_ROW_W:
         raise ValueError(f"binlog coordinate out of range: {file_number}/{txn_start}/{event_pos}/{row_index}")
-    return f"{file_number:0{_FILE_W}d}{txn_start:0{_OFF_W}d}{event_pos:0{_OFF_W}d}{row_index:0{_ROW_W}d}"
+    return _COORD % (file_number, txn_start, event_pos, row_index)
 
 
 def decode_coord(coord: str) -> tuple[int, int, int, int]:
@@ -206,6 +209,7 @@ class BinlogReader(threading.Thread):
         if self._guard is not None:
             self._guard()  # StaleEpochError: a deposed leader opens no binlog connection
         conn = library_connect(**kwargs)
+        setattr(conn, mysql_table_maps.CACHE_MARK, True)  # table maps parsed once per definition
         self.connection_ids = [*self.connection_ids[-1:], conn.thread_id()]  # the stream's and its control's
         return conn
 
@@ -426,6 +430,8 @@ class BinlogReader(threading.Thread):
             base, self._txn_rows = self._txn_rows, self._txn_rows + count
             head, tail = gtid_coord_prefix(self._era, self._counter), f"/{self._gtid}"
             return [Position.unchecked(f"{head}{base + i:010d}{tail}") for i in range(count)]
+        if count == 1:  # a one-row transaction's event: no iterators to build
+            return [tuple.__new__(Position, (self._coord(event_pos, 0), 0))]
         head = self._coord(event_pos, 0)[:-_ROW_W]  # the event's part, computed once
         rows = _ROW_PARTS[:count] if count <= len(_ROW_PARTS) else [f"{i:0{_ROW_W}d}" for i in range(count)]
         # Position.unchecked(head + row) for each row, without a Python call per row.

@@ -137,6 +137,7 @@ class NativeRows:
     def __init__(self) -> None:
         self._plans: dict[str, Any] = {}  # table -> Plan, or the reason it has none
         self._once = LogOnce(log)
+        self.on = enabled()  # read once: the environment is no per-event lookup
 
     def forget(self, table: str) -> None:
         """The table map of ``table`` changed: its plan is made again on its next rows."""
@@ -161,7 +162,7 @@ class NativeRows:
     def _event(self, ev: Any, table: str, columns: Sequence[Column]) -> Optional[tuple]:
         """(plan, the decode arguments but the last) of the event, or None when
         mysql-replication must decode it (the reason is logged once)."""
-        if not enabled():
+        if not self.on:
             self._once("off", "binlog rows are decoded in Python: %s", IMPORT_ERROR or "DBLOG_NATIVE_ROWS=0")
             return None
         kind = _KIND_OF_EVENT.get(ev.event_type)

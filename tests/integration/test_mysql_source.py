@@ -16,6 +16,8 @@ import pytest
 
 pymysql = pytest.importorskip("pymysql")
 pytest.importorskip("pymysqlreplication")
+from pymysqlreplication import BinLogStreamReader  # noqa: E402
+from pymysqlreplication.row_event import TableMapEvent  # noqa: E402
 
 from airflow_provider_dblog.core.errors import ConfigurationError, PositionLostError, RequestError  # noqa: E402
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, SchemaEvent, WatermarkEvent  # noqa: E402
@@ -340,6 +342,54 @@ def test_schema_change_emits_a_schema_event_and_replays_old_rows(root, db, make_
     again.open()
     again.start_log(items[1].position)
     assert collect(again, has_watermark("s")) == items
+
+
+def test_a_table_map_is_parsed_once_per_definition(root, db, make_source, monkeypatch):
+    """Each one-row transaction carries the table's map: the library parses it once per table
+    id and definition (sources/mysql_table_maps.py); the map of an ALTER TABLE is parsed, and
+    every row decodes with its own columns."""
+    parsed: list[str] = []
+    real = TableMapEvent._sync_column_info  # the last step of the library's parse
+
+    def counted(self):
+        parsed.append(self.table)
+        return real(self)
+
+    monkeypatch.setattr(TableMapEvent, "_sync_column_info", counted)
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v int)")
+    src = started(make_source(tables=[f"{db}.t"]))
+    start = sql(root, "SHOW MASTER STATUS")[0][:2]
+    for i in range(20):  # autocommit: a transaction, and a table map, each
+        sql(root, f"INSERT INTO `{db}`.t VALUES ({i}, {i})")
+    sql(root, f"ALTER TABLE `{db}`.t ADD COLUMN w varchar(5) DEFAULT 'd'")
+    for i in range(20, 40):
+        sql(root, f"INSERT INTO `{db}`.t VALUES ({i}, {i}, 'x{i}')")
+    src.write_watermark("m")
+    items = collect(src, has_watermark("m"))
+    old = [{"id": i, "v": i} for i in range(20)]
+    assert [e.after for e in changes(items)] == old + [{"id": i, "v": i, "w": f"x{i}"} for i in range(20, 40)]
+    assert [len(i.schema.columns) for i in items if isinstance(i, SchemaEvent)] == [2, 3]
+    assert parsed.count("t") == 2
+    # Another reader of the library in this process (no CACHE_MARK) gets every map, as before.
+    other = BinLogStreamReader(
+        connection_settings={
+            "host": root.host,
+            "port": root.port,
+            "user": root.user.decode() if isinstance(root.user, bytes) else root.user,
+            "passwd": root.password.decode() if isinstance(root.password, bytes) else root.password,
+        },
+        server_id=910_000 + os.getpid() % 10_000,
+        log_file=start[0],
+        log_pos=int(start[1]),
+        resume_stream=True,
+        blocking=False,
+        only_schemas=[db],
+        only_events=[TableMapEvent],
+    )
+    try:
+        assert sum(ev.table == "t" for ev in other) == 40
+    finally:
+        other.close()
 
 
 # -- chunks --------------------------------------------------------------------------------

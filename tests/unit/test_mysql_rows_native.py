@@ -277,8 +277,8 @@ def test_native_rows_decodes_from_the_packet_and_falls_back_once_per_reason(capl
         assert rows.rows(fake_event(body, other_tms), "db.o", other) is None
     assert rows.rows(fake_event(body, tms, event_type=39), "db.t", cols) is None  # partial JSON update
     assert rows.rows(fake_event(body[:-1], tms), "db.t", cols) is None  # truncated: warned, Python decodes
-    monkeypatch.setenv("DBLOG_NATIVE_ROWS", "0")
-    assert rows.rows(fake_event(body, tms), "db.t", cols) is None
+    monkeypatch.setenv("DBLOG_NATIVE_ROWS", "0")  # read by each reader as it starts
+    assert NativeRows().rows(fake_event(body, tms), "db.t", cols) is None
     messages = [r.getMessage() for r in caplog.records]
     assert messages == [
         "rows of db.o are decoded in Python: column u: uuid (binlog type 254)",
