@@ -169,7 +169,7 @@ class PostgresBench(BenchDB):
         self._run(f"SELECT pg_create_logical_replication_slot('{self.raw_name}', 'pgoutput')", autocommit=True)
         self._run(f"SELECT pg_create_logical_replication_slot('{self.raw_name}_py', 'pgoutput')", autocommit=True)
 
-    def generate(self, n_events: int) -> dict:
+    def generate(self, n_events: int, per_txn: int = INSERT_TXN) -> dict:
         inserts, updates = split_events(n_events)
         c = self.connect()
         t0 = time.perf_counter()
@@ -178,7 +178,7 @@ class PostgresBench(BenchDB):
                 c,
                 1,
                 inserts,
-                INSERT_TXN,
+                per_txn,
                 lambda lo, hi: (
                     f"INSERT INTO {self.event_table} SELECT g, g % 1000, substr(md5(g::text), 1, 10) "
                     f"FROM generate_series({lo}, {hi}) g"
@@ -188,7 +188,7 @@ class PostgresBench(BenchDB):
                 c,
                 1,
                 updates,
-                INSERT_TXN,
+                per_txn,
                 lambda lo, hi: f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}",
             )
             cur = c.cursor()
@@ -371,16 +371,17 @@ class MariaDBBench(BenchDB):
             f"CREATE TABLE {self.dump_table} {cols}",
         )
 
-    def _insert_rows(self, table: str, lo: int, hi: int) -> None:
-        """Rows lo..hi as multi-row INSERTs of MYSQL_STATEMENT rows, INSERT_TXN rows per commit."""
+    def _insert_rows(self, table: str, lo: int, hi: int, per_txn: int = INSERT_TXN) -> None:
+        """Rows lo..hi as multi-row INSERTs of MYSQL_STATEMENT rows (at most), per_txn rows per commit."""
         c = self.connect()
+        step = min(MYSQL_STATEMENT, per_txn)
         try:
             cur = c.cursor()
-            for start in range(lo, hi + 1, MYSQL_STATEMENT):
-                end = min(start + MYSQL_STATEMENT - 1, hi)
+            for start in range(lo, hi + 1, step):
+                end = min(start + step - 1, hi)
                 values = ",".join(f"({i},{i % 1000},'{self._row_text(i)}')" for i in range(start, end + 1))
                 cur.execute(f"INSERT INTO {table} VALUES {values}")
-                if (end - lo + 1) % INSERT_TXN == 0 or end == hi:
+                if (end - lo + 1) % per_txn == 0 or end == hi:
                     c.commit()
         finally:
             c.close()
@@ -428,17 +429,17 @@ class MariaDBBench(BenchDB):
     def prepare_log_baseline(self) -> None:
         self.start = self._master_status()
 
-    def generate(self, n_events: int) -> dict:
+    def generate(self, n_events: int, per_txn: int = INSERT_TXN) -> dict:
         inserts, updates = split_events(n_events)
         t0 = time.perf_counter()
-        self._insert_rows(self.event_table, 1, inserts)
+        self._insert_rows(self.event_table, 1, inserts, per_txn)
         c = self.connect()
         try:
             in_transactions(
                 c,
                 1,
                 updates,
-                INSERT_TXN,
+                per_txn,
                 lambda lo, hi: f"UPDATE {self.event_table} SET v = v + 1 WHERE id BETWEEN {lo} AND {hi}",
             )
         finally:

@@ -3,10 +3,11 @@
     eval "$(scripts/services env)"; python -m bench.vs_debezium [--only pg|mysql]
         [--events 200000] [--narrow-rows 1000000] [--wide-rows 200000] [--plot PNG]
 
-Four workloads per database, each on a fresh table: *capture* of N log events (90 % inserts
+Five workloads per database, each on a fresh table: *capture* of N log events (90 % inserts
 in 10k-row transactions, 10 % updates, written with the capture stopped, then read by both)
 and *dump* of a table filled beforehand, each with narrow rows (bigint key, int, 10
-characters: bench/dbs.py) and 30-column rows (bench/wide.py). Ours: the in-process capture
+characters: bench/dbs.py) and 30-column rows (bench/wide.py); and *capture* of narrow rows
+written in one-row transactions (``--onerow-events``), as OLTP applications write them. Ours: the in-process capture
 into the durable Delta changelog, timed until the sentinel's checkpoint is stored (capture) or
 from the dump request to DONE (10k-row chunks). Debezium 3.5 (bench/debezium.py, built with
 Maven once): the embedded engine with its default settings and two consumers (count-only, and
@@ -27,6 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
+import textwrap
 import time
 from typing import Any, Optional
 
@@ -41,18 +43,19 @@ DEFAULTS = {
     "narrow_rows": 1_000_000,
     "wide_rows": 200_000,
     "chunk_size": 10_000,
-    "workloads": "capture_narrow,capture_wide,dump_narrow,dump_wide",
+    "onerow_events": 50_000,  # capture_onerow: each its own transaction (slow to write)
+    "workloads": "capture_narrow,capture_wide,dump_narrow,dump_wide,capture_onerow",
     "debezium": True,  # False: ours only (a quick before/after of one change)
     # Our MariaDB sslmode: None keeps our default (PyMySQL negotiates TLS when the server
     # offers it); 'disable' matches Debezium's MariaDB connector default (database.ssl.mode).
     "mysql_sslmode": None,
 }
-WORKLOADS = (("capture", "narrow"), ("capture", "wide"), ("dump", "narrow"), ("dump", "wide"))
+WORKLOADS = (("capture", "narrow"), ("capture", "wide"), ("dump", "narrow"), ("dump", "wide"), ("capture", "onerow"))
 GOAL = 2.0
 
 
 def _db(kind: str, width: str, sslmode: Optional[str]) -> Any:
-    db = (DATABASES[kind] if width == "narrow" else WIDE[kind])()
+    db = (WIDE[kind] if width == "wide" else DATABASES[kind])()  # onerow: the narrow table
     if sslmode and db.kind != "postgres":
         config = db.source_config
         db.source_config = lambda sid: {**config(sid), "sslmode": sslmode}
@@ -67,7 +70,9 @@ def _theirs(db, table: str, n: int, timeout: float, say, with_dbz: bool, snapsho
     return out
 
 
-def _capture(kind: str, width: str, n: int, workdir: str, say, with_dbz: bool, sslmode: Optional[str]) -> dict:
+def _capture(
+    kind: str, width: str, n: int, workdir: str, say, with_dbz: bool, sslmode: Optional[str], per_txn: Optional[int]
+) -> dict:
     db = _db(kind, width, sslmode)
     sid = db.source_ids(["vsdbz"])["vsdbz"]
     timeout = max(300.0, n / 500)
@@ -80,7 +85,7 @@ def _capture(kind: str, width: str, n: int, workdir: str, say, with_dbz: bool, s
         db.prepare_log_baseline()  # PostgreSQL: the publication; MariaDB: where the range starts
         debezium.prepare(db)
         say(f"{kind} capture {width}: writing {n} log events with the capture stopped")
-        db.generate(n)
+        db.generate(n, per_txn) if per_txn else db.generate(n)
         db.insert_primer(SENTINEL_KEY)
         cpu0 = time.process_time()
         r = cap.capture_until_sentinel(n, timeout)
@@ -154,8 +159,10 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
     with_dbz = bool(o["debezium"])
     chosen = str(o["workloads"]).split(",")
     for what, width in [w for w in WORKLOADS if f"{w[0]}_{w[1]}" in chosen]:
-        if what == "capture":
-            r = _capture(kind, width, int(o["events"]), workdir, say, with_dbz, o["mysql_sslmode"])
+        if what == "capture" and width == "onerow":
+            r = _capture(kind, width, int(o["onerow_events"]), workdir, say, with_dbz, o["mysql_sslmode"], 1)
+        elif what == "capture":
+            r = _capture(kind, width, int(o["events"]), workdir, say, with_dbz, o["mysql_sslmode"], None)
         else:
             rows = int(o["narrow_rows"] if width == "narrow" else o["wide_rows"])
             r = _dump(kind, width, rows, int(o["chunk_size"]), workdir, say, with_dbz, o["mysql_sslmode"])
@@ -172,6 +179,7 @@ _WHAT = {
     "capture_wide": "capture, 30-column rows",
     "dump_narrow": "dump, 3-column rows",
     "dump_wide": "dump, 30-column rows",
+    "capture_onerow": "capture, 3-column rows, one-row transactions",
 }
 
 
@@ -225,7 +233,7 @@ def plot(results: dict, path: str) -> Optional[str]:
         for key, w in r["workloads"].items():
             if not w["debezium"]:
                 continue
-            labels.append(f"{NAMES.get(kind, kind)}\n{_WHAT[key]}")
+            labels.append("\n".join([NAMES.get(kind, kind), *textwrap.wrap(_WHAT[key], 20)]))
             count.append(w["debezium"]["count"]["ratio"] or 0)
             js.append(w["debezium"]["json"]["ratio"] or 0)
     if not labels:
@@ -256,6 +264,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     p.add_argument("--only", choices=sorted(DATABASES), help="one database only")
     p.add_argument("--events", type=int, default=DEFAULTS["events"], help="log events (default %(default)s)")
+    p.add_argument("--onerow-events", type=int, default=DEFAULTS["onerow_events"], help="default %(default)s")
     p.add_argument("--narrow-rows", type=int, default=DEFAULTS["narrow_rows"], help="default %(default)s")
     p.add_argument("--wide-rows", type=int, default=DEFAULTS["wide_rows"], help="default %(default)s")
     p.add_argument("--workloads", default=DEFAULTS["workloads"], help="comma-separated, default %(default)s")
@@ -274,6 +283,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "events": args.events,
         "narrow_rows": args.narrow_rows,
         "wide_rows": args.wide_rows,
+        "onerow_events": args.onerow_events,
         "workloads": args.workloads,
         "debezium": not args.no_debezium,
         "mysql_sslmode": args.mysql_sslmode,
