@@ -59,4 +59,4 @@ def _init(self: TableMapEvent, from_packet: Any, event_size: int, table_map: dic
 def install() -> None:
     """Puts the check in front of the library's parse, once per process."""
     if TableMapEvent.__init__ is not _init:
-        TableMapEvent.__init__ = _init  # type: ignore[method-assign]
+        TableMapEvent.__init__ = _init
