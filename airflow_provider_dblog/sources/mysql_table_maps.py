@@ -21,12 +21,9 @@ sources/mysql_log.py) are affected: the library's class is shared by the whole p
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from pymysqlreplication.row_event import TableMapEvent
-
-log = logging.getLogger(__name__)
 
 CACHE_MARK = "dblog_cache_table_maps"  # an attribute of the stream's control connection
 _HELD = "dblog_table_map"  # the bytes a held map (a library Table) was parsed from
