@@ -169,6 +169,17 @@ class Engine:
         self._warned: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------
+    def _fence_state(self) -> None:
+        """The lease holder's view of the state store for the engine and for every part that
+        holds the store (the scheduler, the schema watch, the TOAST repairs, any added later):
+        a part left with the plain store would write as a deposed leader."""
+        assert self.lease is not None
+        plain = self.state
+        self.state = plain.fenced(self.lease.fence())
+        for part in vars(self).values():
+            if getattr(part, "state", None) is plain:
+                part.state = self.state
+
     def run(self, stop: Optional[threading.Event] = None, max_seconds: Optional[float] = None) -> None:
         stop = stop or threading.Event()
         deadline = time.monotonic() + max_seconds if max_seconds else None
@@ -182,7 +193,7 @@ class Engine:
             # Fenced from here on: every output commit and every state write of this process
             # is refused once a newer leader exists, and the source opens no log connection.
             self.output = FencedOutput(self.output, self.lease)
-            self.state = self.scheduler.state = self.schema_watch.state = self.state.fenced(self.lease.fence())
+            self._fence_state()
             self.source.take_over(self.lease.check, self._previous_log_status())
             log.info("capture of %s: leader with epoch %d", self.source_id, epoch)
         try:

@@ -6,6 +6,7 @@ a bad request that fails only its dump, and a TRUNCATE inside a chunk window. Th
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 
@@ -14,12 +15,14 @@ import pytest
 from airflow_provider_dblog.core.batch import DumpRows, LogRows
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
-from airflow_provider_dblog.core.errors import DBLogError, PositionLostError
-from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, TableSchema, WatermarkEvent
+from airflow_provider_dblog.core.errors import DBLogError, PositionLostError, StaleEpochError
+from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema, WatermarkEvent
 from airflow_provider_dblog.core.protocols import ChunkResult
 from airflow_provider_dblog.core.row_text import ChunkTexts, as_row, dumps
 from airflow_provider_dblog.core.schema_watch import schema_key
 from airflow_provider_dblog.core.verify import replay
+from airflow_provider_dblog.state.lease import make_lease
+from airflow_provider_dblog.state.local import LocalStateStore
 
 from .memory_capture import SCHEMA, SOURCE_ID, TABLE, MemoryChangelog, MemoryDatabase, MemorySource
 
@@ -824,3 +827,28 @@ def test_a_log_block_across_the_checkpoint_loses_only_what_is_durable(db, state)
 
     assert [e.key[0] for e in out.events] == list(range(151, 201)) + [120]
     assert all(e.position > checkpoint for e in out.events)
+
+
+def test_every_part_that_writes_the_state_is_fenced_once_the_engine_leads(db, state):
+    """Once the engine holds the lease, it and every part holding the store (the scheduler,
+    the schema watch, the TOAST repairs) write through the lease holder's view, so a newer
+    epoch refuses them. A deposed leader's TOAST repair dump once went through the plain
+    store (found by tests/integration/test_fencing.py)."""
+    lease = make_lease(state, SOURCE_ID, "a")
+    engine = Engine(MemorySource(db), MemoryChangelog(), state, EngineConfig(**FAST), lease=lease)
+    assert lease.acquire(threading.Event()) == 1
+    engine._fence_state()
+    assert [name for name, part in vars(engine).items() if getattr(part, "state", None) is state] == []
+    os.unlink(lease.lock_path)  # a newer holder takes the next epoch (as in test_local_lease.py)
+    other = LocalStateStore(state.path)
+    try:
+        assert make_lease(other, SOURCE_ID, "b").acquire(threading.Event()) == 2
+        with pytest.raises(StaleEpochError):
+            engine.toast_repairs.queue([(TABLE, (1,))])
+        with pytest.raises(StaleEpochError):
+            engine.schema_watch.state.add_dump(DumpSpec.new(SOURCE_ID, [TABLE]))
+        with pytest.raises(StaleEpochError):
+            engine.scheduler.state.set_checkpoint(SOURCE_ID, Position("0000000000000001"))
+        assert state.list_dumps(SOURCE_ID) == []
+    finally:
+        other.close()
