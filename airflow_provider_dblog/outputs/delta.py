@@ -330,6 +330,15 @@ def _json_columns(keys: Sequence, befores: Sequence, afters: Sequence) -> tuple[
         return ([dumps(list(k)) for k in keys], [dumps_row(b) for b in befores], [dumps_row(a) for a in afters])
 
 
+# A ChangeEvent's field of each changelog column, in _LogColumns' order.
+_EVENT_FIELDS = tuple(
+    map(
+        operator.attrgetter,
+        "source_id table op key before after position origin dump_id schema_id commit_ts txid".split(),
+    )
+)
+
+
 class _LogColumns:
     """The changelog's columns (before JSON encoding) of log events and log blocks, appended
     to in stream order: source_id, table, op, key, before, after, position, origin, dump_id,
@@ -371,19 +380,8 @@ class _LogColumns:
         txid.extend(repeat(seg.txid, n))
 
     def add_events(self, seg: Sequence[ChangeEvent]) -> "_LogColumns":
-        src, table, op, keys, befores, afters, positions, origin, dump_id, schema_id, commit_ts, txid = self.cols
-        src.extend([e.source_id for e in seg])
-        table.extend([e.table for e in seg])
-        op.extend([e.op for e in seg])
-        keys.extend([e.key for e in seg])
-        befores.extend([e.before for e in seg])
-        afters.extend([e.after for e in seg])
-        positions.extend([e.position for e in seg])
-        origin.extend([e.origin for e in seg])
-        dump_id.extend([e.dump_id for e in seg])
-        schema_id.extend([e.schema_id for e in seg])
-        commit_ts.extend([e.commit_ts for e in seg])
-        txid.extend([e.txid for e in seg])
+        for col, field in zip(self.cols, _EVENT_FIELDS):
+            col.extend(map(field, seg))
         return self
 
     def table(self, epoch: Optional[int], written_at: int) -> pa.Table:

@@ -51,8 +51,7 @@ from .postgres_values import (
     wal2json_text,
 )
 
-_ROW_CHANGE = (b"I", b"U", b"D")
-_ROW_TAGS = frozenset(b"IUD")  # the same as payload[0]: no slice made per message
+_ROW_TAGS = frozenset(b"IUD")  # Insert, Update, Delete, as payload[0]: no slice per message
 # Begin: final LSN, commit time (µs since 2000-01-01), xid; Commit: flags and two LSNs, time.
 _BEGIN, _BEGIN_LEN, _COMMIT_LEN = struct.Struct("!QqI"), 21, 26
 _new_tuple = tuple.__new__  # Position.unchecked without its Python call
@@ -180,7 +179,7 @@ class LogDecoder:
             i += 1
 
     def pgoutput(self, payload: bytes) -> None:
-        if payload[:1] in _ROW_CHANGE and self._native.on and self._native_change(payload):
+        if payload and payload[0] in _ROW_TAGS and self._native.on and self._native_change(payload):
             return
         # pgoutput converts text to the client encoding, which the source sets to UTF8.
         m = pgoutput.decode(payload, "utf-8")
