@@ -599,17 +599,25 @@ class Engine:
             chunk.texts,
             done.key_texts,
         )
-        out: list[Any] = [self._range_event(done, chunk)] if self._repairs(plan, chunk.schema) else []
+        out: list[Any] = [self._range_event(done, chunk)] if self._repairs(chunk) else []
         return out + [rows, self.scheduler.emitted(plan, chunk.progress, len(rows))]
 
-    def _repairs(self, plan: ChunkPlan, schema: TableSchema) -> bool:
-        """Whether a chunk of this plan states what it covers (op k): key-list chunks always
-        (a listed key the source lacks is gone; equality needs no order); table-dump chunks
-        when their key columns order alike in the database, Python and Spark (integers)."""
+    def _repairs(self, chunk: _OpenChunk) -> bool:
+        """Whether a chunk states what it covers (op k): key-list chunks always (a listed key
+        the source lacks is gone; equality needs no order); table-dump chunks when their key
+        columns order alike in the database, Python and Spark (integers); for other keys the
+        table's last chunk only, covering the whole table (``_range_event``)."""
+        plan = chunk.plan
         if plan.keys is not None:
             return bool(plan.keys)
         if not plan.start.bounded or plan.where is not None:
             return False  # a filtered chunk: keys outside the filter are not absent
+        if self._orders_like_python(chunk.schema):
+            return True
+        return chunk.progress.done and plan.start.bound_at is not None  # `since`: the bound's position
+
+    @staticmethod
+    def _orders_like_python(schema: TableSchema) -> bool:
         by_name = {c.name: c for c in schema.columns}
         return orders_like_python([by_name[k] for k in schema.key])
 
@@ -629,6 +637,14 @@ class Engine:
             if last and plan.start.bound_at is not None:
                 # Above the upper bound: no key older than the bound's position exists there.
                 since = min(since, Position.parse(plan.start.bound_at))
+            if not self._orders_like_python(chunk.schema):
+                # Keys whose order downstream may differ from the database's (text, decimal,
+                # uuid, dates): no key ranges, but the table's last chunk covers the whole
+                # table since the bound's position. Every key older than that position that
+                # the source still holds was selected by one of the dump's chunks (all at HW
+                # positions after it) or changed in the log after it: what is older and
+                # unchanged is gone (a gap after a lost position, rows deleted uncaptured).
+                low = None
             high = None if last else progress.last_key
             body = {"from": list(low) if low is not None else None, "to": list(high) if high is not None else None}
         body["since"] = since.encode()

@@ -350,6 +350,7 @@ class MySQLSource:
         elif is_gtid_coord(after.coord):
             file, pos, history = self._gtid_resume_point(after)
             era = decode_gtid_coord(after.coord).era
+            self._check_changelog_end(after, floor)
         else:
             file, pos = self._resume_point(after)
         if self._use_gtid and history is None:
@@ -389,6 +390,23 @@ class MySQLSource:
             )
         at = decode_gtid_coord(after.coord)
         return resume_point(self._require_session(), at.gtid, at.counter, self._mariadb)
+
+    def _check_changelog_end(self, after: Position, floor: Optional[Position]) -> None:
+        """The changelog may already hold transactions after the checkpoint ``after`` (a
+        crash between the output's commit and the checkpoint write). The engine skips the
+        log up to ``floor``, its last position, as already written: that is only right if
+        this server's history holds those same transactions. On a promoted replica that
+        never received them, the server's own new transactions would take their counters
+        and be skipped, while the lost ones stay in the changelog: PositionLostError, as for
+        the checkpoint's own transaction."""
+        if floor is None or floor <= after or not is_gtid_coord(floor.coord):
+            return
+        top = decode_gtid_coord(floor.coord)
+        if top.gtid == decode_gtid_coord(after.coord).gtid:
+            return  # the same transaction: looked up already
+        # Its counter is the size of the history up to it, so finding it there with the same
+        # counter means every transaction in between is the same too.
+        resume_point(self._require_session(), top.gtid, top.counter, self._mariadb, "the changelog's last")
 
     def _resume_point(self, after: Position) -> tuple[str, int]:
         """(file, offset) of the transaction holding ``after``: the whole transaction is

@@ -82,9 +82,12 @@ def history_at(session: Session, name: str, pos: int, mariadb: bool) -> History:
     return history
 
 
-def resume_point(session: Session, gtid_text: str, counter: int, mariadb: bool) -> tuple[str, int, History]:
+def resume_point(
+    session: Session, gtid_text: str, counter: int, mariadb: bool, what: str = "the checkpoint's"
+) -> tuple[str, int, History]:
     """(file, offset, history before it) of the transaction ``gtid_text`` on this server,
-    whose counter must be ``counter``; PositionLostError naming why it cannot be found."""
+    whose counter must be ``counter``; PositionLostError naming why it cannot be found
+    (``what``: whose transaction it is, for the message)."""
     gtid: Gtid = parse_gtid(gtid_text)
     logs = [name for name, _size in catalog.binary_logs(session)]
     holder: Optional[str] = None
@@ -99,8 +102,8 @@ def resume_point(session: Session, gtid_text: str, counter: int, mariadb: bool) 
             at = before.copy().advance(gtid)
             if at != counter:
                 raise PositionLostError(
-                    f"the checkpoint's transaction {gtid} is in {holder} of this server, but "
-                    f"after a different history (GTID counter {at}, the checkpoint has {counter}): "
+                    f"{what} transaction {gtid} is in {holder} of this server, but "
+                    f"after a different history (GTID counter {at}, the changelog has {counter}): "
                     "the server applied its transactions in another order or holds others.",
                     _DUMP_FIX,
                 )
@@ -108,7 +111,7 @@ def resume_point(session: Session, gtid_text: str, counter: int, mariadb: bool) 
     have = server_history(session, mariadb)
     if not have.contains(gtid):
         raise PositionLostError(
-            f"this server's GTID state ({have or 'empty'}) does not contain the checkpoint's "
+            f"this server's GTID state ({have or 'empty'}) does not contain {what} "
             f"transaction {gtid}: it is behind (a replica promoted before it received that "
             "transaction) or it is another server.",
             _DUMP_FIX,
@@ -116,11 +119,11 @@ def resume_point(session: Session, gtid_text: str, counter: int, mariadb: bool) 
     if holder is None:  # every file starts after it
         oldest = logs[0] if logs else "(none)"
         raise PositionLostError(
-            f"the checkpoint's transaction {gtid} is older than this server's oldest binlog file "
+            f"{what} transaction {gtid} is older than this server's oldest binlog file "
             f"{oldest}: it was purged (binlog_expire_logs_seconds / expire_logs_days / PURGE BINARY LOGS)."
         )
     raise PositionLostError(
-        f"this server's GTID state ({have}) passes the checkpoint's transaction {gtid}, but its "
+        f"this server's GTID state ({have}) passes {what} transaction {gtid}, but its "
         "binlog does not hold that transaction: the server's history diverged from the one the "
         "changelog was read from (another transaction took its number).",
         _DUMP_FIX,

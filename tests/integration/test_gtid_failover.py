@@ -202,3 +202,103 @@ def test_capture_follows_a_failover_to_the_promoted_replica_mid_dump(pair, tmp_p
         assert recovered == 0, "the promoted replica lacked a transaction the capture had read"
     finally:
         capture.close()
+
+
+def _write(db: PairAdapter, statements: list[tuple[str, tuple]]) -> None:
+    with db.connect() as c:
+        for sql, params in statements:
+            c.cursor().execute(sql.format(ns=db.ns), params)
+        c.commit()
+
+
+def _changes(tag: str, n: int) -> list[tuple[str, tuple]]:
+    """Inserts into every table (integer, composite text and text keys), one transaction each."""
+    out: list[tuple[str, tuple]] = []
+    for i in range(n):
+        out += [
+            (
+                "INSERT INTO {ns}.accounts (id, name) VALUES (%s, %s)",
+                (10_000 + i + (0 if tag == "lost" else 5000), tag),
+            ),
+            ("INSERT INTO {ns}.orders (region, order_no, status) VALUES (%s, %s, %s)", (tag[:8], i, tag)),
+            ("INSERT INTO {ns}.notes (uid, body, flag) VALUES (%s, %s, %s)", (f"{tag}-{i}", "{}", False)),
+        ]
+    return out
+
+
+@pytest.mark.integration
+def test_a_fresh_capture_refuses_a_promoted_replica_without_the_changelogs_last_transactions(pair, tmp_path):
+    """Issue 39 part 00: the changelog holds transactions after the checkpoint (a kill between
+    the output's commit and the checkpoint write) that the promoted replica never received.
+    A capture started afresh must not resume from the checkpoint and skip the new primary's
+    own transactions up to the changelog's end (their counters fall there): it stops with the
+    position-lost error; with --redump-on-position-lost it recovers and converges, also for
+    tables whose keys state no ranges (text keys keep no row of the lost transactions)."""
+    primary, replica = pair
+    db = PairAdapter(primary)
+    source_id = f"diverged_{uuid.uuid4().hex[:6]}"
+    db.create()
+    db.seed(random.Random(7), 40)
+    config = write_config(
+        tmp_path / "dblog.toml",
+        db.tls_source_config(source_id, host=f"127.0.0.1:{primary},127.0.0.1:{replica}", use_gtid=True),
+        tmp_path / "state.db",
+        f"delta://{tmp_path / 'lake'}",
+    )
+    state = LocalStateStore(str(tmp_path / "state.db"))
+    out = make_output(f"delta://{tmp_path / 'lake'}")
+    out.open()
+    capture = Capture(config, tmp_path / "capture.log")
+    capture.start()
+    try:
+        wait_for(lambda: state.get_checkpoint(source_id), 90, "a checkpoint", capture.assert_alive, detail=capture.tail)
+        checkpoint = state.get_checkpoint(source_id)
+        # The replica holds the checkpoint's transaction, then stops receiving.
+        with root(replica) as c, c.cursor(pymysql.cursors.DictCursor) as cur:
+
+            def caught_up() -> bool:
+                cur.execute("SELECT @@gtid_slave_pos AS pos")
+                applied = {g.split("-")[0]: int(g.split("-")[2]) for g in cur.fetchone()["pos"].split(",") if g}
+                domain, _, seq = decode_gtid_coord(checkpoint.coord).gtid.split("-")
+                return applied.get(domain, -1) >= int(seq)
+
+            wait_for(caught_up, 60, "the replica to apply the checkpoint's transaction")
+            cur.execute("STOP SLAVE")
+        _write(db, _changes("lost", 20))  # only the old primary and the changelog see these
+        sentinel_arrived(db, out, source_id, capture)
+        capture.kill()
+        reread = make_output(f"delta://{tmp_path / 'lake'}")
+        reread.open()
+        ahead = reread.last_position(source_id)
+        assert ahead > checkpoint
+        state.set_checkpoint(source_id, checkpoint)  # as if killed before the checkpoint write
+
+        subprocess.run([SERVICES, "crash", "gtid"], check=True, capture_output=True, timeout=120)
+        promote(replica)
+        db.port = replica
+        _write(db, _changes("new", 30))  # the new primary's own: counters up to past the changelog's
+
+        capture.start()
+        assert capture.proc.wait(120) != 0, capture.tail()
+        assert "dblog: error:" in capture.tail() and "the changelog's last transaction" in capture.tail(), (
+            capture.tail()
+        )
+
+        capture.start("--redump-on-position-lost")
+        wait_for(
+            lambda: state.list_dumps(source_id), 90, "the recovery dump", capture.assert_alive, detail=capture.tail
+        )
+        wait_for(
+            lambda: all(d.status is DumpStatus.DONE for d in state.list_dumps(source_id)),
+            180,
+            "the recovery dump to finish",
+            capture.assert_alive,
+            detail=capture.tail,
+        )
+        sentinel_arrived(db, out, source_id, capture)
+        assert capture.stop() == 0, capture.tail()
+        result = dblog(config, "verify", check=False)
+        assert result.returncode == 0, f"verify found mismatches:\n{result.stdout}\n{result.stderr}"
+        assert result.stdout.count(" 0 mismatches") == len(db.tables()), result.stdout
+    finally:
+        capture.close()

@@ -518,6 +518,59 @@ def test_a_lost_position_recovers_with_a_full_dump_when_allowed(db, state):
     assert replay(out.events) == db.snapshot(TABLE)
 
 
+def test_a_lost_position_recovery_converges_for_keys_without_ranges(state):
+    """Issue 39 part 00: a table whose key has no ranges (text: its order in the database
+    may differ from Python's and Spark's) keeps no row the gap deleted either: the recovery
+    dump's last chunk states the whole table since the dump's bound."""
+    other = TableSchema("app.names", (Column("k", "character varying(20)", False), Column("n", "integer")), ("k",))
+    db = MemoryDatabase((SCHEMA, other))
+    for i in range(1, 201):
+        db.upsert(TABLE, {"id": i, "v": f"initial {i}"})
+    for i in range(60):
+        db.upsert(other.table, {"k": f"name-{i}", "n": i})
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state)
+    wait_until(lambda: state.get_checkpoint(SOURCE_ID) is not None and len(out.events) == 260, what="a checkpoint")
+    run.stop()
+    for i in (0, 7, 33, 59):  # the gap: deletes the log no longer holds
+        db.delete(other.table, (f"name-{i}",))
+    db.upsert(other.table, {"k": "name-8", "n": -8})
+    source.purged_before = db._position()
+    run = Running(source, out, state, redump_on_position_lost=True)
+    wait_until(lambda: state.list_dumps(SOURCE_ID), what="the recovery dump")
+    [dump] = state.list_dumps(SOURCE_ID)
+    wait_until(dump_done(state, dump.dump_id), what="the recovery dump to finish")
+    run.stop()
+    mine = [e for e in out.events if e.table == other.table]
+    [whole] = [e for e in mine if e.op is Op.RANGE]
+    assert whole.after["from"] is None and whole.after["to"] is None
+    assert replay(mine) == db.snapshot(other.table) and ("name-7",) not in replay(mine)
+    assert replay(e for e in out.events if e.table == TABLE) == db.snapshot(TABLE)
+
+
+def test_a_text_keyed_table_dump_removes_rows_deleted_while_nothing_was_captured(state):
+    """Over several chunks: rows the earlier chunks emitted survive the last chunk's
+    whole-table statement (they are newer than the bound), rows deleted in a gap go."""
+    other = TableSchema("app.names", (Column("k", "text", False), Column("n", "integer")), ("k",))
+    db = MemoryDatabase((other,))
+    for i in range(100):
+        db.upsert(other.table, {"k": f"name-{i:03}", "n": i})
+    source, out = MemorySource(db), MemoryChangelog()
+    run = Running(source, out, state)
+    wait_until(lambda: len(out.events) == 100, what="the initial events")
+    with db._lock:  # the gap
+        for i in (0, 13, 50, 99):
+            del db.rows[other.table][(f"name-{i:03}",)]
+    spec = DumpSpec.new(SOURCE_ID, [other.table])
+    state.add_dump(spec, DumpControl(chunk_size=13))
+    wait_until(dump_done(state, spec.dump_id), what="the dump")
+    run.stop()
+    ranges = [e for e in out.events if e.op is Op.RANGE]
+    assert len(ranges) == 1 and ranges[0].after["from"] is None and ranges[0].after["to"] is None
+    assert state.get_dump(spec.dump_id).progress[other.table].chunks == 8
+    assert replay(out.events) == db.snapshot(other.table) and len(db.snapshot(other.table)) == 96
+
+
 def test_a_filtered_dump_emits_only_matching_rows_and_states_no_ranges(db, state):
     """Issue 15 part 1: a row filter selects only its rows, over several chunks, and makes no
     key-range statements (op k): keys outside the filter are not absent, so nothing is deleted."""
