@@ -285,7 +285,9 @@ class Engine:
             if writer.running():
                 try:
                     writer.close(timeout=30)
-                except Exception:  # already failing: keep the original error
+                except WriterFailed as exc:  # already failing and reported: keep the original error
+                    log.warning("writer did not close cleanly: %s", exc)
+                except Exception:
                     log.exception("writer did not close cleanly")
             self.source.close()
             self.output.close()

@@ -82,6 +82,9 @@ from .postgres_values import RAW_TEXT_OIDS, converter, pg_kind
 from .pq_stream import ReplicationStream
 from .tls import TLSSettings, tls_error_fix
 
+# Seconds between two terminations of a previous leader's walsender that still holds the slot.
+TERMINATE_AGAIN = 0.5
+
 # Seconds between status updates to the walsender while nothing is acknowledged (keeps it
 # from ending the connection after wal_sender_timeout).
 STATUS_INTERVAL = 10
@@ -401,12 +404,19 @@ class PostgresSource:
 
     def _check_slot_free(self, slot: dict, wait: float = 10.0) -> dict:
         """A closed reader's walsender can hold the slot a moment longer: wait a little
-        before deciding that another process uses it. The lease holder ends that session."""
-        if slot["active"] and self._lease_check is not None:
-            self._end_previous_reader(slot)
+        before deciding that another process uses it. The lease holder ends that session,
+        again every TERMINATE_AGAIN seconds while it lasts: a walsender blocked sending its
+        error to a paused client ignores the first signal, and ends at a later one at once."""
         deadline = time.monotonic() + wait
-        while slot["active"] and time.monotonic() < deadline:
-            time.sleep(0.2)
+        terminate_at = time.monotonic()
+        while slot["active"]:
+            now = time.monotonic()
+            if self._lease_check is not None and now >= terminate_at:
+                self._end_previous_reader(slot)
+                terminate_at = now + TERMINATE_AGAIN
+            if now >= deadline:
+                break
+            time.sleep(0.05)
             slot = self._slot_row() or dict(slot, active=False)
         if slot["active"] and self._lease_check is not None:
             # Leading, so the holder is a deposed leader on its way out: retried, not fatal.

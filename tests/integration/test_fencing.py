@@ -26,6 +26,7 @@ import pytest
 
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.events import Position
+from airflow_provider_dblog.state.lease import make_lease
 from airflow_provider_dblog.state.zookeeper import encode_name
 
 from .capture_proc import dblog, wait_for
@@ -138,6 +139,7 @@ def test_a_paused_leader_writes_nothing_anywhere_after_it_wakes(pair, zk, run):
         boundary = pair.state.client.exists(marker).mzxid
 
         wait_for(lambda: pair.leader_epoch("b") == 2, 60, "b to take over", b.assert_alive, detail=b.tail)
+        leased = make_lease(pair.state, pair.source_id).leader()["acquired_at"] - stopped_at
         wait_for(
             lambda: any(e == 2 for _, e, _ in pair.changelog()[0]), 60, "b to write", b.assert_alive, detail=b.tail
         )
@@ -149,6 +151,8 @@ def test_a_paused_leader_writes_nothing_anywhere_after_it_wakes(pair, zk, run):
         code = a.proc.wait(60)
         assert code != 0, "the deposed leader kept running"
         assert "lost the leader lease" in a.log_path.read_text(), a.tail()
+        # One error line naming the cause and the fix, never a Python traceback (issue 39 part 6).
+        assert "dblog: error:" in a.log_path.read_text() and "Traceback" not in a.log_path.read_text(), a.tail()
 
         def dump_done():
             d = pair.state.get_dump(dump_id)
@@ -161,7 +165,7 @@ def test_a_paused_leader_writes_nothing_anywhere_after_it_wakes(pair, zk, run):
     assert b.stop() == 0, b.tail()  # the new leader never died
     print(
         f"\ntakeover ({pair.db.kind}, session timeout {SESSION_TIMEOUT} s): leader SIGSTOP -> first event "
-        f"of the new leader in {takeover:.2f} s"
+        f"of the new leader in {takeover:.2f} s (the lease after {leased:.2f} s, then {takeover - leased:.2f} s)"
     )
 
     # The changelog: nothing from epoch 1 after the pause, epochs never decrease.
