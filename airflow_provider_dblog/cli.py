@@ -18,6 +18,7 @@ from .core import requests
 from .core.errors import DBLogError
 from .core.range_verify import check_table_by_ranges
 from .core.range_verify import describe as describe_ranges
+from .core.scheduler import describe_wait
 from .core.verify import check_table
 from .state.lease import make_lease
 
@@ -278,6 +279,7 @@ def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
                 else ""
             )
             + (f" eta={d['eta_seconds']}s" if d.get("eta_seconds") is not None else "")
+            + (f" waiting={describe_wait(d['waiting'])}" if d.get("waiting") else "")
             + (f" error={d['error']}" if d["error"] else "")
         )
     return 0

@@ -48,6 +48,9 @@ class DumpSpec:
     keys: Optional[tuple[Key, ...]] = None  # only with exactly one table
     created_at: float = 0.0
     where: Optional[str] = None  # a row filter (core/predicates.py): one table, no keys
+    # Requested by the capture to repair its changelog (a schema change's re-dump): scheduled
+    # with the key-list dumps, before table dumps (core/scheduler.py).
+    repair: bool = False
 
     @classmethod
     def new(
@@ -56,6 +59,7 @@ class DumpSpec:
         tables: Optional[Sequence[str]] = None,
         keys: Optional[Sequence[Key]] = None,
         where: Optional[str] = None,
+        repair: bool = False,
     ) -> "DumpSpec":
         check_key_request(tables, keys)
         check_where_request(tables, keys, where)
@@ -66,6 +70,7 @@ class DumpSpec:
             keys=tuple(tuple(k) for k in keys) if keys is not None else None,
             created_at=time.time(),
             where=check_predicate(where) if where is not None else None,
+            repair=repair,
         )
 
     def to_json(self) -> str:
@@ -82,6 +87,7 @@ class DumpSpec:
             keys=tuple(tuple(k) for k in d["keys"]) if d["keys"] is not None else None,
             created_at=d.get("created_at", 0.0),
             where=d.get("where"),
+            repair=d.get("repair", False),
         )
 
 
@@ -257,6 +263,7 @@ class Dump:
             "tables": list(self.spec.tables) if self.spec.tables else "all",
             "keys": len(self.spec.keys) if self.spec.keys is not None else None,
             "where": self.spec.where,
+            "repair": self.spec.repair,
             "status": self.status.value,
             "paused": self.control.paused,
             "chunk_size": self.control.chunk_size,

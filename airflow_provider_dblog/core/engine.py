@@ -581,7 +581,7 @@ class Engine:
             elif isinstance(em, ChunkDone):
                 out.extend(self._chunk_done(em))
             else:  # e.g. a TRUNCATE of its table inside the window: select it again
-                self.scheduler.aborted(em.context.plan.table, em.reason)
+                self.scheduler.aborted(em.context.plan, em.reason)
         return out
 
     # -- dump chunks ------------------------------------------------------------------------
@@ -679,7 +679,7 @@ class Engine:
             raise  # the source is gone for a moment, the request is fine
         except SchemaChanged as exc:  # a column the SELECT named is gone: select it again
             self.schema_watch.soon()
-            self.scheduler.aborted(plan.table, str(exc))
+            self.scheduler.aborted(plan, str(exc))
         except DBLogError as exc:
             self.scheduler.failed(plan, exc)  # a bad request fails that dump, not the capture
 
@@ -731,9 +731,9 @@ class Engine:
         opened = self.window.open(lw, hw, plan.table, ChunkRows(keys, selected, key_texts), invisible, chunk)
         aborted = [em for em in opened if isinstance(em, ChunkAborted)]
         if aborted:
-            self.scheduler.aborted(plan.table, aborted[0].reason)
+            self.scheduler.aborted(plan, aborted[0].reason)
         else:
-            self.scheduler.opened()
+            self.scheduler.opened(plan)
             if result is not None and self.scheduler.adaptive(plan):  # signals cost a query: adaptive dumps only
                 self.scheduler.observe(plan, self._pace_signals(select_seconds, len(selected)))
 

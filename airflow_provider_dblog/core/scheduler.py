@@ -3,12 +3,18 @@
 The engine asks ``next_chunk`` whenever no chunk window is open. The scheduler reads the dump
 requests and their controls from the state store (every ``control_interval``, and as soon as
 the store's ``dumps_version`` says a request came or went), moves each dump
-through its lifecycle (running, paused, cancelled, failed, done), paces the chunks (the dump's
-delay; a back-off after an aborted chunk) and keeps each table's progress twice:
+through its lifecycle (running, paused, cancelled, failed, done) and keeps each table's
+progress twice:
 
 * *emitted*: a chunk's rows went to the writer (what the next chunk continues from);
 * *durable*: the writer completed the chunk's marker; only then is the progress stored
   (invariant 5), so a restart continues from the last durable chunk.
+
+Dumps share the one chunk window fairly (invariant 11): each is paced by its own delay and
+its own back-off after an aborted chunk only; among the dumps due, repairs (key-list dumps and
+the capture's schema re-dumps) go before table dumps, and the dumps of one class take turns,
+chunk by chunk. So a repair of a few keys waits for at most the chunk in flight, not for a
+backfill to end, and a throttled dump slows nobody else.
 
 It does no source I/O of its own: the engine selects the chunk the plan describes.
 """
@@ -16,6 +22,7 @@ It does no source I/O of its own: the engine selects the chunk the plan describe
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -32,8 +39,25 @@ log = logging.getLogger(__name__)
 # Seconds between two looks at the state store's dumps_version (_requests_moved).
 REQUEST_CHECK = 0.02
 
-# After an aborted chunk: wait 20 ms, doubling up to 1 s, before selecting again.
+# After an aborted chunk its dump waits 20 ms, doubling up to 1 s, before selecting again.
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.02, 1.0
+
+
+def repairs(dump: Dump) -> bool:
+    """Key-list dumps (a user's repair, the capture's TOAST repairs) and the capture's schema
+    re-dumps restore rows the changelog has wrong: they go before table dumps (backfills)."""
+    return dump.spec.keys is not None or dump.spec.repair
+
+
+@dataclasses.dataclass
+class _Timing:
+    """One dump's pace: when its next chunk may be selected, why not before, and its turn."""
+
+    next_at: float = 0.0
+    why: str = "delay"  # "delay": its own delay after a chunk; "backoff": after an aborted one
+    backoff: float = 0.0
+    cause: str = ""  # why the last chunk was aborted (while backing off)
+    turn: int = -1  # when it last got a chunk: the least recent goes first within a class
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +139,9 @@ class DumpScheduler:
         self._next_refresh = 0.0
         self._version: Any = None  # the store's dumps_version at the last read
         self._next_version_check = 0.0
-        self._next_chunk_at = 0.0
-        self._backoff = 0.0
+        self._timings: dict[str, _Timing] = {}  # dump id -> its own pace and turn
+        self._turns = itertools.count()
+        self._serving: Optional[str] = None  # the dump whose chunk was handed out last
         self._rate_base: dict[str, tuple[float, int]] = {}  # dump id -> (first seen, rows then)
         self._pacers: dict[str, Pacer] = {}  # adaptive dumps' pace, per dump id
         # dump id -> the waiting dumps it superseded (core/toast.py): done when it is done
@@ -135,6 +160,8 @@ class DumpScheduler:
         self._next_version_check = now + REQUEST_CHECK
         self._version = self._dumps_version()  # before the read: a change after it shows next time
         self.dumps = [d for d in self.state.list_dumps(self.source_id) if not d.status.finished]
+        ids = {d.dump_id for d in self.dumps}
+        self._timings = {i: t for i, t in self._timings.items() if i in ids}
         for d in self.dumps:
             for t in self._tables_of(d):
                 if t not in self.estimates:
@@ -179,23 +206,15 @@ class DumpScheduler:
 
     # -- the engine's questions -------------------------------------------------------------
     def next_chunk(self) -> Optional[ChunkPlan]:
-        """The chunk to select now, or None (nothing to dump, all paused, or not yet time).
-        Cancelled and paused dumps get their status here; one chunk at a time overall."""
+        """The chunk to select now, or None (nothing to dump, all paused, or none due yet).
+        Cancelled and paused dumps get their status here. One chunk at a time overall: the
+        first due dump in ``_order`` gets it."""
         self._refresh()
-        for dump in self.dumps:
-            if dump.dump_id in self._finished:
-                continue
-            if dump.control.cancelled:
-                self._set_status(dump, DumpStatus.CANCELLED)
-                self._finished.add(dump.dump_id)
-                self._release(dump.dump_id)
-                continue
-            if dump.control.paused:
-                if dump.status is not DumpStatus.PAUSED:
-                    self._set_status(dump, DumpStatus.PAUSED)
-                continue
-            if self._clock() < self._next_chunk_at:
-                return None
+        now = self._clock()
+        for dump in self._order(self._active()):
+            timing = self._timing(dump.dump_id)
+            if now < timing.next_at:
+                continue  # its own delay or back-off; the others go on
             table = self._next_table(dump)
             if table is None:  # every table durable already (a crash before the status write)
                 self._set_status(dump, DumpStatus.DONE)
@@ -203,6 +222,8 @@ class DumpScheduler:
                 continue
             if dump.status is not DumpStatus.RUNNING:
                 self._set_status(dump, DumpStatus.RUNNING)
+            timing.turn = next(self._turns)
+            self._serving = dump.dump_id
             start = self._emitted.setdefault(dump.dump_id, {}).get(table, TableProgress())
             size = self._pace(dump).chunk_size if dump.control.adaptive else dump.control.chunk_size
             keys = dump.spec.keys
@@ -211,6 +232,33 @@ class DumpScheduler:
             batch = keys[start.keys_done : start.keys_done + size]
             return ChunkPlan(dump.dump_id, table, start, size, batch, len(keys))
         return None
+
+    def _active(self) -> list[Dump]:
+        """The dumps that may get chunks, in request order; a cancelled dump ends here and a
+        paused one is marked paused."""
+        active = []
+        for dump in self.dumps:
+            if dump.dump_id in self._finished:
+                continue
+            if dump.control.cancelled:
+                self._set_status(dump, DumpStatus.CANCELLED)
+                self._finished.add(dump.dump_id)
+                self._release(dump.dump_id)
+            elif dump.control.paused:
+                if dump.status is not DumpStatus.PAUSED:
+                    self._set_status(dump, DumpStatus.PAUSED)
+            else:
+                active.append(dump)
+        return active
+
+    def _order(self, dumps: list[Dump]) -> list[Dump]:
+        """Who is first for the next chunk: repairs before table dumps, and within each class
+        the dump that had a chunk least recently (never: request order), so two backfills
+        alternate and a new one starts at once."""
+        return sorted(dumps, key=lambda d: (not repairs(d), self._timing(d.dump_id).turn))
+
+    def _timing(self, dump_id: str) -> _Timing:
+        return self._timings.setdefault(dump_id, _Timing())
 
     def _pace(self, dump: Dump) -> Pacer:
         pacer = self._pacers.get(dump.dump_id)
@@ -238,22 +286,27 @@ class DumpScheduler:
         """The chunk could not be selected for a reason of the request's own (unknown table,
         malformed key): that dump fails with the cause; the capture and other dumps go on."""
         log.error("dump %s failed: %s", plan.dump_id, exc)
+        self._serving = None
         self.state.set_status(plan.dump_id, DumpStatus.FAILED, str(exc))
         self._finished.add(plan.dump_id)
         self._release(plan.dump_id)
         self.wake()
 
-    def aborted(self, table: str, reason: str) -> None:
-        """The selected chunk cannot be trusted (watermark.ChunkAborted): select it again after
-        a growing back-off, so that re-selecting does not spin on LW/HW writes while the
-        transaction it waits for becomes visible."""
-        self._backoff = min(_BACKOFF_MAX, max(_BACKOFF_FIRST, self._backoff * 2))
-        self._next_chunk_at = self._clock() + self._backoff
-        log.info("chunk of %s will be selected again in %.2f s: %s", table, self._backoff, reason)
+    def aborted(self, plan: ChunkPlan, reason: str) -> None:
+        """The selected chunk cannot be trusted (watermark.ChunkAborted, a column gone): its
+        dump selects it again after a growing back-off, so that re-selecting does not spin on
+        LW/HW writes while the transaction it waits for becomes visible. The back-off is the
+        dump's own: the other dumps' chunks go on meanwhile (each aborted chunk backs off its
+        own dump, so LW/HW writes stay bounded by the dumps waiting)."""
+        timing = self._timing(plan.dump_id)
+        timing.backoff = min(_BACKOFF_MAX, max(_BACKOFF_FIRST, timing.backoff * 2))
+        timing.next_at, timing.why, timing.cause = self._clock() + timing.backoff, "backoff", reason
+        self._serving = None
+        log.info("chunk of %s will be selected again in %.2f s: %s", plan.table, timing.backoff, reason)
 
-    def opened(self) -> None:
-        """A chunk window opened normally: the back-off starts over."""
-        self._backoff = 0.0
+    def opened(self, plan: ChunkPlan) -> None:
+        """A chunk window of ``plan``'s dump opened normally: its back-off starts over."""
+        self._timing(plan.dump_id).backoff = 0.0
 
     def emitted(self, plan: ChunkPlan, progress: TableProgress, rows: int) -> ChunkProgress:
         """The chunk's ``rows`` are handed to the writer (at its HW). Returns the marker to put
@@ -267,7 +320,9 @@ class DumpScheduler:
         delay_ms = 0
         if dump is not None:
             delay_ms = self._pace(dump).delay_ms if dump.control.adaptive else dump.control.delay_ms
-        self._next_chunk_at = self._clock() + delay_ms / 1000.0
+        timing = self._timing(plan.dump_id)
+        timing.next_at, timing.why = self._clock() + delay_ms / 1000.0, "delay"
+        self._serving = None
         return ChunkProgress(plan.dump_id, plan.table, p, dump_done)
 
     def durable(self, marker: ChunkProgress) -> None:
@@ -299,9 +354,10 @@ class DumpScheduler:
     # -- reporting --------------------------------------------------------------------------
     def health(self) -> dict[str, dict[str, Any]]:
         """Per running dump: rows so far, estimated total, rows/s since this scheduler first
-        saw it, and the ETA that gives (None while unknown)."""
+        saw it, the ETA that gives (None while unknown), and why it waits (``waiting``)."""
         out: dict[str, dict[str, Any]] = {}
         now = self._clock()
+        waits = self._waits(now)
         for d in self.dumps:
             if d.dump_id in self._finished:
                 continue
@@ -320,8 +376,52 @@ class DumpScheduler:
                 "rows_per_s": round(rate, 1),
                 "eta_seconds": eta,
                 "paused": d.control.paused,
+                "waiting": waits.get(d.dump_id),
                 "pace": self._pace(d).report()
                 if d.control.adaptive
                 else {"mode": "fixed", "chunk_size": d.control.chunk_size, "delay_ms": d.control.delay_ms},
             }
         return out
+
+    def _waits(self, now: float) -> dict[str, Optional[dict[str, Any]]]:
+        """Why each unfinished dump does not have the chunk window (None: it has the chunk in
+        flight, or it is next). ``why``: "paused"; "delay" (its own delay after a chunk) or
+        "backoff" (after an aborted chunk, with its ``cause``), for ``seconds`` more; or,
+        due, "priority" (a repair goes first) or "turn" (one chunk at a time, dumps of a
+        class in turn) ``behind`` the dump ahead of it."""
+        out: dict[str, Optional[dict[str, Any]]] = {}
+        due = []
+        for d in self.dumps:
+            if d.dump_id in self._finished:
+                continue
+            timing = self._timing(d.dump_id)
+            if d.control.paused:
+                out[d.dump_id] = {"why": "paused"}
+            elif d.dump_id == self._serving:
+                out[d.dump_id] = None
+            elif now < timing.next_at:
+                cause = {"cause": timing.cause} if timing.why == "backoff" else {}
+                out[d.dump_id] = {"why": timing.why, "seconds": round(timing.next_at - now, 3), **cause}
+            else:
+                due.append(d)
+        serving = self._find(self._serving) if self._serving is not None else None
+        ordered = self._order(due)
+        for i, d in enumerate(ordered):
+            ahead = ordered[0] if i else serving  # the first due waits for the chunk in flight
+            if ahead is None:
+                out[d.dump_id] = None  # next
+            else:
+                why = "priority" if repairs(ahead) and not repairs(d) else "turn"
+                out[d.dump_id] = {"why": why, "behind": ahead.dump_id}
+        return out
+
+
+def describe_wait(waiting: dict[str, Any]) -> str:
+    """A ``waiting`` entry of ``health`` as ``dblog status`` prints it."""
+    why = waiting["why"]
+    if why in ("delay", "backoff"):
+        cause = f": {waiting['cause']}" if waiting.get("cause") else ""
+        return f"{why}({waiting['seconds']}s{cause})"
+    if "behind" in waiting:
+        return f"{why}(behind {waiting['behind']})"
+    return str(why)

@@ -95,7 +95,7 @@ class SchemaWatch:
     def redump(self, schema: TableSchema, old: Optional[TableSchema]) -> DumpSpec:
         """Request a dump of the changed table, then record its new schema (a crash in
         between requests it again rather than never)."""
-        spec = DumpSpec.new(self.source_id, [schema.table])
+        spec = DumpSpec.new(self.source_id, [schema.table], repair=True)  # before backfills
         self.state.add_dump(spec, DumpControl(chunk_size=self.chunk_size))
         log.warning(
             "capture of %s: the schema of %s changed (%s): dump %s re-reads the table in its new shape",

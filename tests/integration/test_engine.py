@@ -196,6 +196,30 @@ def test_pause_resume_throttle_and_cancel(db, tmp_path):
         r.stop()
 
 
+def test_a_key_list_repair_does_not_wait_for_a_paced_backfill(db, tmp_path):
+    """Invariant 11: a 5-key repair requested while a table dump of 200 paced chunks runs is
+    done within a few of the backfill's chunks, and the backfill goes on afterwards."""
+    db.seed(random.Random(5), 1000)
+    r = Running(db, tmp_path, db.source_id).start()
+    try:
+        t = f"{db.ns}.accounts"
+        backfill = r.dump([t], chunk_size=5, delay_ms=100)
+        wait(
+            lambda: r.status(backfill).progress.get(t) and r.status(backfill).progress[t].chunks >= 2, 30, "2 chunks", r
+        )
+        before = r.status(backfill).progress[t].chunks
+        repair = r.dump([t], [[k] for k in (1, 250, 500, 750, 999)])
+        wait(lambda: r.status(repair).status is DumpStatus.DONE, 30, "the repair", r)
+        after = r.status(backfill).progress[t]
+        assert not after.done and after.chunks - before <= 3, (before, after)
+        wait(lambda: r.status(backfill).progress[t].chunks >= after.chunks + 2, 30, "the backfill going on", r)
+        r.state.set_control(backfill, DumpControl(cancelled=True, chunk_size=5, delay_ms=100))
+    finally:
+        r.stop()
+    repaired = {e.key for e in r.events(t) if e.dump_id == repair and e.op is Op.READ}
+    assert repaired == {(k,) for k in (1, 250, 500, 750, 999)}
+
+
 def test_restart_resumes_from_the_checkpoint_without_loss_or_duplicates(db, tmp_path):
     r = Running(db, tmp_path, db.source_id).start()
     t = f"{db.ns}.accounts"

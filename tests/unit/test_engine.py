@@ -429,6 +429,7 @@ def test_a_schema_change_without_log_events_redumps_the_table(db, state):
     wait_until(lambda: out.events[-1].key == (1,), what="a later change")
     run.stop()
     assert redump.spec.tables == (TABLE,)
+    assert redump.spec.repair  # scheduled before table dumps (invariant 11)
     assert replay(out.events) == db.snapshot(TABLE)
     assert all(set(row) == {"id", "w"} for row in replay(out.events).values())
 

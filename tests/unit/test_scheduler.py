@@ -9,7 +9,7 @@ import pytest
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.errors import RequestError
 from airflow_provider_dblog.core.events import Position
-from airflow_provider_dblog.core.scheduler import REQUEST_CHECK, DumpScheduler
+from airflow_provider_dblog.core.scheduler import REQUEST_CHECK, DumpScheduler, describe_wait
 from airflow_provider_dblog.state.local import LocalStateStore
 
 from .memory_capture import SCHEMA, SOURCE_ID, TABLE
@@ -47,7 +47,7 @@ def rows(*ids):
 
 def finish(s: DumpScheduler, plan, selected):
     """What the engine does for a chunk whose window closes normally: emit, then durable."""
-    s.opened()
+    s.opened(plan)
     marker = s.emitted(plan, plan.progress_after(selected, SCHEMA), len(selected))
     s.durable(marker)
     return marker
@@ -168,14 +168,14 @@ def test_an_aborted_chunk_backs_off_doubling_up_to_a_second_and_a_normal_chunk_r
     for _ in range(8):
         plan = s.next_chunk()
         assert plan is not None
-        s.aborted(plan.table, "invisible transaction")
+        s.aborted(plan, "invisible transaction")
         start = clock.now
         while s.next_chunk() is None:
             clock.advance(0.01)
         waits.append(round(clock.now - start, 2))
     assert waits == [0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0]
-    s.opened()
-    s.aborted(TABLE, "again")
+    s.opened(plan)
+    s.aborted(plan, "again")
     clock.advance(0.02)
     assert s.next_chunk() is not None  # back to 20 ms
 
@@ -262,3 +262,119 @@ def test_an_empty_table_takes_one_chunk_that_selects_nothing(state, clock):
         None, 0, 1, True, 0, None, Position("00000009").encode()
     )
     assert s.next_chunk().table == "app.other"  # the dump goes on with its next table
+
+
+# -- fair dumps (invariant 11) -----------------------------------------------------------------
+def test_a_repair_goes_before_a_running_backfill_and_waits_only_for_the_chunk_in_flight(state, clock):
+    """A key-list dump requested while a table dump runs gets the next chunk, and is done
+    before the table dump takes another one (not after its last)."""
+    backfill = request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    plan = s.next_chunk()
+    assert plan.dump_id == backfill
+    repair = request(state, keys=[(i,) for i in range(5)])  # while the backfill's chunk is in flight
+    finish(s, plan, rows(1, 2))
+    clock.advance(REQUEST_CHECK)
+    plan = s.next_chunk()
+    assert plan.dump_id == repair and plan.keys == tuple((i,) for i in range(5))
+    assert s.health()[repair]["waiting"] is None  # its chunk is in flight
+    assert s.health()[backfill]["waiting"] == {"why": "priority", "behind": repair}
+    finish(s, plan, rows(0, 1, 2, 3, 4))
+    assert status(state, repair) is DumpStatus.DONE
+    assert status(state, backfill) is DumpStatus.RUNNING
+    assert s.next_chunk().start.last_key == (2,)  # the backfill goes on where it was
+
+
+def test_a_schema_redump_goes_before_a_backfill_requested_earlier(state, clock):
+    backfill = request(state, tables=("app.other",))
+    spec = DumpSpec.new(SOURCE_ID, [TABLE], repair=True)  # what core/schema_watch.py requests
+    state.add_dump(spec, DumpControl())
+    s = scheduler(state, clock)
+    assert s.next_chunk().dump_id == spec.dump_id
+    assert s.health()[backfill]["waiting"] == {"why": "priority", "behind": spec.dump_id}
+
+
+def test_two_backfills_take_turns_chunk_by_chunk(state, clock):
+    first = request(state, chunk_size=2)
+    second = request(state, tables=("app.other",), chunk_size=2)
+    s = scheduler(state, clock)
+    served = []
+    for i in range(3):
+        for _ in range(2):
+            plan = s.next_chunk()
+            served.append(plan.dump_id)
+            finish(s, plan, rows(2 * i + 1, 2 * i + 2))  # full chunks: neither ends
+    assert served == [first, second] * 3
+
+
+def _run(s: DumpScheduler, clock, seconds: float, chunk_seconds: float) -> dict[str, list[float]]:
+    """The engine's loop on the fake clock: each chunk takes ``chunk_seconds`` from its
+    hand-out to its HW and comes back full; returns each dump's hand-out times."""
+    starts: dict[str, list[float]] = {}
+    end = clock.now + seconds
+    while clock.now < end:
+        plan = s.next_chunk()
+        if plan is None:
+            clock.advance(chunk_seconds)  # a log batch
+            continue
+        starts.setdefault(plan.dump_id, []).append(clock.now)
+        clock.advance(chunk_seconds)
+        key = (plan.start.last_key or (0,))[0]
+        finish(s, plan, rows(*range(key + 1, key + 1 + plan.size)))
+    return starts
+
+
+def test_a_delay_paces_its_own_dump_only(state, clock, tmp_path):
+    """A throttled dump's chunks come at the same times with or without another dump running,
+    and the other dump is not slowed by the delay: it gets every chunk in between."""
+    slow = request(state, chunk_size=1, delay_ms=2000)
+    alone = _run(scheduler(state, clock), clock, 10, 0.125)[slow]
+    assert [round(b - a, 3) for a, b in zip(alone, alone[1:])] == [2.125] * (len(alone) - 1)
+
+    shared = LocalStateStore(str(tmp_path / "shared.db"))
+    try:
+        clock.now = 100.0
+        slow = request(shared, chunk_size=1, delay_ms=2000)
+        fast = request(shared, tables=("app.other",), chunk_size=1)
+        starts = _run(scheduler(shared, clock), clock, 10, 0.125)
+    finally:
+        shared.close()
+    assert starts[slow] == alone
+    assert len(starts[slow]) + len(starts[fast]) == 10 / 0.125  # no chunk slot left idle
+
+
+def test_an_aborted_chunk_backs_off_its_own_dump_only(state, clock):
+    first = request(state)
+    second = request(state, tables=("app.other",))
+    s = scheduler(state, clock)
+    plan = s.next_chunk()
+    assert plan.dump_id == first
+    s.aborted(plan, "transaction 7 was emitted but invisible to the SELECT")
+    assert s.next_chunk().dump_id == second  # at once, not after the first one's back-off
+    assert s.health()[first]["waiting"] == {
+        "why": "backoff",
+        "seconds": 0.02,
+        "cause": "transaction 7 was emitted but invisible to the SELECT",
+    }
+
+
+def test_health_says_why_each_dump_waits(state, clock):
+    paused = request(state, tables=("app.other",))
+    state.set_control(paused, DumpControl().as_paused())
+    throttled = request(state, chunk_size=2, delay_ms=1500)
+    other = request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    plan = s.next_chunk()
+    assert plan.dump_id == throttled
+    waiting = {d: h["waiting"] for d, h in s.health().items()}
+    assert waiting == {paused: {"why": "paused"}, throttled: None, other: {"why": "turn", "behind": throttled}}
+    finish(s, plan, rows(1, 2))
+    clock.advance(0.5)
+    waiting = {d: h["waiting"] for d, h in s.health().items()}
+    assert waiting == {paused: {"why": "paused"}, throttled: {"why": "delay", "seconds": 1.0}, other: None}
+    shown = [describe_wait(w) for w in waiting.values() if w is not None]
+    assert shown == ["paused", "delay(1.0s)"]
+    assert describe_wait({"why": "priority", "behind": "4f2a"}) == "priority(behind 4f2a)"
+    assert describe_wait({"why": "backoff", "seconds": 0.04, "cause": "table t was truncated"}) == (
+        "backoff(0.04s: table t was truncated)"
+    )
