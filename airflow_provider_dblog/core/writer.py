@@ -34,7 +34,7 @@ import time
 from typing import Any, Iterable, Optional
 
 from .batch import Block, DumpRows, EventBatch, LogRows, Segment
-from .errors import StaleEpochError
+from .errors import DBLogError, StaleEpochError
 from .events import ChangeEvent, TableSchema
 from .markers import Marker
 from .protocols import Output
@@ -212,7 +212,10 @@ class Writer:
                 if stop:
                     return
         except BaseException as exc:  # surfaced to the engine thread by put/completed
-            log.exception("writer failed")
+            if isinstance(exc, DBLogError):  # cause and fix, reported by the engine's caller
+                log.error("writer stopped: %s", exc)
+            else:
+                log.exception("writer failed")
             with self._cond:
                 self._error = exc
                 self._cond.notify_all()
