@@ -14,7 +14,18 @@ import traceback
 from typing import Any, Callable, Optional
 
 from . import config
+from .cli_args import (
+    CHUNK_SIZE,
+    DELAY_MS,
+    SECONDS,
+    SECONDS_OR_OFF,
+    Parser,
+    number,
+    option_names,
+    refuse_credentials,
+)
 from .core import requests
+from .core.dumps import MAX_READERS
 from .core.errors import DBLogError
 from .core.range_verify import check_table_by_ranges
 from .core.range_verify import describe as describe_ranges
@@ -30,14 +41,14 @@ def _source_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--source-type", choices=["postgres", "mysql", "mariadb"])
     g.add_argument("--source-id")
     g.add_argument("--host")
-    g.add_argument("--port", type=int)
+    g.add_argument("--port", type=number(int, 1, 65535))
     g.add_argument("--user")
     g.add_argument("--database")
     g.add_argument("--password-env", help="name of the environment variable holding the password")
     g.add_argument("--password-file", help="file holding the password")
     g.add_argument("--tables", help="comma-separated schema.table list to capture (default: all)")
     g.add_argument("--plugin", choices=["pgoutput", "wal2json"])
-    g.add_argument("--server-id", type=int)
+    g.add_argument("--server-id", type=number(int, 1, 2**32 - 1))
     g.add_argument("--watermark-schema")
     p.add_argument(
         "--state",
@@ -47,20 +58,20 @@ def _source_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dblog", description="DBLog change-data capture.")
+    parser = Parser(prog="dblog", description="DBLog change-data capture.")
     parser.add_argument("--config", help="TOML config file (or DBLOG_CONFIG)")
     parser.add_argument("-v", "--verbose", action="store_true")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("capture", help="capture the log and run requested dumps")
     _source_options(p)
-    p.add_argument("--max-seconds", type=float, help="stop after this many seconds")
-    p.add_argument("--status-interval", type=float, default=5.0)
+    p.add_argument("--max-seconds", type=SECONDS, help="stop after this many seconds")
+    p.add_argument("--status-interval", type=SECONDS, default=5.0)
     p.add_argument("--reset-position", action="store_true", help="forget the checkpoint (then run a full dump)")
     p.add_argument("--identity", help="this instance's name in the leader lease (default host:pid)")
     p.add_argument(
         "--heartbeat-interval",
-        type=float,
+        type=SECONDS_OR_OFF,
         default=10.0,
         help="seconds without log activity before a heartbeat watermark (0: off)",
     )
@@ -72,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--schema-check-interval",
-        type=float,
+        type=SECONDS_OR_OFF,
         default=10.0,
         help="seconds between comparisons of the tables' schemas with the catalog; a changed "
         "table is dumped again (0: only when the log shows a new shape)",
@@ -88,8 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--where",
         help="only rows this SQL expression accepts (one --table; checked by the database before the dump is recorded)",
     )
-    p.add_argument("--chunk-size", type=int, default=10_000)
-    p.add_argument("--delay-ms", type=int, default=0)
+    p.add_argument("--chunk-size", type=CHUNK_SIZE, default=10_000)
+    p.add_argument("--delay-ms", type=DELAY_MS, default=0)
     p.add_argument(
         "--adaptive",
         action="store_true",
@@ -97,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--readers",
-        type=int,
+        type=number(int, 1, MAX_READERS),
         default=1,
         help="connections selecting each chunk's key ranges in parallel, --chunk-size rows each (table dumps)",
     )
@@ -114,13 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("throttle", help="change a running dump's chunk size or delay")
     _source_options(p)
     p.add_argument("dump_id")
-    p.add_argument("--chunk-size", type=int)
-    p.add_argument("--delay-ms", type=int)
+    p.add_argument("--chunk-size", type=CHUNK_SIZE)
+    p.add_argument("--delay-ms", type=DELAY_MS)
 
     p = sub.add_parser("verify", help="replay the changelog and compare with the source")
     _source_options(p)
     p.add_argument("--table", action="append", help="table to verify (repeatable; default all)")
-    p.add_argument("--show", type=int, default=20, help="mismatches to print per table")
+    p.add_argument("--show", type=number(int, 0), default=20, help="mismatches to print per table")
     p.add_argument(
         "--repair",
         action="store_true",
@@ -166,7 +177,7 @@ def _settings(args: argparse.Namespace) -> tuple[dict, dict, dict]:
         v = getattr(args, opt, None)
         if v is not None:
             src[key] = v
-    if getattr(args, "tables", None):
+    if getattr(args, "tables", None) is not None:  # "" or ",": an empty list, refused by the config check
         src["tables"] = [t.strip() for t in args.tables.split(",") if t.strip()]
     state = dict(cfg.get("state", {}))
     if args.state:
@@ -174,6 +185,9 @@ def _settings(args: argparse.Namespace) -> tuple[dict, dict, dict]:
     out = dict(cfg.get("output", {}))
     if args.output:
         out["url"] = args.output
+    # Every command checks every setting, so that a bad one (a host with a password in it)
+    # is refused even by a command that does not use it.
+    config.check_config({"source": src, "state": state, "output": out}, "the command line or config file")
     return src, state, out
 
 
@@ -334,7 +348,14 @@ def cmd_verify(args, src, state_cfg, out_cfg, parts: Parts) -> int:
 
 
 def main(argv: Optional[list[str]] = None, parts: Parts = Parts()) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        refuse_credentials(argv, option_names(parser))
+    except DBLogError as exc:
+        print(f"dblog: error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

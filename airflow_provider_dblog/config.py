@@ -33,8 +33,10 @@ Config file (TOML), every key optional, command-line options override it::
     url = "delta://dblog-lake"      # delta://DIR, jsonl://DIR or python:module:function
 
 Passwords never come from argv: only from the environment or a file (invariant 8).
-An unknown section or key is an error that names it and the closest valid one
-(``check_config``): a typo must not silently change what is captured.
+An unknown section or key is an error that names it and the closest valid one, and a value
+of the wrong type or out of range one that names the key, what it must be and the value
+(``check_config``, the table in config_keys.py): a typo must not silently change what is
+captured, and a wrong value must not end in a traceback or a silent cast.
 
 ``load_config`` reads such a file; ``render_config`` / ``write_private_config`` write one
 (the Airflow trigger hands its capture child the configuration this way).
@@ -42,16 +44,16 @@ An unknown section or key is an error that names it and the closest valid one
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
 import sys
 import tempfile
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-from .core.errors import ConfigurationError
-from .sources.tls import TLS_KEYS, tls_settings
+from .config_keys import KEYS, SECONDS, SECTIONS, check_keys, closest, number_option
+from .core.errors import ConfigurationError, without_userinfo
+from .sources.tls import tls_settings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,54 +63,8 @@ else:  # pragma: no cover
 DEFAULT_PASSWORD_ENV = "DBLOG_SOURCE_PASSWORD"
 
 
-# Every section and key the config understands (DESIGN invariant 8: an unknown one is an
-# error, not ignored: a typo such as `tabels` would otherwise capture every table).
-# ``password`` is listed so that read_password refuses it with its own fix.
-SOURCE_KEYS = (
-    "type",
-    "id",
-    "host",
-    "port",
-    "user",
-    "database",
-    "databases",
-    "password_env",
-    "password_file",
-    "password",
-    "tables",
-    "key_columns",
-    "plugin",
-    "slot_name",
-    "publication",
-    "server_id",
-    "use_gtid",
-    "replicas",
-    "watermark_schema",
-    *TLS_KEYS,
-)
-# ``auth_password`` is listed so that read_state_auth refuses it with its own fix.
-STATE_AUTH_KEYS = ("auth_user", "auth_password_env", "auth_password_file", "auth_password")
-STATE_KEYS = ("path", "url", "zookeeper", "chroot", "session_timeout", *STATE_AUTH_KEYS)
-OUTPUT_KEYS = ("url",)
-SECTIONS = {"source": SOURCE_KEYS, "state": STATE_KEYS, "output": OUTPUT_KEYS}
-
-
-def closest(name: str, valid: Sequence[str]) -> str:
-    """' (did you mean X?)' for the closest valid name, or the list of valid names."""
-    match = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-    return f"did you mean {match[0]!r}?" if match else f"valid: {', '.join(valid)}."
-
-
-def check_keys(section: str, values: dict[str, Any], where: str = "the configuration") -> None:
-    """ConfigurationError naming the first key of ``[section]`` that DBLog does not know, and
-    the closest valid one."""
-    valid = SECTIONS[section]
-    for key in values:
-        if key not in valid:
-            raise ConfigurationError(
-                f"unknown key {key!r} in [{section}] of {where}.",
-                f"remove or correct it ({closest(key, valid)})",
-            )
+# The keys of [state] that configure ZooKeeper digest authentication (refused for a local store).
+STATE_AUTH_KEYS = tuple(k for k in KEYS["state"] if k.startswith("auth_"))
 
 
 def check_config(config: dict[str, Any], where: str = "the configuration") -> dict[str, Any]:
@@ -208,6 +164,9 @@ def write_private_config(config: dict[str, dict[str, Any]]) -> str:
 
 
 def read_password(src: dict[str, Any]) -> Optional[str]:
+    """The password from ``password_file``, or from the variable ``password_env`` names
+    (which must then be set; empty: no password). Without either, ``DBLOG_SOURCE_PASSWORD``
+    if set (none: the server's password-less methods, e.g. trust or peer)."""
     if src.get("password_file"):
         try:
             with open(src["password_file"], encoding="utf-8") as f:
@@ -222,7 +181,15 @@ def read_password(src: dict[str, Any]) -> Optional[str]:
             "a password was given in the configuration.",
             "put it in an environment variable named by password_env, or in a file named by password_file.",
         )
-    return os.environ.get(src.get("password_env") or DEFAULT_PASSWORD_ENV)
+    env = src.get("password_env")
+    if env and env not in os.environ:
+        # Else the server's "access denied" would be all the operator sees.
+        raise ConfigurationError(
+            f"password_env names the environment variable {env}, which is not set.",
+            f"export {env} (holding the source password) in the environment of every dblog process "
+            "(Airflow: workers and triggerers), or name a file holding it with password_file.",
+        )
+    return os.environ.get(env or DEFAULT_PASSWORD_ENV)
 
 
 def make_source(src: dict[str, Any], password: Optional[str] = None):
@@ -256,12 +223,7 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
         from .sources.mysql import MySQLSource
 
         mysql_extra: dict[str, Any] = {"server_id": int(src["server_id"])} if src.get("server_id") else {}
-        if "use_gtid" in src:
-            if not isinstance(src["use_gtid"], bool):
-                raise ConfigurationError(
-                    f"[source] use_gtid must be true or false, not {src['use_gtid']!r}.",
-                    "write use_gtid = true (TOML boolean, no quotes).",
-                )
+        if src.get("use_gtid") is not None:
             mysql_extra["use_gtid"] = src["use_gtid"]
         if src.get("replicas"):
             mysql_extra["replicas"] = list(src["replicas"])
@@ -338,19 +300,18 @@ def make_state(state: dict[str, Any]):
         from .state.zookeeper import ZooKeeperStateStore, parse_zk_url
 
         hosts, chroot, options = parse_zk_url(url)
-        timeout = options.get("session_timeout", state.get("session_timeout"))
-        try:
-            timeout = float(timeout) if timeout is not None else None
-        except ValueError:
-            raise ConfigurationError(
-                f"session_timeout {timeout!r} is not a number of seconds.", "set e.g. session_timeout = 10."
-            ) from None
+        timeout = state.get("session_timeout")
+        if "session_timeout" in options:
+            timeout = number_option(options["session_timeout"], "the state URL's session_timeout", SECONDS)
         auth = read_state_auth(state)
         return ZooKeeperStateStore(hosts, chroot, **({"timeout": timeout} if timeout else {}), auth=auth)
-    if "://" in url:
+    # Any scheme but zk:// is an error, a mistyped one (zk:/host) included: taken for a file
+    # name, it would quietly give a high-availability deployment a local store.
+    if re.match(r"[A-Za-z][A-Za-z0-9+.\-]*:", url) and not re.match(r"[A-Za-z]:[\\/]", url):
         raise ConfigurationError(
-            f"unknown state store URL {url!r}.",
-            "pass a file path for the local store or zk://host:port[,host:port]/chroot for ZooKeeper.",
+            f"unknown state store URL {without_userinfo(url)!r}.",
+            "pass a file path for the local store or zk://host:port[,host:port]/chroot for ZooKeeper "
+            "(./name for a file whose name has a colon).",
         )
     given = [k for k in STATE_AUTH_KEYS if k in state]
     if given:

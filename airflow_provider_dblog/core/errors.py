@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class DBLogError(Exception):
     """A problem the user can fix. ``str()`` reads: '<cause> Fix: <fix>'."""
@@ -64,3 +66,26 @@ class WatermarkSequenceError(RuntimeError):
     """The log showed watermarks in an order Algorithm 1 rules out (a high watermark before
     its low one), or the engine opened a second window: a bug or a tampered watermark table,
     never a user error, so the capture stops instead of emitting a chunk it cannot trust."""
+
+
+class OutputStorageError(DBLogError):
+    """The changelog's storage refused a write: full, read-only, or not writable by this
+    user. Nothing is lost (the checkpoint stays before the failed batch); the capture stops
+    so that the operator can make room or fix the permissions, then start it again."""
+
+
+# A URL's (or host's) user information: ``scheme://user:password@host`` or, without a
+# scheme, ``user:password@host``. It is never repeated in a message (invariant 8).
+_URL_USERINFO = re.compile(r"^(?P<lead>[A-Za-z][A-Za-z0-9+.\-]*:)?//[^/?#@\s]*@")
+_BARE_USERINFO = re.compile(r"^[^/?#@\s:]*:[^/?#@\s]*@")
+
+
+def has_userinfo(text: str) -> bool:
+    """True if ``text`` starts like a URL or host with credentials (``user:pw@``, ``//user@``)."""
+    return bool(_URL_USERINFO.match(text) or _BARE_USERINFO.match(text))
+
+
+def without_userinfo(text: str) -> str:
+    """``text`` with the credentials of ``has_userinfo`` replaced by ``***``, safe to show."""
+    text = _URL_USERINFO.sub(lambda m: f"{m.group('lead') or ''}//***@", text, count=1)
+    return _BARE_USERINFO.sub("***@", text, count=1)

@@ -31,6 +31,7 @@ from typing import Any, Optional
 from airflow.sdk import BaseHook
 
 from .. import config as dblog_config
+from ..config_keys import SECONDS, number_option
 from ..core.errors import ConfigurationError
 from ..get_provider_info import STATE_CONN_FIELDS, STATE_UI_FIELD_BEHAVIOUR
 
@@ -290,6 +291,8 @@ class DBLogHook(BaseHook):
         for key in _SOURCE_EXTRAS:
             if extra.get(key) not in (None, ""):
                 src[key] = _as_list(extra[key]) if key == "databases" else extra[key]
+        if isinstance(src.get("server_id"), str) and src["server_id"].strip().isdigit():
+            src["server_id"] = int(src["server_id"])  # the UI's text field; anything else is refused as it is
         if kind == "postgres" and "database" not in src and extra.get("dbname"):
             src["database"] = extra["dbname"]
         tables = _as_list(extra.get("tables"))
@@ -348,7 +351,9 @@ class DBLogHook(BaseHook):
                 )
         state: dict[str, Any] = {k: extra[k] for k in STATE_AUTH_EXTRAS if extra.get(k) not in (None, "")}
         if extra.get("session_timeout") not in (None, ""):
-            state["session_timeout"] = float(extra["session_timeout"])
+            state["session_timeout"] = number_option(
+                str(extra["session_timeout"]), f"the session_timeout of connection {self.state_conn_id}", SECONDS
+            )
         if extra.get("url"):
             return {**state, "url": extra["url"]}
         host = (conn.host or "").strip()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ..core.errors import ConfigurationError
+from ..core.errors import ConfigurationError, has_userinfo, without_userinfo
 
 __all__ = ["make_output", "DeltaChangelogOutput", "JsonLinesOutput", "CallableOutput", "KafkaOutput"]
 
@@ -38,6 +38,7 @@ def make_output(url: str, storage_options: Optional[dict] = None):
     url = (url or "").strip()
     if not url:
         raise ConfigurationError("no output URL was given.", _ACCEPTED)
+    refuse_credentials(url)
     if url.startswith("python:"):
         from .callable import CallableOutput
 
@@ -45,13 +46,13 @@ def make_output(url: str, storage_options: Optional[dict] = None):
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*)://(.*)$", url)
     if m is None:
         if re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*:", url) and not re.match(r"^[A-Za-z]:[\\/]", url):
-            raise ConfigurationError(f"unknown output URL {url!r}.", _ACCEPTED)
+            raise ConfigurationError(f"unknown output URL {without_userinfo(url)!r}.", _ACCEPTED)
         from .delta import DeltaChangelogOutput
 
         return DeltaChangelogOutput(url, storage_options)  # a bare path
     scheme, rest = m.group(1).lower(), m.group(2)
     if not rest:
-        raise ConfigurationError(f"the output URL {url!r} names no location.", _ACCEPTED)
+        raise ConfigurationError(f"the output URL {without_userinfo(url)!r} names no location.", _ACCEPTED)
     if scheme == "delta":
         from .delta import DeltaChangelogOutput
 
@@ -68,7 +69,21 @@ def make_output(url: str, storage_options: Optional[dict] = None):
         from .delta import DeltaChangelogOutput
 
         return DeltaChangelogOutput(url, storage_options)
-    raise ConfigurationError(f"unknown output URL scheme {scheme!r} in {url!r}.", _ACCEPTED)
+    raise ConfigurationError(f"unknown output URL scheme {scheme!r} in {without_userinfo(url)!r}.", _ACCEPTED)
+
+
+def refuse_credentials(url: str) -> None:
+    """ConfigurationError, without repeating them, if ``url`` carries ``user:password@``.
+    Whatever the scheme (a mistyped one too): such a URL is never taken for a local path,
+    which would make the password a directory name and put it into the Delta log."""
+    if has_userinfo(url):
+        raise ConfigurationError(
+            f"the output URL {without_userinfo(url)!r} carries credentials (user:password@ before the host); "
+            "a URL is shown in process lists, logs and Airflow's UI.",
+            "remove them from the URL: Kafka client settings (SASL) go into the JSON object in "
+            "$DBLOG_KAFKA_CONFIG (docs/kafka.md), an object store's keys into its usual environment "
+            "variables or storage options.",
+        )
 
 
 def __getattr__(name: str):

@@ -7,11 +7,15 @@ row images the same way: compact JSON, UTF-8 kept as is.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
-from typing import Any, Iterable, Optional, Sequence
+import errno
+import os
+import re
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..core.batch import spans_of
-from ..core.errors import StaleEpochError
+from ..core.errors import OutputStorageError, StaleEpochError
 from ..core.events import ChangeEvent, Op, Origin, Position
 from ..core.row_text import dumps  # noqa: F401 - the outputs' encoding, defined in core
 
@@ -181,3 +185,42 @@ class Bookkeeping:
 
     def source_ids(self, events: Sequence[ChangeEvent]) -> list[str]:
         return list(spans_of(events))
+
+
+# The storage refusing writes: the operator must act (retrying cannot help for long).
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how delta-rs (Rust's io::Error) reports an errno
+
+
+def storage_error(exc: BaseException, location: str) -> Optional[OutputStorageError]:
+    """The OutputStorageError (cause and fix) for a write the storage at ``location``
+    refused because it is full or not writable; None for any other failure."""
+    code = exc.errno if isinstance(exc, OSError) and exc.errno else None
+    if code is None:
+        found = _OS_ERROR.search(str(exc))
+        code = int(found.group(1)) if found else None
+    if code in _FULL:
+        problem, fix = "is full", f"free space (or raise the quota or file size limit) at {location}"
+    elif code in _NOT_WRITABLE:
+        problem = "is not writable"
+        fix = f"make {location} writable by this user (permissions, a read-only mount, an immutable attribute)"
+    else:
+        return None
+    return OutputStorageError(
+        f"the changelog's storage at {location} {problem} ({os.strerror(code)}). Nothing was lost: "
+        "the checkpoint stays before the batch that failed.",
+        f"{fix}, then start the capture again; it resumes from its checkpoint.",
+    )
+
+
+@contextlib.contextmanager
+def storage_errors(location: str) -> Iterator[None]:
+    """Turn the storage's refusal of a write (full, read-only) into an OutputStorageError."""
+    try:
+        yield
+    except Exception as exc:
+        failed = storage_error(exc, location)
+        if failed is None:
+            raise
+        raise failed from exc

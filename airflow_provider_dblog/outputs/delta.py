@@ -38,6 +38,7 @@ from ._common import (
     dumps_row,
     event_from_fields,
     now_micros,
+    storage_errors,
 )
 
 SEEN_VERSION_KEY = "dblog.seen_version"
@@ -101,6 +102,9 @@ class DeltaChangelogOutput:
 
     def __init__(self, root: str, storage_options: Optional[dict] = None):
         root = str(root)
+        from . import refuse_credentials
+
+        refuse_credentials(root)  # would reach the table's location in its commit info
         # Local paths are made absolute so the table location does not depend on the cwd.
         if "://" not in root:
             root = os.path.abspath(root)
@@ -219,7 +223,8 @@ class DeltaChangelogOutput:
             ],
             schema=SCHEMAS_SCHEMA,
         )
-        _deltalake().write_deltalake(self._schemas, row, mode="append")
+        with storage_errors(self.root):
+            _deltalake().write_deltalake(self._schemas, row, mode="append")
         self._schema_ids.add(sid)
 
     def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
@@ -241,12 +246,13 @@ class DeltaChangelogOutput:
         # our epoch check (a paused, deposed leader would otherwise commit after the new
         # leader): fail instead; the writer's retry re-reads the log and meets the new epoch.
         retries = 0 if epoch is not None else None
-        dl.write_deltalake(
-            self._changelog,
-            changelog_batch(fresh, epoch),
-            mode="append",
-            commit_properties=dl.CommitProperties(custom_metadata=meta, max_commit_retries=retries),
-        )
+        with storage_errors(self.root):
+            dl.write_deltalake(
+                self._changelog,
+                changelog_batch(fresh, epoch),
+                mode="append",
+                commit_properties=dl.CommitProperties(custom_metadata=meta, max_commit_retries=retries),
+            )
         self._book.adopt(nxt)
         # Our commit is the only new one unless another writer slipped in; then the next
         # _catch_up reads the gap (ours included, folding it again is harmless).

@@ -29,6 +29,7 @@ from ._common import (
     iso_to_micros,
     micros_to_iso,
     now_micros,
+    storage_errors,
 )
 
 log = logging.getLogger(__name__)
@@ -134,18 +135,19 @@ class JsonLinesOutput:
         fd = self._fds[path]
         data = "".join(lines).encode("utf-8")
         size = os.fstat(fd).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        except BaseException:
-            # Best effort: do not leave a torn line that the next append would bury.
+        with storage_errors(self.directory):
             try:
-                os.ftruncate(fd, size)
-            except OSError:
-                pass
-            raise
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except BaseException:
+                # Best effort: do not leave a torn line that the next append would bury.
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass
+                raise
 
     def register_schema(self, schema: TableSchema) -> None:
         sid = schema.schema_id()

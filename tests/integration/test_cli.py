@@ -134,3 +134,31 @@ def test_secrets_never_reach_argv_or_output(setup, tmp_path):
         else:
             admin.cursor().execute(f"DROP USER IF EXISTS '{user}'@'%'")
         admin.close()
+
+
+def test_a_changelog_storage_refusing_writes_stops_the_capture_with_cause_and_fix(setup, tmp_path):
+    """The output's directory refusing writes while capturing (chattr +i: it holds for root
+    too, unlike a read-only mode) ends the capture with `dblog: error:`, exit code 2, the
+    path and the fix; not with the writer's traceback."""
+    import random
+    import shutil
+    import subprocess
+
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed")
+    db, config, _ = setup
+    db.seed(random.Random(7), 20)
+    dblog(config, "capture", "--max-seconds", "3")  # creates the lake
+    changelog = tmp_path / "lake" / "changelog"
+    dblog(config, "dump", "--all")
+    locked = [changelog, changelog / "_delta_log"]
+    for path in locked:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        p = dblog(config, "capture", "--max-seconds", "120", check=False)
+    finally:
+        for path in locked:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    assert p.returncode == 2, p.stderr
+    assert f"dblog: error: the changelog's storage at {tmp_path / 'lake'} is not writable" in p.stderr, p.stderr
+    assert "Fix: make" in p.stderr and "Traceback" not in p.stderr

@@ -50,7 +50,7 @@ def test_mysql_connection_extras_become_the_source_config(monkeypatch):
         "port": 3307,
         "user": "dblog",
         "database": "shop",
-        "server_id": "4711",
+        "server_id": 4711,
         "watermark_schema": "wm",
         "tables": ["shop.orders", "shop.items"],
         "key_columns": {"shop.items": ["sku"]},

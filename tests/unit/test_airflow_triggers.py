@@ -115,6 +115,7 @@ def test_session_end_config_without_password_and_password_in_env(monkeypatch, tm
     assert SECRET not in argv and "--max-seconds 5.0" in argv
     # the file the child read is a config the real loader accepts, and it is gone now
     cfg = load_config(str(tmp_path / "seen.toml"))
+    monkeypatch.setenv("DBLOG_SOURCE_PASSWORD", SECRET)  # as the child has it (password_env must be set)
     assert make_source(cfg["source"]).source_id == "src"
     config_path = argv.split()[3]
     assert not os.path.exists(config_path)

@@ -181,7 +181,7 @@ def test_the_capture_triggers_generated_config_loads(tmp_path):
             "port": 3307,
             "user": "dblog",
             "database": "shop",
-            "server_id": "4711",
+            "server_id": 4711,
             "watermark_schema": "wm",
             "slot_name": None,
             "tables": ["shop.orders", "shop.items"],
@@ -196,3 +196,98 @@ def test_the_capture_triggers_generated_config_loads(tmp_path):
     finally:
         os.unlink(path)
     assert loaded["source"]["tables"] == ["shop.orders", "shop.items"] and "slot_name" not in loaded["source"]
+
+
+SECRET = "s3cr3t-Pa55"
+
+
+@pytest.mark.parametrize(
+    "text,needles",
+    [
+        ('[source]\nport = "58432x"\n', ["[source] port must be an integer from 1 to 65535, not '58432x' (a string)"]),
+        ("[source]\nport = 5432.9\n", ["port must be an integer", "5432.9 (a number)"]),
+        ("[source]\nport = 0\n", ["port must be an integer from 1 to 65535, not 0"]),
+        ("[source]\nport = true\n", ["port must be an integer", "True (a boolean)"]),
+        ("[source]\ntables = [42]\n", ['tables must be a non-empty list of "schema.table" names, not [42]']),
+        (
+            '[source]\ntables = "db.t"\n',
+            ["tables must be a non-empty list", "'db.t' (a string)", 'tables = ["public.orders"]'],
+        ),
+        ("[source]\ntables = []\n", ["tables must be a non-empty list", "leave tables out to capture every table"]),
+        ('[source]\nkey_columns = ["a"]\n', ["key_columns must be a table of", "['a'] (a list)"]),
+        ('[source]\nkey_columns = { "a.b" = "c" }\n', ["key_columns must be a table of"]),
+        ("[source]\npassword_env = 42\n", ["password_env must be the name of an environment variable, not 42"]),
+        ('[source]\nserver_id = "4242"\n', ["server_id must be an integer from 1 to 4294967295"]),
+        ('[source]\nuse_gtid = "yes"\n', ["use_gtid must be true or false", "a TOML boolean"]),
+        ('[source]\ntype = "oracle"\n', ["type must be one of 'postgres'"]),
+        ('[source]\nplugin = "decoderbufs"\n', ["plugin must be one of 'pgoutput', 'wal2json'"]),
+        ('[source]\nsslmode = "on"\n', ["sslmode must be one of 'disable'"]),
+        ("[state]\npath = 5\n", ["[state] path must be a non-empty string (a file path), not 5"]),
+        ("[state]\nsession_timeout = -5\n", ["session_timeout must be a number of seconds above 0, not -5"]),
+        ("[state]\nsession_timeout = nan\n", ["session_timeout must be a number of seconds above 0"]),
+        ('[state]\nchroot = "dblog"\n', ['chroot must be a ZooKeeper path starting with "/"']),
+        ("[output]\nurl = 42\n", ["[output] url must be a non-empty string", "42 (an integer)"]),
+    ],
+)
+def test_values_of_the_wrong_type_or_range_are_refused_naming_key_type_and_value(tmp_path, text, needles):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path)
+    for needle in needles + [path, "Fix: write e.g."]:
+        assert needle in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(
+    "section,key,value",
+    [
+        ("source", "host", f"dblog:{SECRET}@127.0.0.1"),
+        ("source", "host", "dblog@127.0.0.1"),
+        ("state", "url", f"zk://u:{SECRET}@z:2181/dblog"),
+        ("state", "zookeeper", f"u:{SECRET}@z:2181"),
+        ("output", "url", f"kafka://u:{SECRET}@broker:9092"),
+        ("output", "url", f"delta://u:{SECRET}@host/lake"),
+    ],
+)
+def test_a_host_or_url_with_credentials_is_refused_without_repeating_them(tmp_path, section, key, value):
+    path = write(tmp_path, f'[{section}]\n{key} = "{value}"\n')
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path)
+    assert f"[{section}] {key} carries credentials" in str(info.value)
+    assert SECRET not in str(info.value) and value not in str(info.value)
+
+
+def test_the_builders_check_types_too():
+    """The Airflow hook's and programs' dicts get the same checks as a file."""
+    with pytest.raises(ConfigurationError, match="port must be an integer"):
+        make_source({"type": "postgres", "id": "s", "port": "5432x"}, password="p")
+    with pytest.raises(ConfigurationError, match="session_timeout must be a number of seconds above 0"):
+        make_state({"url": "zk://z:2181/d", "session_timeout": -5})
+    with pytest.raises(ConfigurationError, match="url must be a non-empty string"):
+        make_output({"url": 42})
+
+
+@pytest.mark.parametrize(
+    "url", ["zk:/127.0.0.1:2181/dblog", "zookeeper:127.0.0.1", "zk:127.0.0.1:2181", "etcd://e:2379/x"]
+)
+def test_a_mistyped_state_url_is_refused_not_taken_for_a_file(tmp_path, monkeypatch, url):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match="unknown state store URL"):
+        make_state({"url": url})
+    assert list(tmp_path.iterdir()) == []  # no SQLite file created under that name
+
+
+def test_a_state_url_session_timeout_is_range_checked():
+    with pytest.raises(ConfigurationError, match="session_timeout must be a number of seconds above 0, not '-5'"):
+        make_state({"url": "zk://z:2181/d?session_timeout=-5"})
+
+
+def test_an_unset_password_env_variable_is_named(monkeypatch):
+    from airflow_provider_dblog.config import read_password
+
+    monkeypatch.delenv("SHOP_DB_PASSWORD", raising=False)
+    with pytest.raises(ConfigurationError) as info:
+        read_password({"password_env": "SHOP_DB_PASSWORD"})
+    assert "environment variable SHOP_DB_PASSWORD, which is not set" in info.value.cause
+    assert "export SHOP_DB_PASSWORD" in info.value.fix
+    monkeypatch.setenv("SHOP_DB_PASSWORD", "")  # set and empty: no password (trust, peer)
+    assert read_password({"password_env": "SHOP_DB_PASSWORD"}) == ""

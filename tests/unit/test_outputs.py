@@ -552,3 +552,73 @@ def test_delta_refuses_a_foreign_table(tmp_path):
 def test_delta_scan_of_a_missing_output_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigurationError, match="no DBLog output"):
         list(make_delta(tmp_path).scan("pg1", "public.t"))
+
+
+@pytest.fixture
+def immutable():
+    """Make a directory refuse writes, root included (chattr +i: the capture's tests run as
+    root, for whom a read-only mode changes nothing)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed")
+    made: list[str] = []
+
+    def make(path):
+        subprocess.run(["chattr", "+i", str(path)], check=True, capture_output=True)
+        made.append(str(path))
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", path], check=True)
+
+
+@pytest.mark.parametrize("part", ["", "_delta_log"])
+def test_delta_storage_refusing_writes_is_a_dblog_error_naming_it(tmp_path, immutable, part):
+    from airflow_provider_dblog.core.errors import OutputStorageError
+
+    out = make_delta(tmp_path)
+    out.open()
+    out.write([ev(1)], epoch=1)
+    immutable(os.path.join(out.changelog_uri, part))
+    with pytest.raises(OutputStorageError) as info:
+        out.write([ev(2)], epoch=1)
+    assert f"storage at {out.root} is not writable (Operation not permitted)" in info.value.cause
+    assert f"make {out.root} writable" in info.value.fix
+    assert out.last_position("pg1") == pos(1)  # nothing taken for written
+
+
+@pytest.mark.parametrize(
+    "code,needle",
+    [(28, "is full (No space left on device)"), (30, "is not writable (Read-only file system)"), (2, None)],
+)
+def test_storage_errors_are_told_by_errno_or_delta_rs_os_error(code, needle):
+    from airflow_provider_dblog.outputs._common import storage_error
+
+    for exc in (OSError(code, os.strerror(code)), Exception(f"Generic LocalFileSystem error: x (os error {code})")):
+        found = storage_error(exc, "/lake")
+        if needle is None:
+            assert found is None  # not the storage refusing writes: raised as it is
+        else:
+            assert found is not None and f"the changelog's storage at /lake {needle}." in found.cause
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "kafka://user:s3cr3t@broker:9092",
+        "s3x://KEY:s3cr3t@bucket/x",
+        "delta://user:s3cr3t@host/lake",
+        "s3://KEY:s3cr3t@bucket/lake",
+        "user:s3cr3t@host/lake",
+    ],
+)
+def test_an_output_url_with_credentials_is_refused_without_repeating_them(tmp_path, monkeypatch, url):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError) as info:
+        make_output(url)
+    assert "carries credentials" in str(info.value) and "s3cr3t" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []  # no directory named after the password
+    with pytest.raises(ConfigurationError, match="carries credentials"):
+        DeltaChangelogOutput(url)
