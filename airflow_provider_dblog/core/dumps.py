@@ -51,6 +51,9 @@ class DumpSpec:
     # Requested by the capture to repair its changelog (a schema change's re-dump): scheduled
     # with the key-list dumps, before table dumps (core/scheduler.py).
     repair: bool = False
+    # Requested by the capture for keys whose rows the log did not carry (unchanged TOAST
+    # values, core/toast.py): such dumps not started yet are merged into one at a start.
+    toast_repair: bool = False
 
     @classmethod
     def new(
@@ -60,6 +63,7 @@ class DumpSpec:
         keys: Optional[Sequence[Key]] = None,
         where: Optional[str] = None,
         repair: bool = False,
+        toast_repair: bool = False,
     ) -> "DumpSpec":
         check_key_request(tables, keys)
         check_where_request(tables, keys, where)
@@ -71,6 +75,7 @@ class DumpSpec:
             created_at=time.time(),
             where=check_predicate(where) if where is not None else None,
             repair=repair,
+            toast_repair=toast_repair,
         )
 
     def to_json(self) -> str:
@@ -88,6 +93,7 @@ class DumpSpec:
             created_at=d.get("created_at", 0.0),
             where=d.get("where"),
             repair=d.get("repair", False),
+            toast_repair=d.get("toast_repair", False),
         )
 
 

@@ -42,6 +42,7 @@ from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavaila
 from .events import (
     SUB_WIDTH,
     ChangeEvent,
+    Key,
     Op,
     Origin,
     Position,
@@ -56,7 +57,7 @@ from .key_types import orders_like_python
 from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .pacing import PaceSignals
 from .parallel import combine, split_points
-from .protocols import ChunkResult, LeaderLease, Output, Source, StateStore
+from .protocols import ChunkResult, FullRowIndex, LeaderLease, Output, Source, StateStore
 from .requests import status_key
 from .row_text import encode_rows
 from .scheduler import ChunkPlan, DumpScheduler
@@ -304,6 +305,7 @@ class Engine:
         self._skip_until = max(known) if known else None
         for table in self.source.tables():
             self._schema(table, writer)
+        self._merge_toast_repairs()
         writer.start()
         try:
             self._start_log(
@@ -545,8 +547,8 @@ class Engine:
         before those changes are durable reads them again."""
         skip = self._skip_until
         raw = [(t, key, pos) for t, key, pos in self.source.take_unchanged_toast() if skip is None or pos > skip]
-        if raw:
-            self.toast_known.tables.update(t for t, _, _ in raw)
+        for table in {t for t, _, _ in raw} - self.toast_known.tables:
+            self._seed_toast_known(table)
         if not self.toast_known.tables:
             return
         hits = self.toast_known.walk(out, {pos: (t, key) for t, key, pos in raw})
@@ -561,6 +563,34 @@ class Engine:
                     (spec.tables or ("?",))[0],
                 )
             self.scheduler.wake()
+
+    def _seed_toast_known(self, table: str) -> None:
+        """The first placeholder of ``table`` in this process: learn from the output which
+        of its keys have a full row in the changelog already (one read of its events' keys),
+        so that a restart or failover does not repair every key an update touches again."""
+        keys: list[Key] = []
+        if isinstance(self.output, FullRowIndex):  # the Delta output (protocols.py)
+            keys = self.output.full_row_keys(self.source_id, table)
+            log.info(
+                "capture of %s: %d key(s) of %s have a full row in the changelog", self.source_id, len(keys), table
+            )
+        self.toast_known.seed(table, keys)
+
+    def _merge_toast_repairs(self) -> None:
+        """At a start: the TOAST repair dumps an earlier process queued and did not begin
+        become one per table, less the keys whose full row the changelog holds by now."""
+        pending = [d for d in self.state.list_dumps(self.source_id) if d.spec.toast_repair and not d.status.finished]
+        tables = {d.spec.tables[0] for d in pending if d.spec.tables}
+        for table in sorted(tables - self.toast_known.tables):
+            self._seed_toast_known(table)
+        for spec in self.toast_repairs.merge_pending(pending, lambda t, k: (t, k) in self.toast_known):
+            log.info(
+                "capture of %s: dump %s repairs the %d key(s) of %s that the pending repair dumps list and the changelog lacks",
+                self.source_id,
+                spec.dump_id,
+                len(spec.keys or ()),
+                (spec.tables or ("?",))[0],
+            )
 
     def _split(self, ev: ChangeEvent) -> list[ChangeEvent]:
         """A primary-key update is a delete of the old key and an upsert of the new one. (A

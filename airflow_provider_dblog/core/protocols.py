@@ -179,6 +179,16 @@ class ReadableOutput(Output, Protocol):
         """Every stored event of one table, in any order (used by ``dblog verify``)."""
 
 
+@runtime_checkable
+class FullRowIndex(Protocol):
+    """An output that can say which keys of a table it holds a full row of (core/toast.py):
+    the capture then repairs only the unchanged-TOAST placeholders nothing fills."""
+
+    def full_row_keys(self, source_id: str, table: str) -> list[Key]:
+        """Keys whose newest insert or dump row is newer than their last delete and the
+        table's last TRUNCATE."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Fence:
     """Proof that the writer holds a source's leader lease at ``epoch`` (invariant 7), in the

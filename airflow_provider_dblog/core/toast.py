@@ -23,7 +23,7 @@ import collections
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .batch import LogRows
-from .dumps import DumpControl, DumpSpec
+from .dumps import Dump, DumpControl, DumpSpec, DumpStatus
 from .events import ChangeEvent, Key, Op, Position, Row
 from .protocols import StateStore
 from .row_text import as_row
@@ -160,12 +160,42 @@ class ToastRepairs:
             if waiting is not None and len(waiting[1]) + len(new) <= self.max_keys:
                 old = waiting[0]
                 new = list(old.keys or ()) + new
-            spec = DumpSpec.new(self.source_id, [table], new)
+            spec = DumpSpec.new(self.source_id, [table], new, toast_repair=True)
             self.state.add_dump(spec, DumpControl(chunk_size=self.chunk_size))
             if old is not None:
                 self._superseded(old.dump_id, spec.dump_id)
             self._waiting[table] = (spec, set(new))
             specs.append(spec)
+        return specs
+
+    def merge_pending(self, dumps: Sequence[Dump], known: Callable[[str, Key], bool]) -> list[DumpSpec]:
+        """At a start: the repair dumps an earlier process queued and never began (a crash
+        leaves every superseded one pending too) become one dump per table listing their
+        keys once, less the keys ``known`` to have a full row in the changelog by now (the
+        replay fills those); the merged ones end with it. Returns the dumps recorded."""
+        by_table: dict[str, list[Dump]] = {}
+        for d in dumps:
+            if d.spec.toast_repair and d.status is DumpStatus.PENDING and not d.progress and d.spec.tables:
+                by_table.setdefault(d.spec.tables[0], []).append(d)
+        specs = []
+        for table, waiting in sorted(by_table.items()):
+            keys = {k: None for d in waiting for k in d.spec.keys or () if not known(table, k)}
+            if not keys:
+                for d in waiting:  # every key has its full row: nothing left to read
+                    self.state.set_status(d.dump_id, DumpStatus.DONE)
+                continue
+            if len(waiting) == 1 and len(keys) == len(waiting[0].spec.keys or ()):
+                self._waiting[table] = (waiting[0].spec, set(keys))
+                continue
+            listed = list(keys)
+            for i in range(0, len(listed), self.max_keys):
+                part = listed[i : i + self.max_keys]
+                spec = DumpSpec.new(self.source_id, [table], part, toast_repair=True)
+                self.state.add_dump(spec, DumpControl(chunk_size=self.chunk_size))
+                specs.append(spec)
+                self._waiting[table] = (spec, set(part))
+            for d in waiting:  # done when the last of the new ones is: a crash merges again
+                self._superseded(d.dump_id, specs[-1].dump_id)
         return specs
 
     def started(self, dump_id: str) -> None:
@@ -194,6 +224,16 @@ class ToastKnown:
 
     def __contains__(self, table_key: tuple[str, Key]) -> bool:
         return table_key in self._keys
+
+    def seed(self, table: str, keys: Iterable[Key]) -> None:
+        """Keys of ``table`` whose full row the changelog holds already (read from the
+        output at the first placeholder of the table in this process): after a restart or
+        a failover their placeholders are filled by the replay, not repaired by a dump."""
+        self.tables.add(table)
+        for k in keys:
+            self._keys[(table, tuple(k))] = None
+        while len(self._keys) > self._limit:
+            self._keys.popitem(last=False)
 
     def walk(self, items: Sequence[Any], placeholders: dict[Position, tuple[str, Key]]) -> list[tuple[str, Key]]:
         """Go through what goes to the writer, in order: full rows become known, deletes and

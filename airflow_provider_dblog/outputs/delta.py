@@ -283,6 +283,35 @@ class DeltaChangelogOutput:
         for batch in dataset.to_batches(filter=flt):
             yield from events_from_batch(batch)
 
+    def full_row_keys(self, source_id: str, table: str) -> list[tuple]:
+        """The keys of ``table`` whose newest row event with every value in it — an insert
+        (a log ``c`` at sub 0: the create half of a split key update is at sub 1 and may hold
+        a TOAST placeholder) or a dump row (``r``) — is newer than their last delete and the
+        table's last TRUNCATE: a placeholder of such a key is filled by the replay
+        (core/toast.py). Reads three columns of the table's events, not their row images."""
+        dataset = self._read_table(self.changelog_uri).to_pyarrow_dataset()
+        flt = (pds.field("source_id") == source_id) & (pds.field("table") == table)
+        events = dataset.to_table(
+            columns=["op", "key", "position"], filter=flt & pds.field("op").isin(["c", "r", "d", "t"])
+        )
+        op, position = events.column("op"), events.column("position")
+        truncated = pc.max(events.filter(pc.equal(op, "t")).column("position")).as_py()
+        if truncated is not None:
+            events = events.filter(pc.greater(position, truncated))
+            op, position = events.column("op"), events.column("position")
+        whole = pc.or_(pc.equal(op, "r"), pc.and_(pc.equal(op, "c"), pc.ends_with(position, _NO_SUB.as_py())))
+        rows = events.filter(whole).group_by("key").aggregate([("position", "max")])
+        gone = events.filter(pc.equal(op, "d")).group_by("key").aggregate([("position", "max")])
+        gone = pa.table({"key": gone.column("key"), "deleted_at": gone.column("position_max")})
+        joined = rows.join(gone, "key", join_type="left outer")
+        kept = joined.filter(
+            pc.or_kleene(
+                pc.is_null(joined.column("deleted_at")),
+                pc.greater(joined.column("position_max"), joined.column("deleted_at")),
+            )
+        )
+        return [tuple(orjson.loads(k)) for k in kept.column("key").to_pylist()]
+
     def read_schemas(self) -> dict[str, TableSchema]:
         tbl = self._read_table(self.schemas_uri).to_pyarrow_dataset().to_table(columns=["schema_id", "schema_json"])
         ids, texts = tbl.column("schema_id").to_pylist(), tbl.column("schema_json").to_pylist()

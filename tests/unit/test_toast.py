@@ -231,3 +231,80 @@ def test_a_superseded_dump_is_skipped_and_done_with_the_dump_that_covers_it(tmp_
     plan = sched.next_chunk()
     assert plan is not None and plan.dump_id == d.dump_id
     state.close()
+
+
+def test_the_changelog_knows_which_keys_have_a_full_row(tmp_path):
+    """Delta's ``full_row_keys``: a key whose newest insert or dump row is newer than its last
+    delete and the table's last TRUNCATE; not the create half of a split key update (it may
+    hold a placeholder), nor an update."""
+    from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput
+
+    out = DeltaChangelogOutput(str(tmp_path / "lake"))
+    out.open()
+    out.register_schema(SCHEMA)
+    split = dataclasses.replace(ev(8, Op.CREATE, 2, {"id": 2, "big": U}), position=Position(f"{8:012d}", 1))
+    out.write(
+        [
+            ev(1, Op.CREATE, 4, {"id": 4}),  # before the TRUNCATE: gone
+            ev(2, Op.TRUNCATE, 0),
+            ev(3, Op.CREATE, 1, {"id": 1}),
+            ev(4, Op.UPDATE, 1, {"id": 1, "big": U}),
+            ev(5, Op.READ, 3, {"id": 3}, Origin.DUMP),
+            ev(6, Op.DELETE, 3),
+            ev(7, Op.DELETE, 6),
+            split,
+            ev(9, Op.READ, 6, {"id": 6}, Origin.DUMP),
+            ev(10, Op.UPDATE, 7, {"id": 7}),
+        ]
+    )
+    assert sorted(out.full_row_keys(SOURCE_ID, T)) == [(1,), (6,)]
+    assert out.full_row_keys(SOURCE_ID, "app.other") == []
+    out.close()
+
+
+def test_a_restart_repairs_only_keys_the_changelog_lacks_and_merges_pending_repairs(tmp_path):
+    """Issue 39 part 2: after a restart every key is unknown to the process. A placeholder of a
+    key whose full row the changelog holds is filled by the replay (the capture reads which
+    keys those are from the output), and the repair dumps a killed capture left pending (a
+    chain of ever longer lists: each superseded one stays pending until its successor is
+    done) are performed once, as one dump of the keys still lacking a row."""
+    from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec
+    from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput
+
+    db = MemoryDatabase([SCHEMA])
+    for i in range(1, 6):
+        db.upsert(T, {"id": i, "n": 0, "big": f"never captured {i}"})
+    state = LocalStateStore(str(tmp_path / "state.db"))
+    lake = str(tmp_path / "lake")
+    source = ToastSource(db)
+    run = Running(source, DeltaChangelogOutput(lake), state, reset_position=True)
+    try:
+        wait_until(lambda: source._cursor is not None, what="the engine to start reading the log")
+        for i in range(6, 31):
+            db.upsert(T, {"id": i, "n": 0, "big": f"captured {i}"})
+        wait_until(lambda: state.get_checkpoint(SOURCE_ID) == db.log[-1].position, what="the inserts")
+    finally:
+        run.stop()
+    # What a killed capture leaves: a chain of waiting repair dumps, none begun
+    chain = [[(1,), (2,)], [(1,), (2,), (6,), (7,)], [(1,), (2,), (6,), (7,), (3,), (8,)]]
+    for keys in chain:
+        state.add_dump(DumpSpec.new(SOURCE_ID, [T], keys, toast_repair=True), DumpControl(chunk_size=1000))
+    out = DeltaChangelogOutput(lake)
+    run = Running(source, out, state)
+    try:
+        for i in range(6, 31):  # every captured key updated: all filled from their inserts
+            toast_update(db, i, 1)
+        toast_update(db, 4, 1)  # never captured: repaired
+        wait_until(lambda: len(state.list_dumps(SOURCE_ID)) >= 5, what="the merged and the new repair dump")
+        wait_until(lambda: all(d.status is DumpStatus.DONE for d in state.list_dumps(SOURCE_ID)), what="the repairs")
+        wait_until(lambda: db.log[-1].position <= (out.last_position(SOURCE_ID) or db.log[0].position), what="the log")
+    finally:
+        run.stop()
+    performed = [d for d in state.list_dumps(SOURCE_ID) if d.progress]
+    read = sorted(k for d in performed for k in d.spec.keys or ())
+    assert read == [(1,), (2,), (3,), (4,)], read  # each lacking key once; 6, 7, 8 had their inserts
+    check = DeltaChangelogOutput(lake)
+    check.open()
+    rows = replay(check.scan(SOURCE_ID, T))
+    assert rows == {k: r for k, r in db.snapshot(T).items() if k != (5,)}
+    state.close()
