@@ -11,10 +11,9 @@ produce it from what they have:
 * DATE, DATETIME, TIMESTAMP: ISO text with the fraction always written (``DATE_FORMAT``;
   the session runs in UTC); a zero date counts as NULL, as its canonical value is None;
 * TIME: the server's text, whose fraction has the column's digits;
-* DOUBLE: the server's text of a double (``double_text`` writes it the same way from the
-  value's shortest digits);
-* FLOAT: canonical values keep 7 significant digits, so SQL rounds the stored value to 7
-  digits with ``ROUND`` and Python rebuilds that same double from the 7 digits;
+* DOUBLE and FLOAT: the server's text of a double (``double_text`` writes it the same way
+  from the value's shortest digits); a FLOAT is widened to the double of its exact value
+  first, which is its canonical value;
 * JSON: MariaDB keeps the text it was given, rendered compact (``JSON_COMPACT``); Python
   dumps the parsed value compact. A document written with ``\\u`` escapes or numbers such as
   ``1.50`` or ``1E2`` renders differently; on MySQL the server's normalised text is used
@@ -62,8 +61,7 @@ def column_sql(column: Column, mariadb: bool = True) -> str:
     if kind == "timestamp":
         return f"DATE_FORMAT({col}, '%%Y-%%m-%%dT%%H:%%i:%%s.%%f+00:00')"
     if kind == "float":
-        x = f"CAST({col} AS DOUBLE)"
-        return f"IF({col} = 0, '0', CAST(ROUND({x}, 6 - FLOOR(LOG10(ABS({x})))) AS CHAR))"
+        return f"CAST(CAST({col} AS DOUBLE) AS CHAR)"
     if kind == "json":
         return f"JSON_COMPACT({col})" if mariadb else f"CAST({col} AS CHAR)"
     return f"CAST({col} AS CHAR)"
@@ -123,20 +121,6 @@ def double_text(x: float) -> str:
     return ("-" if sign else "") + text
 
 
-def _float7(x: Any) -> str:
-    """The double ``ROUND(x, 6 - FLOOR(LOG10(ABS(x))))`` gives for the stored FLOAT, from its
-    7-digit canonical value: the server computes rint(x * 10^k) / 10^k (or rint(x / 10^-k) *
-    10^-k), whose integer is the canonical value's 7 digits. A mirror's FLOAT holds the
-    single-precision value itself: rounded to 7 digits first, as the canonical value is."""
-    v = float(f"{float(x):.7g}")
-    if v == 0:
-        return "0"
-    d = decimal.Decimal(repr(v))
-    k = 6 - d.adjusted()
-    digits = int(d.scaleb(k))
-    return double_text(digits / float(f"1e{k}") if k >= 0 else digits * float(f"1e{-k}"))
-
-
 def _stamp(suffix: str) -> Callable[[Any], str]:
     def render(v: Any) -> str:
         text = str(v)
@@ -186,10 +170,8 @@ def column_renderer(column: Column, mariadb: bool = True) -> Callable[[Any], str
         return _stamp("+00:00")
     if kind == "time":
         return _time(_fsp(column.type))
-    if kind == "double":
+    if kind in ("double", "float"):
         return lambda v: double_text(float(v))
-    if kind == "float":
-        return _float7
     if kind == "json":
         return _json_mariadb if mariadb else _json_mysql
     return str

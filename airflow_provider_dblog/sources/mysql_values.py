@@ -14,7 +14,10 @@ Documented choices:
   * zero dates ('0000-00-00', '0000-00-00 00:00:00', a zero TIMESTAMP) become None on both
     paths, because neither a Python date nor ISO-8601 can express them.
   * DECIMAL is the plain decimal text with the column's scale ("12.30", never "1.23E+1").
-  * FLOAT (single precision) is normalised to 7 significant digits on both paths.
+  * FLOAT (single precision) is the exact value of its 4 stored bytes as a double
+    (290509.125, 0.10000000149011612): any JSON reader gets the stored value back, into a
+    float32 or a float64. Both paths carry those bytes exactly (the binlog as they are, the
+    chunk SELECT through ``select_expression``); nothing rounds them to display digits.
   * ENUM is its label, SET the comma-joined members in declaration order (as SELECT shows).
   * MariaDB's UUID and INET6 types become their usual text forms.
 """
@@ -140,10 +143,8 @@ def _common(kind: str, value: Any) -> Any:
         return int(value)
     if kind == "decimal":
         return format(decimal.Decimal(value), "f")
-    if kind == "double":
-        return float(value)
-    if kind == "float":
-        return float(f"{float(value):.7g}")
+    if kind in ("double", "float"):
+        return float(value)  # a float32 widens to the double of the same value, exactly
     if kind in ("text", "enum"):
         return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
     if kind == "date":

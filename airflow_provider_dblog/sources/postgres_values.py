@@ -17,6 +17,10 @@ padding, ``inet::text`` adds '/32').
 Documented choices:
   * numeric keeps PostgreSQL's exact text ("12.30", "NaN").
   * float NaN/Infinity/-Infinity become those strings (JSON has no such numbers).
+  * real (float4) is the exact value of the stored float32 as a double (290509.125, not the
+    printed 290509.12, which is another double): PostgreSQL prints the shortest digits that
+    read back as the float32, so the text is rounded to float32 exactly (``_real``) and
+    widened; double precision is printed exactly already.
     wal2json prints them as JSON null, so with wal2json such values arrive as None.
   * timestamps get six fraction digits when they have a fraction, like datetime.isoformat();
     'infinity' and BC values are kept as PostgreSQL prints them.
@@ -27,9 +31,12 @@ from __future__ import annotations
 
 import base64
 import datetime
+import decimal
 import functools
 import json
+import math
 import re
+import struct
 from typing import Any, Callable, Optional
 
 from ..core.toast import UNCHANGED_TOAST_KEY
@@ -39,7 +46,6 @@ from ..core.toast import UNCHANGED_TOAST_KEY
 UNCHANGED_TOAST_VALUE = {UNCHANGED_TOAST_KEY: True}
 
 _INT = {"smallint", "integer", "bigint", "oid", "xid", "cid"}
-_FLOAT = {"real", "double precision"}
 _TEXT = {"text", "character varying", "character", "name", '"char"', "citext"}
 _FLOAT_SPECIAL = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
 
@@ -78,6 +84,33 @@ def _float(text: str) -> Any:
     return special if special is not None else float(text)
 
 
+def _to_float32(x: float) -> float:
+    return _F32.unpack(_F32.pack(x))[0]
+
+
+_F32 = struct.Struct("<f")
+
+
+def _real(text: str) -> Any:
+    """The float32 a real's text reads as (as PostgreSQL's float4in reads it), as a double.
+
+    Python reads text only into a double; rounding that double to float32 is the correct
+    rounding of the text except when the double lands exactly halfway between two float32s
+    (a double rounding): then the text itself decides which side it is on."""
+    special = _FLOAT_SPECIAL.get(text)
+    if special is not None:
+        return special
+    x = float(text)
+    f = _to_float32(x)
+    if f != x and math.isfinite(f):
+        other = 2 * x - f  # f's mirror image across x: a float32 only if x is their midpoint
+        if _to_float32(other) == other:
+            exact, mid = decimal.Decimal(text), decimal.Decimal(x)
+            if exact != mid:
+                return max(f, other) if exact > mid else min(f, other)
+    return f
+
+
 def _bytea(text: str) -> dict:
     if not text.startswith("\\x"):
         raise ValueError("bytea value not in hex format: set bytea_output = hex")
@@ -100,7 +133,7 @@ _keep = keep_text  # the text is already canonical
 
 
 # How a type's text becomes canonical, by kind; native/src/pgoutput.rs numbers them in this order.
-PG_KINDS = ("text", "int", "float", "bool", "bytea", "timestamp", "timestamptz", "uuid", "json")
+PG_KINDS = ("text", "int", "float", "bool", "bytea", "timestamp", "timestamptz", "uuid", "json", "real")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -111,7 +144,9 @@ def pg_kind(type_name: str) -> str:
         return "text"
     if base in _INT:
         return "int"
-    if base in _FLOAT:
+    if base == "real":
+        return "real"
+    if base == "double precision":
         return "float"
     if base == "boolean":
         return "bool"
@@ -134,6 +169,7 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "text": _keep,
     "int": int,
     "float": _float,
+    "real": _real,
     "bool": _bool,
     "bytea": _bytea,
     "timestamp": lambda t: _timestamp(t, with_zone=False),

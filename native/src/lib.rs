@@ -752,12 +752,8 @@ impl Plan {
                 Cell::Text(at0, s.len())
             }
             Col::Double => Cell::F(f64::from_bits(rd.le(8)?)),
-            Col::Float => {
-                // FLOAT is normalised to 7 significant digits (mysql_values.py); Rust's exact
-                // formatting rounds half to even like Python's '%.7g'.
-                let v = f32::from_bits(rd.le(4)? as u32) as f64;
-                Cell::F(format!("{v:.6e}").parse::<f64>().unwrap_or(v))
-            }
+            // FLOAT: the stored float32 widened to the double of the same value (mysql_values.py).
+            Col::Float => Cell::F(f32::from_bits(rd.le(4)? as u32) as f64),
             Col::Str {
                 prefix,
                 out,

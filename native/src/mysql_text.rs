@@ -123,12 +123,9 @@ impl MyTextPlan {
                 if !v.is_finite() {
                     return Err(bad("a number that is not finite"));
                 }
-                // FLOAT: 7 significant digits, as '%.7g' rounds (see the binlog decoder).
-                Val::Float(if self.kinds[c] == FLOAT {
-                    format!("{v:.6e}").parse::<f64>().unwrap_or(v)
-                } else {
-                    v
-                })
+                // FLOAT arrives as CAST(col AS DOUBLE) (mysql_values.select_expression): the
+                // stored float32's exact value, kept as it is, like the binlog decoder's.
+                Val::Float(v)
             }
             TEXT => Val::Str(text()?),
             BINARY => Val::Bytes(Cow::Borrowed(raw)),

@@ -25,6 +25,7 @@ const TIMESTAMP: u8 = 5;
 const TIMESTAMPTZ: u8 = 6;
 const UUID: u8 = 7;
 const JSON: u8 = 8;
+const REAL: u8 = 9; // float4: the float32 its text reads as, widened to a double
 
 type U<T> = Result<T, String>; // Err: why the message goes to the Python decoder
 
@@ -70,7 +71,7 @@ impl PgRowPlan {
                 "names, kinds and is_key must be of one length",
             ));
         }
-        if let Some(k) = kinds.iter().find(|&&k| k > JSON) {
+        if let Some(k) = kinds.iter().find(|&&k| k > REAL) {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "unknown column kind {k}"
             )));
@@ -424,6 +425,18 @@ impl PgRowPlan {
                         return Err(bad("a float spelled unlike PostgreSQL"));
                     }
                     Val::Float(v)
+                }
+            },
+            REAL => match text {
+                "NaN" | "Infinity" | "-Infinity" => Val::Str(text),
+                _ => {
+                    // Rust reads the text straight into a float32, rounded once (float4in's
+                    // reading); postgres_values._real gets the same value in Python.
+                    let v: f32 = text.parse().map_err(|_| bad("a float it cannot read"))?;
+                    if !v.is_finite() {
+                        return Err(bad("a float spelled unlike PostgreSQL"));
+                    }
+                    Val::Float(v as f64)
                 }
             },
             BOOL => match text {

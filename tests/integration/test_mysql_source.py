@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
+import struct
 import subprocess
 import sys
 import textwrap
@@ -19,6 +22,7 @@ pytest.importorskip("pymysqlreplication")
 from pymysqlreplication import BinLogStreamReader  # noqa: E402
 from pymysqlreplication.row_event import TableMapEvent  # noqa: E402
 
+from airflow_provider_dblog.core.batch import LogRows  # noqa: E402
 from airflow_provider_dblog.core.errors import ConfigurationError, PositionLostError, RequestError  # noqa: E402
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, SchemaEvent, WatermarkEvent  # noqa: E402
 from airflow_provider_dblog.core.row_text import dumps, loads_row  # noqa: E402
@@ -273,14 +277,14 @@ def test_canonical_values_log_equals_select(root, db, make_source):
     assert one["ts"] == "2024-01-02T03:04:05.500000+00:00"
     assert one["j"] == {"k": [1, 2.5, "x", None, {"n": True}], "é": "ü"}
     assert one["bl"] == {"$b64": "AP+A/g=="} and one["bn"] == {"$b64": "YWIAAA=="}
-    assert one["db"] == 0.1 and one["f"] == 0.1234567
+    assert one["db"] == 0.1 and one["f"] == 0.12345670163631439  # the stored float32, exactly
     assert one["e"] == "Y z" and one["s"] == "a,c" and one["bt"] == 513
     assert one["tm"] == "-838:59:59.500000" and one["y"] == 2024 and one["ch"] == "ab"
     assert one["u"] == "123e4567-e89b-12d3-a456-426614174000" and one["ip"] == "::ffff:1.2.3.4"
     assert one["lt"] == "café"
     two = selected[2]
     assert two["s"] == "" and two["bn"] == {"$b64": "AAAAAA=="} and two["bl"] == {"$b64": ""} and two["y"] == 0
-    assert two["db"] == 1.7976931348623157e308 and two["f"] == 3.4e38 and two["dn"] == "0.0000000000"
+    assert two["db"] == 1.7976931348623157e308 and two["f"] == 3.3999999521443642e38 and two["dn"] == "0.0000000000"
     assert selected[3] == {"id": 3, **{c: None for c in types if c != "id"}}
 
 
@@ -734,3 +738,52 @@ def _spied(calls: list, real, *args):
     got = real(*args)
     calls.append(got is not None)
     return got
+
+
+# Stored values the text protocol prints rounded (290509.125 as 290509): each must reach the
+# changelog as the value itself, the float32 widened to its double.
+EXACT_FLOATS = [290509.125, 298887968.0, 0.10000000149011612, 1.401298464324817e-45, 1.1754942106924411e-38]
+EXACT_FLOATS += [3.4028234663852886e38, -1.0000001192092896, -12.688735961914062, 0.0]
+EXACT_DOUBLES = [0.1, 0.30000000000000004, 5e-324, 1.7976931348623157e308, -12.688735961914062, 1e16, 0.0]
+
+
+def test_approximate_numbers_are_the_stored_values_in_log_and_dump(root, db, make_source, monkeypatch):
+    """FLOAT and DOUBLE, through the binlog (compiled decoder, mysql-replication, row texts)
+    and the chunk SELECT (extension, PyMySQL, texts): every value is the one the server reads
+    back as CAST(f AS DOUBLE), bit for bit."""
+    rng = random.Random(17)
+    floats = EXACT_FLOATS + [struct.unpack("<f", rng.getrandbits(32).to_bytes(4, "little"))[0] for _ in range(300)]
+    doubles = EXACT_DOUBLES + [struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(300)]
+    rows = [(i, f, d) for i, (f, d) in enumerate(zip(floats, doubles)) if math.isfinite(f) and math.isfinite(d)]
+    sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, f float, db double)")
+    sources = {}
+    for name, native, texts in (("native", "1", False), ("python", "0", False), ("texts", "1", True)):
+        monkeypatch.setenv("DBLOG_NATIVE_ROWS", native)
+        src = make_source(tables=[f"{db}.t"])
+        src.open()
+        src.start_log(None, texts=texts)
+        sources[name] = src
+    monkeypatch.delenv("DBLOG_NATIVE_ROWS")
+    with root.cursor() as cur:
+        cur.executemany(f"INSERT INTO `{db}`.t VALUES (%s, %s, %s)", rows)
+    stored = {i: (f, d) for i, f, d in sql(root, f"SELECT id, CAST(f AS DOUBLE), db FROM `{db}`.t")}
+    assert [stored[i][0] for i, _, _ in rows[:3]] == [290509.125, 298887968.0, 0.10000000149011612]
+
+    def bits(values: list) -> dict:
+        return {r["id"]: (struct.pack("<d", r["f"]), struct.pack("<d", r["db"])) for r in values}
+
+    want = {i: (struct.pack("<d", f), struct.pack("<d", d)) for i, (f, d) in stored.items()}
+    for name, src in sources.items():
+        src.write_watermark("done")
+        items = collect(src, has_watermark("done"))
+        flat = [e for i in items for e in (i.events() if isinstance(i, LogRows) else [i])]
+        logged = [e.after for e in changes(flat)]
+        logged = [loads_row(a) if isinstance(a, str) else a for a in logged]
+        assert bits(logged) == want, f"log ({name})"
+    src = sources["native"]
+    schema = src.table_schema(f"{db}.t")
+    for on in (True, False):
+        src._native_select.on = on
+        assert bits(src.select_chunk(schema, None, 1000).rows) == want, f"chunk (extension: {on})"
+        texted = src.select_chunk(schema, None, 1000, texts=True)
+        assert bits([loads_row(t) for t in texted.rows]) == want, f"chunk texts (extension: {on})"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+import random
+import struct
 import time
 import uuid
 from typing import Callable
@@ -797,3 +800,43 @@ def test_log_status_and_estimates(make_source, db, ns):
     assert st["slot_confirmed_flush"] and parse_lsn(st["server_lsn"]) >= parse_lsn(st["slot_confirmed_flush"])
     assert st["lag_bytes"] >= 0
     assert src.tables() == [t]
+
+
+REALS = [290509.125, 298887968.0, 0.10000000149011612, 1.401298464324817e-45, 3.4028234663852886e38, -0.0]
+DOUBLES = [0.1, 0.30000000000000004, 5e-324, 1.7976931348623157e308, -12.688735961914062, -0.0]
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_approximate_numbers_are_the_stored_values_in_log_and_dump(plugin, make_source, db, ns, monkeypatch):
+    """real and double precision through the log (compiled and Python decoders) and a chunk
+    (cursor and COPY texts): every value is the one the server reads back as float8, bit for
+    bit (PostgreSQL prints 290509.125::real as 290509.12, another double)."""
+    rng = random.Random(23)
+    reals = REALS + [struct.unpack("<f", rng.getrandbits(32).to_bytes(4, "little"))[0] for _ in range(300)]
+    doubles = DOUBLES + [struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(300)]
+    rows = [(i, r, d) for i, (r, d) in enumerate(zip(reals, doubles)) if math.isfinite(r) and math.isfinite(d)]
+    t = f"{ns}.approx"
+    run(db, f"CREATE TABLE {t} (id int PRIMARY KEY, r real, d double precision)")
+    sources = {}
+    for name, native_rows in (("native", "1"), ("python", "0")):
+        monkeypatch.setenv("DBLOG_NATIVE_ROWS", native_rows)
+        sources[name] = make_source([t], plugin, suffix=name)
+        sources[name].start_log(None)
+    monkeypatch.delenv("DBLOG_NATIVE_ROWS")
+    with db.cursor() as cur:
+        cur.executemany(f"INSERT INTO {t} VALUES (%s, %s::float8::real, %s::float8)", rows)
+    stored = {i: (r, d) for i, r, d in run(db, f"SELECT id, r::float8, d FROM {t}")}
+    assert [stored[i][0] for i in range(3)] == [290509.125, 298887968.0, 0.10000000149011612]
+    want = {i: (struct.pack("<d", r), struct.pack("<d", d)) for i, (r, d) in stored.items()}
+
+    def bits(values) -> dict:
+        return {v["id"]: (struct.pack("<d", v["r"]), struct.pack("<d", v["d"])) for v in values}
+
+    for name, src in sources.items():
+        assert bits(e.after for e in collect(src, len(rows))) == want, f"log ({name})"
+    src = sources["native"]
+    schema = src.table_schema(t)
+    assert bits(src.select_chunk(schema, None, 1000).rows) == want, "chunk"
+    assert bits(loads_row(r) for r in src.select_chunk(schema, None, 1000, texts=True).rows) == want, "texts"
+    monkeypatch.setattr(src._copy, "_copier", None)
+    assert bits(loads_row(r) for r in src.select_chunk(schema, None, 1000, texts=True).rows) == want, "cursor"

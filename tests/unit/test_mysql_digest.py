@@ -1,5 +1,6 @@
 """mysql_digest's Python renderings against the text MariaDB 10.11 printed for the same values
-(recorded with ``SELECT CAST(d AS CHAR)`` and the FLOAT rounding of ``column_sql``)."""
+(recorded with ``SELECT CAST(d AS CHAR)`` and, for FLOAT, ``column_sql``'s
+``CAST(CAST(f AS DOUBLE) AS CHAR)``)."""
 
 from __future__ import annotations
 
@@ -29,16 +30,22 @@ DOUBLES = [
     (-0.001, "-0.001"),
 ]
 
-# (a FLOAT's canonical value: 7 significant digits, what the server's rounding printed)
+# (a FLOAT's canonical value: the stored float32 as a double; the server's text of
+# CAST(CAST(f AS DOUBLE) AS CHAR) for the value inserted as the comment says)
 FLOATS = [
-    (3.4e38, "3.4000000000000003e38"),
-    (9007199000000000.0, "9.007199e15"),
-    (1.234568e17, "1.234568e17"),
-    (16777220.0, "16777220"),
-    (4.023247e-13, "0.0000000000004023247"),
-    (9.64051e-08, "0.0000000964051"),
-    (2130298000000.0, "2130298000000"),
+    (290509.125, "290509.125"),
+    (298887968.0, "298887968"),
+    (0.10000000149011612, "0.10000000149011612"),  # 0.1
+    (1.401298464324817e-45, "1.401298464324817e-45"),  # the least denormal
+    (3.4028234663852886e38, "3.4028234663852886e38"),  # the largest float32
+    (1.1754943508222875e-38, "1.1754943508222875e-38"),  # the least normal
+    (1.234567991090217e17, "1.234567991090217e17"),  # 1.234568e17
+    (9.640510256758716e-08, "0.00000009640510256758716"),  # 9.64051e-08
     (-155786.0, "-155786"),
+    (16777216.0, "16777216"),  # 16777217
+    (0.699999988079071, "0.699999988079071"),  # 0.7
+    (9.999999747378752e-06, "0.000009999999747378752"),  # 1e-5
+    (4.023247121738571e-13, "0.0000000000004023247121738571"),  # 4.023247e-13
     (0.0, "0"),
 ]
 
@@ -50,14 +57,8 @@ def test_doubles_print_as_the_server_prints_them(value, text):
 
 
 @pytest.mark.parametrize("value, text", FLOATS)
-def test_floats_round_as_the_server_rounds_them(value, text):
+def test_floats_print_as_the_server_prints_their_exact_double(value, text):
     assert column_renderer(Column("f", "float"))(value) == text
-
-
-def test_a_mirrors_single_precision_value_renders_as_its_canonical_7_digits():
-    render = column_renderer(Column("f", "float"))
-    assert render(0.699999988079071) == render(0.7) == "0.7"  # float32(0.7), as Spark returns it
-    assert render(3.3999999521443642e38) == render(3.4e38)
 
 
 def test_other_kinds():

@@ -363,6 +363,49 @@ def test_row_texts_write_floats_as_orjson_does():
     assert [json.loads(t)["d"] for _, _, _, t in texts] == values
 
 
+# FLOAT bit patterns (as the binlog carries them) and the exact double of each, the canonical
+# value: every JSON reader gets the stored float32 back from its text.
+FLOAT_BITS = [
+    (0x488DD9A4, 290509.125, "290509.125"),  # was 290509.1, another float32
+    (0x4D8E8559, 298887968.0, "298887968.0"),  # was 298888000.0
+    (0x3DCCCCCD, 0.10000000149011612, "0.10000000149011612"),  # 0.1f
+    (0x00000001, 1.401298464324817e-45, "1.401298464324817e-45"),  # the least denormal
+    (0x007FFFFF, 1.1754942106924411e-38, "1.1754942106924411e-38"),  # the largest denormal
+    (0x00800000, 1.1754943508222875e-38, "1.1754943508222875e-38"),  # the least normal
+    (0x7F7FFFFF, 3.4028234663852886e38, "3.4028234663852886e+38"),  # the largest float32
+    (0x80000000, -0.0, "-0.0"),
+    (0xBF800001, -1.0000001192092896, "-1.0000001192092896"),
+    (0xC14B0510, -12.688735961914062, "-12.688735961914062"),  # a tie at 17 digits: the even one
+]
+
+
+@pytest.mark.parametrize("bits, value, text", FLOAT_BITS)
+def test_a_float_is_its_stored_single_precision_value_exactly(bits, value, text):
+    """Both decoders (the Python one reads mysql-replication's float, which is struct's) give
+    the float32's own value, and the row text writes it so that it reads back the same."""
+    from airflow_provider_dblog.sources.mysql_values import from_binlog
+
+    raw = struct.pack("<I", bits)
+    (python,) = struct.unpack("<f", raw)
+    canonical = from_binlog(Column("f", "float"), python)
+    plan = native.Plan(["f"], [(mrn.FLOAT, 0, 0, 0, None)])
+    ((_, row),) = decode(plan, image([False], raw))
+    assert struct.pack("<d", row["f"]) == struct.pack("<d", canonical) == struct.pack("<d", value)
+    ((_, _, _, row_text),) = same_as_dicts(plan, image([False], raw), [0])
+    assert row_text == '{"f":%s}' % text
+    assert struct.pack("<f", json.loads(row_text)["f"]) == raw  # into a float32: the same bytes
+
+
+def test_random_float_bit_patterns_decode_to_their_exact_value():
+    rng = random.Random(11)
+    raws = [rng.getrandbits(32).to_bytes(4, "little") for _ in range(3000)]
+    raws = [r for r in raws if math.isfinite(struct.unpack("<f", r)[0])]  # MariaDB stores no NaN/inf
+    plan = native.Plan(["f"], [(mrn.FLOAT, 0, 0, 0, None)])
+    texts = same_as_dicts(plan, b"".join(image([False], r) for r in raws), [0])
+    assert [struct.pack("<f", json.loads(t)["f"]) for _, _, _, t in texts] == raws
+    assert [json.loads(t)["f"] for _, _, _, t in texts] == [struct.unpack("<f", r)[0] for r in raws]
+
+
 def test_row_texts_of_json_columns_are_python_s_value_written_by_orjson():
     plan = native.Plan(["j"], [(STRING, 4, AS_JSON, 0, None)])
     docs = [

@@ -165,6 +165,13 @@ def test_malformed_messages_are_rejected(data, message):
         ("double precision", "0.1", 0.1),
         ("double precision", "NaN", "NaN"),
         ("real", "-Infinity", "-Infinity"),
+        # real: the float32 PostgreSQL's shortest text reads as, widened exactly
+        ("real", "290509.12", 290509.125),
+        ("real", "0.1", 0.10000000149011612),
+        ("real", "2.9888797e+08", 298887968.0),
+        ("real", "3.4028235e+38", 3.4028234663852886e38),
+        ("real", "1e-45", 1.401298464324817e-45),
+        ("real", "-0", -0.0),
         ("boolean", "t", True),
         ("boolean", "false", False),
         ("character varying(20)", "abc", "abc"),
@@ -185,6 +192,16 @@ def test_malformed_messages_are_rejected(data, message):
 )
 def test_from_pg_text(type_name, text, value):
     assert from_pg_text(type_name, text) == value
+
+
+def test_a_real_text_on_a_float32_midpoint_is_rounded_by_the_text_not_the_double():
+    """float("1.00000005960464478") is 1 + 2**-24, halfway between the float32s 1 and
+    1 + 2**-23; the text lies above it, so float4in reads 1 + 2**-23 (ties-to-even on the
+    double would give 1.0)."""
+    assert from_pg_text("real", "1.00000005960464478") == 1 + 2**-23
+    assert from_pg_text("real", "1.000000059604644775390625") == 1.0  # the midpoint: to even
+    assert from_pg_text("real", "1.0000000596046447") == 1.0
+    assert from_pg_text("real", "-1.00000005960464478") == -(1 + 2**-23)
 
 
 def test_null_is_none():

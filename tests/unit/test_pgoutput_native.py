@@ -154,7 +154,7 @@ def test_row_texts_are_the_text_the_output_writes_for_the_python_decoders_images
     # update from key 2 to 8, whose key-only before the engine needs to split it.
     assert as_text == [2, 9, 11]
     assert texts[9].before == '{"id":1}' and texts[12].before == {"id": 2} and texts[12].key == (8,)
-    assert '"jb":{"a":-0.0},"by":{"$b64":""},"f":"NaN","r":-1.5e-7,' in texts[11].after
+    assert '"jb":{"a":-0.0},"by":{"$b64":""},"f":"NaN","r":-1.500000053056283e-7,' in texts[11].after
 
 
 def test_consecutive_text_changes_of_one_table_op_and_transaction_make_one_block(monkeypatch):
@@ -282,3 +282,36 @@ def test_chunk_rows_equal_the_python_converters_and_hand_back_what_they_cannot_m
     assert native.chunk_rows(names, kinds, convert, raw) == expected
     assert native.chunk_rows(names, kinds, convert, [as_fetched(SPECIAL)]) is None  # 'infinity': Python's
     assert native.chunk_rows(names, kinds, convert, [as_fetched(BC)]) is None
+
+
+def test_a_real_is_the_float32_its_text_names_on_both_paths():
+    """PostgreSQL prints a real as the shortest digits that read back as the stored float32
+    (290509.125 as "290509.12"); both paths make that float32's exact double of the text,
+    for a sample of every float32 bit pattern written the shortest way."""
+    import math
+    import random
+    import struct
+
+    from airflow_provider_dblog.sources.postgres_values import from_pg_text
+
+    def shortest(x: float) -> str:  # the fewest digits that read back as the float32 x
+        for p in range(1, 10):
+            t = f"{x:.{p - 1}e}"
+            if abs(float(t)) < 2.0**128 - 2.0**103 and struct.pack("<f", float(t)) == struct.pack("<f", x):
+                return t
+        raise AssertionError(x)
+
+    rng = random.Random(3)
+    raws = [struct.pack("<I", b) for b in (0x488DD9A4, 0x00000001, 0x007FFFFF, 0x7F7FFFFF, 0x80000000, 0xC14B0510)]
+    raws += [rng.getrandbits(32).to_bytes(4, "little") for _ in range(3000)]
+    values = [v for v in (struct.unpack("<f", r)[0] for r in raws) if math.isfinite(v)]
+    texts = [shortest(v) for v in values] + ["290509.12", "2.9888797e+08", "1e-45", "-0"]
+    rows = pgoutput_native.NativePgRows().chunk_rows(["r"], ["real"], [True], [(t,) for t in texts])
+    assert rows is not None
+    python = [from_pg_text("real", t) for t in texts]
+    bits = lambda vs: [struct.pack("<d", v) for v in vs]  # noqa: E731
+    assert (
+        bits(r["r"] for r in rows)
+        == bits(python)
+        == bits(values + [290509.125, 298887968.0, 1.401298464324817e-45, -0.0])
+    )
