@@ -178,7 +178,7 @@ def _rows(dump) -> int:
     return sum(p.rows for p in dump.progress.values())
 
 
-def run(rows: int, seconds: float, threads: int, seed: int) -> dict:
+def run(rows: int, seconds: float, threads: int, seed: int, backfill: str = "first") -> dict:
     db = PostgresBench()
     source_id = db.source_ids(["toast"])["toast"]
     table = f"{db.ns}.docs"
@@ -215,11 +215,18 @@ def run(rows: int, seconds: float, threads: int, seed: int) -> dict:
         state = LocalStateStore(state_path)
         cap.start()
         wait_for(lambda: state.get_value(status_key(source_id)) is not None, 120, "the capture to start", cap.check)
-        dump_id = _dblog(config, "dump", "--all").stdout.strip().splitlines()[-1]
-        t0 = time.perf_counter()
-        wait_for(lambda: state.get_dump(dump_id).status is DumpStatus.DONE, 600, "the backfill dump", cap.check)
-        out["backfill_s"] = round(time.perf_counter() - t0, 1)
-        say(f"backfill dump done in {out['backfill_s']} s; update load for {seconds:g} s, {threads} threads")
+        out["backfill"] = backfill
+
+        def backfill_dump() -> None:
+            dump_id = _dblog(config, "dump", "--all").stdout.strip().splitlines()[-1]
+            t0 = time.perf_counter()
+            wait_for(lambda: state.get_dump(dump_id).status is DumpStatus.DONE, 600, "the backfill dump", cap.check)
+            out["backfill_s"] = round(time.perf_counter() - t0, 1)
+            say(f"backfill dump done in {out['backfill_s']} s")
+
+        if backfill == "first":  # every key has a full row before the updates: none needs a repair
+            backfill_dump()
+        say(f"update load for {seconds:g} s, {threads} threads")
 
         load = UpdateLoad(db, table, rows, threads, seed)
         t_load = time.perf_counter()
@@ -256,11 +263,16 @@ def run(rows: int, seconds: float, threads: int, seed: int) -> dict:
 
         wait_for(drained, DRAIN_TIMEOUT, "the capture to drain", cap.check, interval=0.5)
         out["drain_s"] = round(time.perf_counter() - t_stop, 1)
-        cap.stop()
 
-        afters = _changelog(lake_dir, table, ["after"], op="u").column("after")
+        updates = _changelog(lake_dir, table, ["key", "after"], op="u")
         marker = f'"{UNCHANGED_TOAST_KEY}"'
-        out["placeholders"] = sum(1 for a in afters.to_pylist() if a is not None and marker in a)
+        held = [
+            k
+            for k, a in zip(updates.column("key").to_pylist(), updates.column("after").to_pylist())
+            if a and marker in a
+        ]
+        out["placeholders"] = len(held)
+        out["keys_updated"] = len(set(held))  # with the backfill last, each lacks a full row once
         repairs = _repair_dumps(state, source_id)
         performed = [d for d in repairs if d.status is DumpStatus.DONE and _rows(d) > 0]
         out["repairs_queued"] = len(repairs)
@@ -273,6 +285,9 @@ def run(rows: int, seconds: float, threads: int, seed: int) -> dict:
         out["repairs_queued_after_restart"] = len(after)
         out["repair_rows_read_after_restart"] = sum(_rows(d) for d in after)
         out["repairs_not_done"] = sum(d.status is not DumpStatus.DONE for d in repairs)
+        if backfill == "last":  # for the convergence check: keys never updated have no row yet
+            backfill_dump()
+        cap.stop()
 
         verify = _dblog(config, "verify", "--table", table, check=False)
         out["verify_exit"] = verify.returncode
@@ -296,6 +311,7 @@ def markdown(r: dict) -> str:
     rows = [
         ("updates (all leave `doc` unchanged)", f"{_n(r['updates'])} ({r['updates_per_s']:,.0f}/s)"),
         ("placeholders in the changelog", _n(r["placeholders"])),
+        ("keys updated", _n(r["keys_updated"])),
         ("repair dumps queued before the SIGKILL", _n(r["repairs_queued_before_kill"])),
         ("repair dumps pending at the SIGKILL", _n(r["repairs_pending_at_kill"])),
         ("repair dumps queued", _n(r["repairs_queued"])),
@@ -309,7 +325,7 @@ def markdown(r: dict) -> str:
     ]
     head = (
         f"TOAST repairs: {r['rows']:,} rows with a {r['doc_chars']:,}-character doc, {r['threads']} update threads "
-        f"for {r['seconds']:g} s, capture SIGKILLed and restarted halfway (seed {r['seed']})"
+        f"for {r['seconds']:g} s, capture SIGKILLed and restarted halfway, backfill {r['backfill']} (seed {r['seed']})"
     )
     return "\n".join([head, "", "| | |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in rows])
 
@@ -320,10 +336,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--seconds", type=float, default=40.0, help="length of the update workload (default 40)")
     p.add_argument("--threads", type=int, default=4, help="update connections (default 4)")
     p.add_argument("--seed", type=int, default=1, help="seeds the docs and the keys updated (default 1)")
+    p.add_argument(
+        "--backfill",
+        choices=("first", "last"),
+        default="first",
+        help="dump the table before the updates (no key lacks a row: default) or after them "
+        "(every key updated lacks a row until its repair)",
+    )
     a = p.parse_args(argv)
     if a.rows < 1 or a.seconds <= 0 or a.threads < 1:
         p.error("--rows and --threads must be >= 1 and --seconds > 0")
-    r = run(a.rows, a.seconds, a.threads, a.seed)
+    r = run(a.rows, a.seconds, a.threads, a.seed, a.backfill)
     print(json.dumps(r, indent=2))
     print(markdown(r))
     return 0 if r["mismatches"] == 0 and r["verify_exit"] == 0 else 1
