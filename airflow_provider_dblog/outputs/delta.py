@@ -118,6 +118,10 @@ class DeltaChangelogOutput:
         self._seen_version = -1
         self._loaded_version = -1  # the changelog version the table object was loaded at
         self._schema_ids: set[str] = set()
+        # Imported now (about 0.3 s), not at open: a standby capture constructs its output
+        # long before it wins the lease and opens it, and the takeover's first row waits on
+        # open (issue 39 part 6).
+        _deltalake()
 
     def __repr__(self) -> str:  # storage options may hold secrets: never shown
         return f"DeltaChangelogOutput({self.root!r})"

@@ -9,8 +9,10 @@ as the binlog carries them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
+import ssl
 import threading
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
@@ -65,16 +67,36 @@ def library_connection_settings(settings: ConnectionSettings, **extra: Any) -> d
     return {**settings.pymysql_kwargs(), **extra}
 
 
+class _Connection(pymysql.connections.Connection):
+    """PyMySQL's connection, with the TLS context of its PREFERRED mode (no TLS settings:
+    TLS when the server offers it, unverified) made once per process instead of once per
+    connection: making it loads the system's CA bundle (about 0.3 s here), which an
+    unverified context never reads. A new leader opens several connections before its first
+    row (issue 39 part 6), and parallel chunk readers one each."""
+
+    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        if isinstance(sslp, dict) and not sslp:
+            return _preferred_context()
+        context: ssl.SSLContext = super()._create_ssl_ctx(sslp)
+        return context
+
+
+@functools.cache
+def _preferred_context() -> ssl.SSLContext:
+    context: ssl.SSLContext = pymysql.connections.Connection._create_ssl_ctx(None, {})
+    return context
+
+
 def library_connect(**kwargs: Any) -> pymysql.connections.Connection:
     """pymysql.connect for mysql-replication, which still passes the deprecated ``db``."""
     if "db" in kwargs:
         kwargs["database"] = kwargs.pop("db")
-    return pymysql.connect(**kwargs)
+    return _Connection(**kwargs)
 
 
 def connect(settings: ConnectionSettings) -> pymysql.connections.Connection:
     try:
-        conn = pymysql.connect(autocommit=True, **settings.pymysql_kwargs())
+        conn = _Connection(autocommit=True, **settings.pymysql_kwargs())
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else None
         tls_fix = tls_error_fix(str(exc), settings.tls)

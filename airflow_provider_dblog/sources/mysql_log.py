@@ -218,6 +218,7 @@ class BinlogReader(threading.Thread):
         # write to the dead socket fails (the next event or heartbeat) and meanwhile refuses
         # a reader with the same server_id (error 4052). Retry that, before any event only.
         deadline = time.monotonic() + _SAME_SERVER_ID_WAIT
+        retries = 0
         while True:
             self._received = False
             failure = self._stream_once()
@@ -229,8 +230,12 @@ class BinlogReader(threading.Thread):
                 and time.monotonic() < deadline
                 and not self._stop_flag.is_set()
             ):
-                log.info("a previous reader with server_id %s is still registered; retrying", self._server_id)
-                time.sleep(0.5)
+                if not retries:
+                    log.info("a previous reader with server_id %s is still registered; retrying", self._server_id)
+                retries += 1
+                # Short steps: a new leader just ended that reader, and the server lets it go
+                # within a moment (a takeover's first row waited up to a whole step more).
+                time.sleep(0.1)
                 continue
             if failure is not None and not self._stop_flag.is_set():
                 self._put(Failure(self._translate(failure)))

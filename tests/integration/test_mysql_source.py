@@ -787,3 +787,22 @@ def test_approximate_numbers_are_the_stored_values_in_log_and_dump(root, db, mak
         assert bits(src.select_chunk(schema, None, 1000).rows) == want, f"chunk (extension: {on})"
         texted = src.select_chunk(schema, None, 1000, texts=True)
         assert bits([loads_row(t) for t in texted.rows]) == want, f"chunk texts (extension: {on})"
+
+
+def test_connections_without_tls_settings_share_one_preferred_tls_context(env, db, make_source):
+    """Issue 39 part 6: with no TLS settings PyMySQL prefers TLS and built a new context for
+    each connection, loading the system's CA bundle (about 0.3 s) that the unverified context
+    never reads; a new leader's takeover paid it for every connection it opened. One context
+    per process now, and the connections are still encrypted when the server offers TLS."""
+    from airflow_provider_dblog.sources.mysql_catalog import Session
+
+    src = make_source(tables=[f"{db}.t"])
+    first, second = Session(src._settings).conn(), Session(src._settings).conn()
+    try:
+        assert first.ctx is second.ctx
+        with first.cursor() as cur:
+            cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            assert cur.fetchone()[1], "the connection is not encrypted"
+    finally:
+        first.close()
+        second.close()
