@@ -195,7 +195,7 @@ class Engine:
             # is refused once a newer leader exists, and the source opens no log connection.
             self.output = FencedOutput(self.output, self.lease)
             self._fence_state()
-            self.source.take_over(self.lease.check, self._previous_log_status())
+            self.source.take_over(self.lease.check, self._previous_log_status(), self.lease.domain)
             log.info("capture of %s: leader with epoch %d", self.source_id, epoch)
         try:
             with raised_gc_threshold(self.config.gc_threshold):

@@ -86,13 +86,18 @@ class Source(Protocol):
         changes and is never cut); waits at most ``timeout`` seconds for the first one and
         returns [] when the log is idle."""
 
-    def take_over(self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None) -> None:
+    def take_over(
+        self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None, domain: Optional[str] = None
+    ) -> None:
         """This process holds the source's leader lease (called before ``open``). The source
         then calls ``check()`` (it raises StaleEpochError once the lease is lost) before every
         connection its log reader opens, so a deposed process opens none; and it ends a
         previous holder's replication session that still holds the log (a paused or cut-off
         old leader) instead of waiting for the server to time it out. ``previous``: the
-        previous holder's last ``log_status()`` report, where a source can find that session."""
+        previous holder's last ``log_status()`` report, where a source can find that session.
+        ``domain``: the lease's ``domain``. The source marks its log reader with it and ends
+        only a reader marked alike; a reader of another domain (a capture with a separate
+        state store, which the lease cannot exclude) is a ConfigurationError naming it."""
 
     def write_watermark(self, uuid: str) -> None:
         """Commit one UPDATE of this source's watermark row (it then appears in the log)."""
@@ -253,6 +258,11 @@ class LeaderLease(Protocol):
     whose epoch is lower than one it already holds (the deposed leader that wakes up)."""
 
     identity: str  # who contends, e.g. "host:pid" (shown by `dblog status`)
+
+    @property
+    def domain(self) -> str:
+        """Which captures this lease coordinates: equal for those sharing its store (the
+        leader and its standbys), different for a capture coordinated by another store."""
 
     def acquire(
         self, stop: threading.Event, on_standby: Optional[Callable[[Optional[dict[str, Any]]], None]] = None

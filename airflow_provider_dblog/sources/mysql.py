@@ -53,6 +53,7 @@ from .mysql_checks import StartupChecks
 from .mysql_gtid import History, decode_gtid_coord, era_after, is_gtid_coord
 from .mysql_gtid_resume import history_at, resume_point, server_history
 from .mysql_log import BinlogReader, Failure, decode_coord, file_number
+from .mysql_reader_claim import ReaderClaim
 from .mysql_select_native import NativeSelect, pymysql_rows, query_texts
 from .mysql_values import select_converters, select_expression, to_param
 from .tls import TLSSettings
@@ -176,6 +177,7 @@ class MySQLSource:
         # connections a previous leader reported, to end before reading the log ourselves.
         self._lease_check: Optional[Callable[[], None]] = None
         self._previous_readers: list[int] = []
+        self._claim: Optional[ReaderClaim] = None  # set by take_over with a lease domain
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=queue_size)
         self._pending: collections.deque = collections.deque()
         self._failure: Optional[BaseException] = None
@@ -307,14 +309,21 @@ class MySQLSource:
         return int(rows[0][0] or 0) if rows else 0
 
     # -- log -------------------------------------------------------------------------------
-    def take_over(self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None) -> None:
+    def take_over(
+        self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None, domain: Optional[str] = None
+    ) -> None:
         self._lease_check = check
         self._previous_readers = [int(i) for i in (previous or {}).get("reader_connections") or ()]
+        if domain is not None:  # the reader's named locks tell our domain's from another's
+            self._claim = ReaderClaim(self.source_id, domain, check)
 
     def _end_previous_readers(self, session: Session) -> None:
         """End the binlog dump threads of the previous leader (paused, cut off or killed): the
         server refuses our reader (error 4052, same server_id) while they live, which without
-        this lasts until its net_write_timeout notices a dead or stalled client."""
+        this lasts until its net_write_timeout notices a dead or stalled client. First claim
+        the reader: a reader of another lease domain is refused, not ended (mysql_reader_claim)."""
+        if self._claim is not None:
+            self._claim.take(self._settings, session)
         ids, self._previous_readers = self._previous_readers, []
         for cid in ids:
             rows = session.query("SELECT COMMAND, USER FROM information_schema.PROCESSLIST WHERE ID = %s", [cid])
@@ -335,7 +344,7 @@ class MySQLSource:
     ) -> None:
         session = self._require_session()
         self._stop_reader()
-        if self._previous_readers:
+        if self._previous_readers or self._claim is not None:
             self._end_previous_readers(session)
         history: Optional[History] = None
         era = 0
@@ -689,6 +698,8 @@ class MySQLSource:
 
     def close(self) -> None:
         self._stop_reader()
+        if self._claim is not None:
+            self._claim.close()
         for session in [*self._replica_sessions.values(), *self._reader_sessions]:
             session.close()
         self._replica_sessions.clear()

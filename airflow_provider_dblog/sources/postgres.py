@@ -380,15 +380,49 @@ class PostgresSource:
         # An active slot is no error yet: the CLI opens a source next to a running capture
         # (to validate a dump request); only start_log needs the slot to itself.
 
-    def take_over(self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None) -> None:
+    def take_over(
+        self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None, domain: Optional[str] = None
+    ) -> None:
         self._lease_check = check  # the previous holder's session is found through the slot
+        if domain is not None:
+            # Every session, the walsender included, says which lease domain it reads for:
+            # the domain first, as PostgreSQL cuts application_name at 63 bytes.
+            self._dsn["application_name"] = f"dblog-{domain}-{self.source_id}"[:63]
+
+    def _slot_holder(self, pid: int) -> Optional[dict]:
+        """pg_stat_activity of the slot's walsender (None once it is gone). Other roles'
+        client_addr and backend_start read as NULL without pg_read_all_stats."""
+        with self._cur() as cur:
+            cur.execute(
+                "SELECT application_name, usename, client_addr::text, backend_start::text "
+                "FROM pg_stat_activity WHERE pid = %s",
+                (pid,),
+            )
+            row = cur.fetchone()
+        return dict(zip(("application_name", "user", "client", "since"), row)) if row else None
+
+    def _refuse_foreign(self, pid: int, holder: dict) -> ConfigurationError:
+        return ConfigurationError(
+            f"replication slot {self.slot_name} of source {self.source_id} is read by a process this "
+            f"capture's leader lease does not coordinate: pid {pid}, application_name "
+            f"{holder['application_name']!r}, user {holder['user']}, client {holder['client'] or 'unknown'}, "
+            f"reading since {holder['since'] or 'unknown'} (this capture is {self._dsn['application_name']!r}).",
+            "captures of one source must share one state store (e.g. zk://) so that the leader lease "
+            "keeps one reader; or stop the other capture.",
+        )
 
     def _end_previous_reader(self, slot: dict) -> None:
-        """We hold the lease, yet the slot is in use: by a deposed leader (paused, cut off) or
-        a walsender that has not noticed its client died. End it now instead of waiting for
-        wal_sender_timeout."""
+        """We hold the lease, yet the slot is in use: by a deposed leader of our lease domain
+        (paused, cut off) or a walsender that has not noticed its client died. End it now
+        instead of waiting for wal_sender_timeout. A reader of another domain (a capture
+        with its own state store) is not ours to end: ConfigurationError naming it."""
         if self._lease_check is not None:
             self._lease_check()  # still ours: whoever holds the slot is not the leader
+        holder = self._slot_holder(slot["active_pid"])
+        if holder is None:
+            return  # gone meanwhile
+        if holder["application_name"] != self._dsn["application_name"]:
+            raise self._refuse_foreign(slot["active_pid"], holder)
         try:
             with self._cur() as cur:
                 cur.execute("SELECT pg_terminate_backend(%s)", (slot["active_pid"],))
@@ -422,8 +456,10 @@ class PostgresSource:
             # Leading, so the holder is a deposed leader on its way out: retried, not fatal.
             raise SourceUnavailable(f"replication slot {self.slot_name} is still in use by pid {slot['active_pid']}.")
         if slot["active"]:
+            holder = self._slot_holder(slot["active_pid"]) or {}
             raise ConfigurationError(
-                f"replication slot {self.slot_name} is in use by another process (pid {slot['active_pid']}).",
+                f"replication slot {self.slot_name} is in use by another process (pid {slot['active_pid']}, "
+                f"application_name {holder.get('application_name')!r}).",
                 "stop the other capture of this source (only one reader per slot), or pass another slot_name.",
             )
         return slot

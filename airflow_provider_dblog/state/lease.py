@@ -13,11 +13,16 @@ ZooKeeper (under ``sources/<source>/leader`` of the store's chroot, docs/state.m
 
 Local: ``fcntl.flock`` on ``<state file>.leader-<source>.lock`` (released by the kernel when
 the process dies, however it dies), the epoch counter in the store's value table.
+
+A lease coordinates only the captures that share its store: its ``domain`` (a short hash
+of the store's identity) lets a source tell the previous leader of its own store (deposed,
+so ended at once) from a capture coordinated by another store (docs/state.md).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -36,6 +41,12 @@ __all__ = ["LeaderLease", "ZooKeeperLease", "LocalLease", "make_lease", "default
 
 def default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def coordination_domain(store_identity: str) -> str:
+    """A short tag of the store that coordinates a source's captures: equal for every capture
+    whose leases exclude each other, different for captures with separate stores."""
+    return hashlib.sha256(store_identity.encode()).hexdigest()[:12]
 
 
 def lease_lost(source_id: str, epoch: Optional[int], why: str) -> StaleEpochError:
@@ -61,6 +72,8 @@ class ZooKeeperLease:
         self.base = store.path("sources", encode_name(source_id), "leader")
         self.contenders = self.base + "/contenders"
         self.epoch_path = self.base + "/epoch"
+        self._store = store
+        self._domain: Optional[str] = None
         # How long `check` waits for a suspended connection before giving the lease up. Safety
         # does not depend on it (`check` is a round trip: after a reconnect it passes only if
         # our znode is still ours, and every write is fenced), only availability does: an
@@ -85,6 +98,20 @@ class ZooKeeperLease:
             self._suspended.set()
         else:
             self._suspended.clear()
+
+    @property
+    def domain(self) -> str:
+        """The chroot znode's creation (zxid and time): the same tree however its ensemble's
+        hosts are spelled; the root has none, so the hosts stand in for it."""
+        if self._domain is None:
+            chroot = self._store.chroot or "/"
+            stat = self.client.retry(self.client.exists, chroot)
+            if stat is None or not stat.czxid:
+                hosts = ",".join(sorted(h.strip() for h in self._store.hosts.split(",")))
+                self._domain = coordination_domain(f"zookeeper {hosts}{self._store.chroot}")
+            else:
+                self._domain = coordination_domain(f"zookeeper {chroot} {stat.czxid} {stat.ctime}")
+        return self._domain
 
     # -- acquiring -----------------------------------------------------------------------
     def acquire(
@@ -234,6 +261,8 @@ class LocalLease:
         self.epoch: Optional[int] = None
         self._fd: Optional[int] = None
         self._key = f"leader/{source_id}"
+        # The lock file's inode is what excludes: every path to it names one domain.
+        self.domain = coordination_domain(f"local {os.path.realpath(lock_path)}")
 
     def acquire(
         self, stop: threading.Event, on_standby: Optional[Callable[[Optional[dict]], None]] = None

@@ -66,3 +66,18 @@ def test_stop_while_standby(stores):
     t0 = time.monotonic()
     assert make_lease(stores[1], "src", "b").acquire(stop) is None
     assert time.monotonic() - t0 < 2
+
+
+def test_the_lease_domain_is_the_lock_file_whatever_path_names_it(stores, tmp_path):
+    """Captures whose leases exclude each other share a domain (a symlinked directory too);
+    a second state file is another domain (docs/state.md, "Lease domains")."""
+    (tmp_path / "link").symlink_to(tmp_path, target_is_directory=True)
+    other = LocalStateStore(str(tmp_path / "other.db"))
+    linked = LocalStateStore(str(tmp_path / "link" / "state.db"))
+    try:
+        a, b = make_lease(stores[0], "src"), make_lease(stores[1], "src")
+        assert a.domain == b.domain == make_lease(linked, "src").domain
+        assert make_lease(other, "src").domain != a.domain
+    finally:
+        other.close()
+        linked.close()

@@ -2,7 +2,9 @@
 (issue 39 part 6): again and again while the slot stays in use, not once and then a wait.
 The slot rows are what the server showed in a paused-leader takeover: the walsender, stuck
 sending its error to the paused client, outlived the first pg_terminate_backend and ended at
-the next one at once."""
+the next one at once. Only a walsender of the leader's own lease domain (its
+application_name) is ended: another capture's is named in a ConfigurationError (issue 39
+part 5; end to end in integration/test_two_captures.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ from airflow_provider_dblog.sources.postgres import PostgresSource
 class StuckWalsender(PostgresSource):
     """The catalog answers of one slot whose walsender ends at the ``ends_at``-th termination."""
 
-    def __init__(self, ends_at: int, leading: bool = True):
+    def __init__(self, ends_at: int, leading: bool = True, holder: str = "dblog-d0main-s"):
         super().__init__(source_id="s", host="127.0.0.1", port=1, user="u", password="p", dbname="d")
-        self.ends_at, self.terminations = ends_at, 0
-        self._lease_check = (lambda: None) if leading else None
+        self.ends_at, self.terminations, self.holder = ends_at, 0, holder
+        if leading:
+            self.take_over(lambda: None, None, "d0main")
 
     @contextlib.contextmanager
     def _cur(self):
@@ -28,8 +31,14 @@ class StuckWalsender(PostgresSource):
 
         class Cursor:
             def execute(self, sql, params=()):
+                if sql.startswith("SELECT application_name"):
+                    self.row = (source.holder, "u", "10.0.0.7/32", "2026-01-01 00:00:00+00")
+                    return
                 assert sql.startswith("SELECT pg_terminate_backend")
                 source.terminations += 1
+
+            def fetchone(self):
+                return self.row
 
         yield Cursor()
 
@@ -48,3 +57,14 @@ def test_a_slot_used_by_another_process_is_not_terminated_without_the_lease():
     with pytest.raises(ConfigurationError, match="in use by another process"):
         source._check_slot_free(source._slot_row(), wait=0.3)
     assert source.terminations == 0
+
+
+@pytest.mark.parametrize("holder", ["dblog-0ther0domain-s", "dblog-s", "pg_recvlogical"])
+def test_a_walsender_of_another_lease_domain_is_named_not_terminated(holder):
+    source = StuckWalsender(ends_at=1, holder=holder)
+    assert source._dsn["application_name"] == "dblog-d0main-s"
+    with pytest.raises(ConfigurationError) as err:
+        source._check_slot_free(source._slot_row(), wait=10.0)
+    assert source.terminations == 0
+    assert "pid 4242" in str(err.value) and repr(holder) in str(err.value) and "10.0.0.7/32" in str(err.value)
+    assert "share one state store" in str(err.value)
