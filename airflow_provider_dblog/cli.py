@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import logging
 import os
@@ -261,12 +262,11 @@ def cmd_dump(args, src, state_cfg, out_cfg, parts: Parts) -> int:
 def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     state = parts.state(state_cfg)
     source_id = src.get("id")
-    leader = make_lease(state, source_id).leader() if source_id else None
-    result = requests.read_status(state, source_id, leader)
+    result = requests.read_status(state, source_id, make_lease(state, source_id) if source_id else None)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return 0
-    capture = result["capture"]
+    capture, leader = result["capture"], result["leader"]
     print(f"source {source_id}: checkpoint {result['checkpoint']}")
     if leader:
         print(
@@ -274,10 +274,16 @@ def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
             + (f", {leader['standby']} standby" if leader.get("standby") is not None else "")
         )
     if capture:
+        if capture["state"] == "stopped":
+            since = datetime.datetime.fromtimestamp(capture["stopped_at"]).astimezone().isoformat(timespec="seconds")
+            print(f"  capture pid {capture['pid']} stopped since {since} ({capture['why']}); its last report:")
+        elif capture["state"] == "silent":
+            print(f"  capture pid {capture['pid']} silent: {capture['why']}; its last report:")
+        else:
+            print(f"  capture pid {capture['pid']} running ({capture['age_s']} s ago):")
         print(
-            f"  capture pid {capture['pid']} ({capture['age_s']} s ago): position {capture['position']}, "
-            f"{capture['events_per_s']} events/s, lag {capture.get('lag_bytes')} bytes / "
-            f"{capture.get('lag_seconds')} s"
+            f"    position {capture['position']}, {capture['events_per_s']} events/s, "
+            f"lag {capture.get('lag_bytes')} bytes / {capture.get('lag_seconds')} s"
         )
     for warning in result["warnings"]:
         print(f"  WARNING: {warning}")

@@ -50,6 +50,16 @@ class FakeSource:
         return SCHEMAS[table]
 
 
+class HeldBy:
+    """A lease whose holder is fixed (only ``leader()`` is asked)."""
+
+    def __init__(self, leader):
+        self._leader = leader
+
+    def leader(self):
+        return self._leader
+
+
 def test_status_key_is_the_engines_key():
     assert status_key("shop") == "status/shop"
 
@@ -162,7 +172,7 @@ def test_status_merges_the_capture_report(state):
         ),
     )
     leader = {"identity": "a", "epoch": 3}
-    st = read_status(state, "src", leader)
+    st = read_status(state, "src", HeldBy(leader))
     assert st["leader"] == leader and st["lag_bytes"] == 7 and st["warnings"] == ["w"]
     assert st["checkpoint"] == Position("0000000001", 3).encode()
     assert st["capture"]["age_s"] >= 2
