@@ -158,6 +158,12 @@ SILENT_INTERVALS = 3
 SILENT_GRACE = 10.0
 
 
+# The report's per-dump fields that only a running capture knows (core/scheduler.py
+# ``health``). Everything else about a dump (status, rows, chunks, progress, control) is the
+# stored record's: one source of truth, whatever the age of the report.
+LIVE_DUMP_FIELDS = ("estimated_total", "rows_per_s", "eta_seconds", "waiting", "pace")
+
+
 def capture_state(
     report: dict[str, Any], leader: Optional[dict[str, Any]], lease_known: bool, now: float
 ) -> dict[str, Any]:
@@ -201,8 +207,14 @@ def read_status(state: StateStore, source_id: Optional[str], lease: Optional[Lea
         capture.update(capture_state(capture, leader, lease is not None, now))
     report = capture or {}
     checkpoint = state.get_checkpoint(source_id) if source_id else None
-    live = report.get("dumps") or {}  # rates and ETAs of the dumps the capture runs
-    dumps = [dict(d.to_dict(report.get("estimates")), **live.get(d.dump_id, {})) for d in state.list_dumps(source_id)]
+    running = report.get("state") == "running"
+    live = (report.get("dumps") or {}) if running else {}
+    dumps = []
+    for d in state.list_dumps(source_id):
+        entry = d.to_dict(report.get("estimates"))
+        if not d.status.finished:  # rates and ETAs of the dumps the running capture performs
+            entry.update((k, v) for k, v in live.get(d.dump_id, {}).items() if k in LIVE_DUMP_FIELDS)
+        dumps.append(entry)
     return {
         "source_id": source_id,
         "checkpoint": checkpoint.encode() if checkpoint else None,
