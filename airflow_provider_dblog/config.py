@@ -288,10 +288,11 @@ def read_state_auth(state: dict[str, Any]):
     return DigestAuth(user, password)
 
 
-def make_state(state: dict[str, Any]):
+def make_state(state: dict[str, Any], create: bool = True):
     """The local SQLite store (``path``) or the ZooKeeper store (``url = "zk://..."``, or
     ``zookeeper = "host:port,..."`` with ``chroot``); ``--state`` may be either form.
-    ``auth_user`` and its password turn on ZooKeeper digest authentication and ACLs."""
+    ``auth_user`` and its password turn on ZooKeeper digest authentication and ACLs.
+    ``create`` False: only a store a capture made (ConfigurationError otherwise, nothing created)."""
     check_keys("state", state)
     url = state.get("url") or state.get("path") or os.environ.get("DBLOG_STATE") or "dblog-state/state.db"
     if state.get("zookeeper") and not state.get("url"):
@@ -304,7 +305,7 @@ def make_state(state: dict[str, Any]):
         if "session_timeout" in options:
             timeout = number_option(options["session_timeout"], "the state URL's session_timeout", SECONDS)
         auth = read_state_auth(state)
-        return ZooKeeperStateStore(hosts, chroot, **({"timeout": timeout} if timeout else {}), auth=auth)
+        return ZooKeeperStateStore(hosts, chroot, **({"timeout": timeout} if timeout else {}), auth=auth, create=create)
     # Any scheme but zk:// is an error, a mistyped one (zk:/host) included: taken for a file
     # name, it would quietly give a high-availability deployment a local store.
     if re.match(r"[A-Za-z][A-Za-z0-9+.\-]*:", url) and not re.match(r"[A-Za-z]:[\\/]", url):
@@ -322,7 +323,7 @@ def make_state(state: dict[str, Any]):
         )
     from .state.local import LocalStateStore
 
-    return LocalStateStore(url)
+    return LocalStateStore(url, create=create)
 
 
 def make_output(out: dict[str, Any]):
