@@ -52,7 +52,8 @@ import tempfile
 from typing import Any, Optional
 
 from .config_keys import KEYS, SECONDS, SECTIONS, check_keys, closest, number_option
-from .core.errors import ConfigurationError, without_userinfo
+from .core import names
+from .core.errors import ConfigurationError, RequestError, without_userinfo
 from .sources.tls import tls_settings
 
 if sys.version_info >= (3, 11):
@@ -192,6 +193,15 @@ def read_password(src: dict[str, Any]) -> Optional[str]:
     return os.environ.get(env or DEFAULT_PASSWORD_ENV)
 
 
+def _table_names(tables: Any, key: str) -> list[str]:
+    """Configured table names in the one spelling of core/names.py (``"e"."t"`` is ``e.t``),
+    so that they match the names the capture writes; a malformed one is refused."""
+    try:
+        return [names.canonical(t) for t in tables or ()]
+    except RequestError as exc:
+        raise ConfigurationError(f"[source] {key}: {exc.cause}", exc.fix) from None
+
+
 def make_source(src: dict[str, Any], password: Optional[str] = None):
     """The source described by ``src``; ``password`` (from an Airflow connection, in memory)
     takes the place of ``password_env`` / ``password_file``."""
@@ -204,8 +214,10 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
         host=src.get("host", "127.0.0.1"),
         user=src.get("user"),
         password=password if password is not None else read_password(src),
-        tables=src.get("tables") or None,
-        key_columns=src.get("key_columns") or None,
+        tables=_table_names(src.get("tables"), "tables") or None,
+        key_columns=dict(zip(_table_names(keys, "key_columns"), keys.values()))
+        if (keys := src.get("key_columns"))
+        else None,
         tls=tls_settings(src),
     )
     if kind in ("postgres", "postgresql", "pg"):

@@ -17,6 +17,7 @@ import json
 import time
 from typing import Any, Optional, Sequence, Union
 
+from . import names
 from .dumps import (
     DEFAULT_CHUNK_SIZE,
     DumpControl,
@@ -51,8 +52,8 @@ def parse_tables(tables: Tables) -> Optional[list[str]]:
         return None
     if isinstance(tables, str):
         name = tables.strip()
-        return None if name.lower() in _ALL_TABLES else [name]
-    return list(tables) or None
+        return None if name.lower() in _ALL_TABLES else [names.canonical(name)]
+    return [names.canonical(t) for t in tables] or None
 
 
 def request_dump(
