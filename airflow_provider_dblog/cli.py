@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
+import functools
 import json
 import logging
 import os
@@ -156,6 +158,9 @@ class Parts:
     source: Callable[[dict], Any] = config.make_source
     state: Callable[[dict], Any] = config.make_state
     output: Callable[[dict], Any] = config.make_output
+    # The commands that read, request or control a capture's dumps: a store a capture made
+    # only, so that a mistyped --state is an error, not an empty store that reports nothing.
+    existing_state: Callable[[dict], Any] = functools.partial(config.make_state, create=False)
 
 
 def _settings(args: argparse.Namespace) -> tuple[dict, dict, dict]:
@@ -238,7 +243,7 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
 
 
 def cmd_dump(args, src, state_cfg, out_cfg, parts: Parts) -> int:
-    state = parts.state(state_cfg)
+    state = parts.existing_state(state_cfg)
     try:
         spec = requests.request_dump(
             parts.source(src),
@@ -259,25 +264,35 @@ def cmd_dump(args, src, state_cfg, out_cfg, parts: Parts) -> int:
 
 
 def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
-    state = parts.state(state_cfg)
+    state = parts.existing_state(state_cfg)
     source_id = src.get("id")
-    leader = make_lease(state, source_id).leader() if source_id else None
-    result = requests.read_status(state, source_id, leader)
+    try:
+        result = requests.read_status(state, source_id, make_lease(state, source_id) if source_id else None)
+    finally:
+        state.close()
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return 0
-    capture = result["capture"]
+    capture, leader = result["capture"], result["leader"]
     print(f"source {source_id}: checkpoint {result['checkpoint']}")
     if leader:
         print(
             f"  leader {leader['identity']} epoch {leader['epoch']}"
             + (f", {leader['standby']} standby" if leader.get("standby") is not None else "")
         )
+    if source_id and not (capture or leader or result["checkpoint"] or result["dumps"]):
+        print(f"  no capture of source {source_id} has stored anything in this state store yet")
     if capture:
+        if capture["state"] == "stopped":
+            since = datetime.datetime.fromtimestamp(capture["stopped_at"]).astimezone().isoformat(timespec="seconds")
+            print(f"  capture pid {capture['pid']} stopped since {since} ({capture['why']}); its last report:")
+        elif capture["state"] == "silent":
+            print(f"  capture pid {capture['pid']} silent: {capture['why']}; its last report:")
+        else:
+            print(f"  capture pid {capture['pid']} running ({capture['age_s']} s ago):")
         print(
-            f"  capture pid {capture['pid']} ({capture['age_s']} s ago): position {capture['position']}, "
-            f"{capture['events_per_s']} events/s, lag {capture.get('lag_bytes')} bytes / "
-            f"{capture.get('lag_seconds')} s"
+            f"    position {capture['position']}, {capture['events_per_s']} events/s, "
+            f"lag {capture.get('lag_bytes')} bytes / {capture.get('lag_seconds')} s"
         )
     for warning in result["warnings"]:
         print(f"  WARNING: {warning}")
@@ -300,7 +315,7 @@ def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
 
 
 def cmd_control(args, src, state_cfg, out_cfg, parts: Parts) -> int:
-    state = parts.state(state_cfg)
+    state = parts.existing_state(state_cfg)
     try:
         c = requests.control_dump(
             state, args.dump_id, args.command, getattr(args, "chunk_size", None), getattr(args, "delay_ms", None)
@@ -314,6 +329,8 @@ def cmd_control(args, src, state_cfg, out_cfg, parts: Parts) -> int:
 
 
 def cmd_verify(args, src, state_cfg, out_cfg, parts: Parts) -> int:
+    if args.repair:  # a repair is a dump request: refuse a store no capture made before comparing
+        parts.existing_state(state_cfg).close()
     source, output = parts.source(src), parts.output(out_cfg)
     source.open()
     output.open()
@@ -338,7 +355,7 @@ def cmd_verify(args, src, state_cfg, out_cfg, parts: Parts) -> int:
         output.close()
     bad = sum(map(len, mismatched.values()))
     if bad and args.repair:
-        state = parts.state(state_cfg)
+        state = parts.existing_state(state_cfg)
         try:
             for table, spec in requests.request_repairs(parts.source(src), state, mismatched).items():
                 print(f"{table}: repair dump {spec.dump_id} of {len(mismatched[table])} keys requested")

@@ -52,7 +52,8 @@ import tempfile
 from typing import Any, Optional
 
 from .config_keys import KEYS, SECONDS, SECTIONS, check_keys, closest, number_option
-from .core.errors import ConfigurationError, without_userinfo
+from .core import names
+from .core.errors import ConfigurationError, RequestError, without_userinfo
 from .sources.tls import tls_settings
 
 if sys.version_info >= (3, 11):
@@ -192,6 +193,15 @@ def read_password(src: dict[str, Any]) -> Optional[str]:
     return os.environ.get(env or DEFAULT_PASSWORD_ENV)
 
 
+def _table_names(tables: Any, key: str) -> list[str]:
+    """Configured table names in the one spelling of core/names.py (``"e"."t"`` is ``e.t``),
+    so that they match the names the capture writes; a malformed one is refused."""
+    try:
+        return [names.canonical(t) for t in tables or ()]
+    except RequestError as exc:
+        raise ConfigurationError(f"[source] {key}: {exc.cause}", exc.fix) from None
+
+
 def make_source(src: dict[str, Any], password: Optional[str] = None):
     """The source described by ``src``; ``password`` (from an Airflow connection, in memory)
     takes the place of ``password_env`` / ``password_file``."""
@@ -204,8 +214,10 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
         host=src.get("host", "127.0.0.1"),
         user=src.get("user"),
         password=password if password is not None else read_password(src),
-        tables=src.get("tables") or None,
-        key_columns=src.get("key_columns") or None,
+        tables=_table_names(src.get("tables"), "tables") or None,
+        key_columns=dict(zip(_table_names(keys, "key_columns"), keys.values()))
+        if (keys := src.get("key_columns"))
+        else None,
         tls=tls_settings(src),
     )
     if kind in ("postgres", "postgresql", "pg"):
@@ -288,10 +300,11 @@ def read_state_auth(state: dict[str, Any]):
     return DigestAuth(user, password)
 
 
-def make_state(state: dict[str, Any]):
+def make_state(state: dict[str, Any], create: bool = True):
     """The local SQLite store (``path``) or the ZooKeeper store (``url = "zk://..."``, or
     ``zookeeper = "host:port,..."`` with ``chroot``); ``--state`` may be either form.
-    ``auth_user`` and its password turn on ZooKeeper digest authentication and ACLs."""
+    ``auth_user`` and its password turn on ZooKeeper digest authentication and ACLs.
+    ``create`` False: only a store a capture made (ConfigurationError otherwise, nothing created)."""
     check_keys("state", state)
     url = state.get("url") or state.get("path") or os.environ.get("DBLOG_STATE") or "dblog-state/state.db"
     if state.get("zookeeper") and not state.get("url"):
@@ -304,7 +317,7 @@ def make_state(state: dict[str, Any]):
         if "session_timeout" in options:
             timeout = number_option(options["session_timeout"], "the state URL's session_timeout", SECONDS)
         auth = read_state_auth(state)
-        return ZooKeeperStateStore(hosts, chroot, **({"timeout": timeout} if timeout else {}), auth=auth)
+        return ZooKeeperStateStore(hosts, chroot, **({"timeout": timeout} if timeout else {}), auth=auth, create=create)
     # Any scheme but zk:// is an error, a mistyped one (zk:/host) included: taken for a file
     # name, it would quietly give a high-availability deployment a local store.
     if re.match(r"[A-Za-z][A-Za-z0-9+.\-]*:", url) and not re.match(r"[A-Za-z]:[\\/]", url):
@@ -322,7 +335,7 @@ def make_state(state: dict[str, Any]):
         )
     from .state.local import LocalStateStore
 
-    return LocalStateStore(url)
+    return LocalStateStore(url, create=create)
 
 
 def make_output(out: dict[str, Any]):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
+from . import names
 from .events import Key, TableSchema
 
 
@@ -31,7 +32,7 @@ class Dialect:
         return q + ident.replace(q, q + q) + q
 
     def table(self, qualified: str) -> str:
-        schema, _, name = qualified.partition(".")
+        schema, name = names.split_table(qualified)
         return f"{self.quote(schema)}.{self.quote(name)}"
 
 

@@ -873,6 +873,8 @@ class Engine:
             "source_id": self.source_id,
             "pid": os.getpid(),
             "updated_at": time.time(),
+            # the next report is due this many seconds later: `dblog status` tells a silent capture
+            "status_interval": self.config.status_interval,
             "position": self.last_seen.encode() if self.last_seen else None,
             "checkpoint": self.durable.encode() if self.durable else None,
             "events_per_s": round(rate, 1),

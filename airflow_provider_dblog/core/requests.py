@@ -17,6 +17,7 @@ import json
 import time
 from typing import Any, Optional, Sequence, Union
 
+from . import names
 from .dumps import (
     DEFAULT_CHUNK_SIZE,
     DumpControl,
@@ -27,7 +28,7 @@ from .dumps import (
     parse_key,
 )
 from .events import Key
-from .protocols import Source, StateStore
+from .protocols import LeaderLease, Source, StateStore
 
 # What ``control_dump`` does, by the names of the ``dblog`` subcommands.
 CONTROL_ACTIONS = ("pause", "resume", "cancel", "throttle")
@@ -51,8 +52,8 @@ def parse_tables(tables: Tables) -> Optional[list[str]]:
         return None
     if isinstance(tables, str):
         name = tables.strip()
-        return None if name.lower() in _ALL_TABLES else [name]
-    return list(tables) or None
+        return None if name.lower() in _ALL_TABLES else [names.canonical(name)]
+    return [names.canonical(t) for t in tables] or None
 
 
 def request_dump(
@@ -150,20 +151,71 @@ def dump_status(state: StateStore, dump_id: str) -> dict[str, Any]:
     return result
 
 
-def read_status(state: StateStore, source_id: Optional[str], leader: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """What ``dblog status`` prints: the checkpoint, the capture's last report (with its age),
-    lag, warnings, and every dump of the source with the capture's live rates and ETAs.
+# A capture writes a report every ``status_interval`` seconds; one whose last report is older
+# than this many intervals (plus SILENT_GRACE seconds, for a long chunk SELECT or a reconnect
+# between two reports) is "silent": hung, reconnecting, or killed while its ZooKeeper session
+# still holds the lease.
+SILENT_INTERVALS = 3
+SILENT_GRACE = 10.0
+
+
+# The report's per-dump fields that only a running capture knows (core/scheduler.py
+# ``health``). Everything else about a dump (status, rows, chunks, progress, control) is the
+# stored record's: one source of truth, whatever the age of the report.
+LIVE_DUMP_FIELDS = ("estimated_total", "rows_per_s", "eta_seconds", "waiting", "pace")
+
+
+def capture_state(
+    report: dict[str, Any], leader: Optional[dict[str, Any]], lease_known: bool, now: float
+) -> dict[str, Any]:
+    """Whether the capture that wrote ``report`` still runs: ``state`` "running", "silent"
+    (it holds the lease but reports no more) or "stopped" (``stopped_at``: its last report),
+    and ``why`` in words.
+
+    The lease decides when it is known (``lease_known``: ``leader`` is the holder now, None
+    for nobody) and the report names its writer's lease: a capture whose identity and epoch
+    no longer hold it has stopped. The report's age against its ``status_interval`` tells a
+    holder that went silent."""
+    age = now - float(report["updated_at"])
+    interval = report.get("status_interval")
+    limit = SILENT_INTERVALS * float(interval) + SILENT_GRACE if interval else None
+    writer = report.get("leader") or None
+    state, why = "running", f"last report {age:.0f} s ago"
+    if lease_known and writer is not None:
+        holder = (leader or {}).get("identity"), (leader or {}).get("epoch")
+        if leader is None:
+            state, why = "stopped", "no capture holds the leader lease"
+        elif holder != (writer.get("identity"), writer.get("epoch")):
+            state, why = "stopped", f"the lease is now held by {holder[0]} (epoch {holder[1]})"
+    if state == "running" and limit is not None and age > limit:
+        state, why = "silent", f"no report for {age:.0f} s (reports every {interval:g} s)"
+    return {"state": state, "stopped_at": report["updated_at"] if state == "stopped" else None, "why": why}
+
+
+def read_status(state: StateStore, source_id: Optional[str], lease: Optional[LeaderLease] = None) -> dict[str, Any]:
+    """What ``dblog status`` prints: the checkpoint, the capture's last report (with its age
+    and whether that capture still runs, ``capture_state``), lag, warnings, and every dump of
+    the source, with the capture's live rates and ETAs while it runs.
 
     ``source_id`` None (no source configured): no checkpoint or report, every dump listed.
-    ``leader``: the source's lease holder (``LeaderLease.leader()``), passed in because the
-    lease implementations live outside core."""
+    ``lease``: the source's leader lease, asked who holds it (``LeaderLease.leader()``);
+    None: unknown, and the report's age alone tells."""
+    leader = lease.leader() if lease is not None else None
     capture = read_capture_report(state, source_id) if source_id else None
     if capture:
-        capture["age_s"] = round(time.time() - capture["updated_at"], 1)
+        now = time.time()
+        capture["age_s"] = round(now - capture["updated_at"], 1)
+        capture.update(capture_state(capture, leader, lease is not None, now))
     report = capture or {}
     checkpoint = state.get_checkpoint(source_id) if source_id else None
-    live = report.get("dumps") or {}  # rates and ETAs of the dumps the capture runs
-    dumps = [dict(d.to_dict(report.get("estimates")), **live.get(d.dump_id, {})) for d in state.list_dumps(source_id)]
+    running = report.get("state") == "running"
+    live = (report.get("dumps") or {}) if running else {}
+    dumps = []
+    for d in state.list_dumps(source_id):
+        entry = d.to_dict(report.get("estimates"))
+        if not d.status.finished:  # rates and ETAs of the dumps the running capture performs
+            entry.update((k, v) for k, v in live.get(d.dump_id, {}).items() if k in LIVE_DUMP_FIELDS)
+        dumps.append(entry)
     return {
         "source_id": source_id,
         "checkpoint": checkpoint.encode() if checkpoint else None,

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import orjson
 
 from .. import __version__ as _version
+from ..core import names
 from ..core.events import ChangeEvent, Op, Origin, TableSchema
 from ..core.row_text import as_row
 from ..core.toast import is_unchanged_toast, unchanged_toast_value
@@ -135,7 +136,7 @@ class Formatter:
 
     def envelope(self, e: ChangeEvent, written_at: int) -> dict[str, Any]:
         ts_us = e.commit_ts if e.commit_ts is not None else written_at
-        first, _, rest = e.table.partition(".")
+        first, rest = names.split_table(e.table)
         source: dict[str, Any] = {
             "version": _version,
             "connector": self.connector or "dblog",

@@ -38,6 +38,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import pymysql
 
+from ..core import names
 from ..core.batch import LogRows
 from ..core.chunks import MYSQL, chunk_query, key_range, keys_query, max_key_query
 from ..core.errors import ConfigurationError, PositionLostError, RequestError, SourceUnavailable
@@ -164,7 +165,7 @@ class MySQLSource:
         self.server_id = server_id if server_id is not None else default_server_id(source_id)
         self._bookmark: Optional[tuple[str, int]] = None  # where the log was first read from
         self._wm_db = watermark_database
-        self._wm_table = f"{watermark_database}.watermarks"
+        self._wm_table = names.table_name(watermark_database, "watermarks")
         self._key_columns = dict(key_columns or {})
         self._queue_size = queue_size
         self._session: Optional[Session] = None

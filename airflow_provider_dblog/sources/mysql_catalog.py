@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import pymysql
 
+from ..core import names
 from ..core.errors import ConfigurationError, RequestError, SourceUnavailable
 from ..core.events import Column, TableSchema
 from .mysql_select_native import query_packets
@@ -246,13 +247,8 @@ def binary_logs(session: Session) -> list[tuple[str, int]]:
 
 
 def split_table(table: str) -> tuple[str, str]:
-    db, dot, name = table.partition(".")
-    if not dot or not db or not name:
-        raise RequestError(
-            f"table {table!r} is not of the form database.table.",
-            "name MySQL tables as database.table, e.g. shop.orders.",
-        )
-    return db, name
+    """(database, table) of a name in DBLog's spelling (core/names.py)."""
+    return names.split_table(table)
 
 
 def base_tables(session: Session, databases: Optional[Sequence[str]], exclude: Sequence[str]) -> list[str]:
@@ -267,7 +263,7 @@ def base_tables(session: Session, databases: Optional[Sequence[str]], exclude: S
         sql += f" AND TABLE_SCHEMA NOT IN ({', '.join(['%s'] * len(skip))})"
         params += skip
     rows = session.query(sql + " ORDER BY TABLE_SCHEMA, TABLE_NAME", params)
-    return [f"{db}.{name}" for db, name in rows]
+    return [names.table_name(db, name) for db, name in rows]
 
 
 _JSON_CHECK = re.compile(r"^json_valid\(`((?:[^`]|``)+)`\)$", re.IGNORECASE)

@@ -14,6 +14,7 @@ from pymysqlreplication.event import RotateEvent
 
 from ..core.chunks import MYSQL
 from ..core.errors import ConfigurationError
+from ..core.names import table_name
 from . import mysql_catalog as catalog
 from .mysql_catalog import ConnectionSettings, Session
 
@@ -147,12 +148,12 @@ class StartupChecks:
             probe.close()
 
     def resolve_tables(self, configured: Optional[list[str]], databases: Optional[list[str]], wm_db: str) -> list[str]:
-        s, wm_table = self.session, f"{wm_db}.watermarks"
+        s, wm_table = self.session, table_name(wm_db, "watermarks")
         if configured is not None:
             tables = list(dict.fromkeys(configured))
             for t in tables:
                 catalog.split_table(t)
-            existing = set(catalog.base_tables(s, sorted({t.split(".", 1)[0] for t in tables}), []))
+            existing = set(catalog.base_tables(s, sorted({catalog.split_table(t)[0] for t in tables}), []))
             unknown = [t for t in tables if t not in existing]
             if unknown:
                 raise ConfigurationError(
@@ -175,13 +176,13 @@ class StartupChecks:
                 "remove it from the tables, or use another watermark_database.",
             )
         if configured is None:  # DBLog's own database is never captured implicitly
-            tables = [t for t in tables if t.split(".", 1)[0] != wm_db]
+            tables = [t for t in tables if catalog.split_table(t)[0] != wm_db]
         return tables
 
     def filters(self, tables: list[str], wm_db: str) -> None:
         """DESIGN "Filters": a binlog filter must not hide the watermark or captured tables."""
         _, _, do_db, ignore_db = catalog.master_status(self.session)
-        needed = sorted({t.split(".", 1)[0] for t in tables} | {wm_db})
+        needed = sorted({catalog.split_table(t)[0] for t in tables} | {wm_db})
         do = {d.strip() for d in do_db.split(",") if d.strip()}
         ignored = {d.strip() for d in ignore_db.split(",") if d.strip()}
         hidden = [d for d in needed if (do and d not in do) or d in ignored]

@@ -38,6 +38,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+from ..core import names
 from ..core.batch import LogRows
 from ..core.errors import ConfigurationError, PositionLostError
 from ..core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
@@ -85,7 +86,7 @@ def truncated_table(query: str, current_db: str, captured: set[str]) -> Optional
         return None
     first = m.group(1).replace("``", "`") if m.group(1) is not None else m.group(2)
     second = m.group(3).replace("``", "`") if m.group(3) is not None else m.group(4)
-    name = f"{first}.{second}" if second is not None else f"{current_db}.{first}"
+    name = names.table_name(first, second) if second is not None else names.table_name(current_db, first)
     if name in captured:
         return name
     # Names compare case-insensitively where the server does (lower_case_table_names).
@@ -446,7 +447,7 @@ class BinlogReader(threading.Thread):
         return self._gtid or f"{self.file}:{self._txn_start}"
 
     def _table_map(self, ev: TableMapEvent, start: int) -> list:
-        table = f"{ev.schema}.{ev.table}"
+        table = names.table_name(ev.schema, ev.table)
         if table not in self._captured:
             return []
         sig = _table_map_signature(ev.columns)
@@ -498,7 +499,7 @@ class BinlogReader(threading.Thread):
         return [(convert(schema, row["values"], row["none_sources"]), None) for row in ev.rows]
 
     def _rows(self, ev: Any, start: int) -> list:
-        table = f"{ev.schema}.{ev.table}"
+        table = names.table_name(ev.schema, ev.table)
         if table != self._watermark_table and table not in self._captured:
             return []  # not decoded, not numbered
         if table == self._watermark_table:

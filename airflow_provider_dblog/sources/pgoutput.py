@@ -12,6 +12,8 @@ import dataclasses
 import struct
 from typing import Optional, Union
 
+from ..core import names
+
 # pgoutput timestamps count microseconds from 2000-01-01 00:00:00 UTC.
 PG_EPOCH_OFFSET_US = 946_684_800 * 1_000_000
 
@@ -87,7 +89,7 @@ class Relation:
 
     @property
     def qualified_name(self) -> str:
-        return f"{self.namespace or 'pg_catalog'}.{self.name}"
+        return names.table_name(self.namespace or "pg_catalog", self.name)
 
 
 @dataclasses.dataclass(frozen=True)

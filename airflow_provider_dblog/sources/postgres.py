@@ -50,6 +50,7 @@ import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 
+from ..core import names
 from ..core.batch import LogRows
 from ..core.chunks import POSTGRES, chunk_query, key_range, keys_query, max_key_query
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
@@ -128,7 +129,7 @@ def wal2json_table_filter(tables: Sequence[str]) -> str:
     def esc(part: str) -> str:
         return re.sub(r"([\\ ',.*])", r"\\\1", part)
 
-    return ",".join(f"{esc(s)}.{esc(t)}" for s, _, t in (x.partition(".") for x in tables))
+    return ",".join(f"{esc(s)}.{esc(t)}" for s, t in map(names.split_table, tables))
 
 
 class PostgresSource:

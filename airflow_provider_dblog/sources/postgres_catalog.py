@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Optional, Sequence
 
+from ..core import names
 from ..core.errors import ConfigurationError, RequestError
 from ..core.events import Column, TableSchema
 
@@ -30,13 +31,8 @@ class TableInfo:
 
 
 def split_table(table: str) -> tuple[str, str]:
-    schema, dot, name = table.partition(".")
-    if not dot or not schema or not name:
-        raise RequestError(
-            f"table name {table!r} is not schema-qualified.",
-            'name tables as "schema.table", e.g. "public.orders".',
-        )
-    return schema, name
+    """(schema, table) of a name in DBLog's spelling (core/names.py)."""
+    return names.split_table(table)
 
 
 def quote_ident(name: str) -> str:
@@ -53,17 +49,17 @@ def list_tables(cur, exclude_schemas: Sequence[str]) -> list[str]:
     ``exclude_schemas``; partitions are captured as part of their root, not on their own."""
     cur.execute(
         """
-        SELECT n.nspname || '.' || c.relname
+        SELECT n.nspname, c.relname
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
           AND n.nspname NOT IN ('pg_catalog', 'information_schema')
           AND n.nspname NOT LIKE 'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp\\_%%'
           AND n.nspname <> ALL(%s)
-        ORDER BY 1
+        ORDER BY 1, 2
         """,
         (list(exclude_schemas),),
     )
-    return [r[0] for r in cur.fetchall()]
+    return [names.table_name(schema, name) for schema, name in cur.fetchall()]
 
 
 def table_oid(cur, table: str) -> Optional[int]:
@@ -234,21 +230,24 @@ def leaf_partitions(cur, roots: dict[str, int]) -> dict[str, dict[int, tuple[str
     before 13."""
     if not roots:
         return {}
-    names, oids = list(roots), [roots[t] for t in roots]
+    root_names, oids = list(roots), [roots[t] for t in roots]
     cur.execute(
         """
-        SELECT r.name, c.oid, n.nspname || '.' || c.relname, c.relkind
+        SELECT r.name, c.oid, n.nspname, c.relname, c.relkind
         FROM unnest(%s::text[], %s::oid[]) AS r(name, oid)
         JOIN pg_class rc ON rc.oid = r.oid AND rc.relkind = 'p'
         CROSS JOIN LATERAL pg_partition_tree(r.oid::regclass) AS p
         JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE p.isleaf
         """,
-        (names, oids),
+        (root_names, oids),
     )
     out: dict[str, dict[int, tuple[str, str]]] = {}
-    for root, oid, name, relkind in cur.fetchall():
-        out.setdefault(root, {})[oid] = (name, relkind.decode() if isinstance(relkind, bytes) else relkind)
+    for root, oid, schema, name, relkind in cur.fetchall():
+        out.setdefault(root, {})[oid] = (
+            names.table_name(schema, name),
+            relkind.decode() if isinstance(relkind, bytes) else relkind,
+        )
     cur.execute("SELECT oid FROM pg_class WHERE oid = ANY(%s::oid[]) AND relkind = 'p'", (oids,))
     exist = {r[0] for r in cur.fetchall()}
     for root, oid in roots.items():
@@ -272,24 +271,23 @@ def captured_ancestor(cur, table: str, captured: Iterable[str]) -> Optional[str]
             SELECT i.inhparent FROM up JOIN pg_class c ON c.oid = up.relid AND c.relispartition
             JOIN pg_inherits i ON i.inhrelid = c.oid
         )
-        SELECT n.nspname || '.' || c.relname FROM up
+        SELECT n.nspname, c.relname FROM up
         JOIN pg_class c ON c.oid = up.relid JOIN pg_namespace n ON n.oid = c.relnamespace
         """,
         (schema, name),
     )
     wanted = set(captured)
-    return next((r[0] for r in cur.fetchall() if r[0] in wanted), None)
+    return next((t for t in (names.table_name(*r) for r in cur.fetchall()) if t in wanted), None)
 
 
 def table_name_of(cur, oid: int) -> Optional[str]:
     """The current "schema.table" name of a relation, or None once it was dropped."""
     cur.execute(
-        "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE c.oid = %s",
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
         (oid,),
     )
     row = cur.fetchone()
-    return row[0] if row else None
+    return names.table_name(*row) if row else None
 
 
 def check_partitions(cur, root: TableInfo, leaves: dict[int, tuple[str, str]]) -> None:

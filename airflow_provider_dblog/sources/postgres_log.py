@@ -32,6 +32,7 @@ from collections import deque
 from itertools import repeat
 from typing import Any, Callable, Optional
 
+from ..core import names
 from ..core.batch import LogRows
 from ..core.errors import ConfigurationError
 from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
@@ -387,7 +388,7 @@ class LogDecoder:
         elif action in ("I", "U", "D"):
             txn = self._in_txn()
             pos = txn.next_position()
-            name = f"{m['schema']}.{m['table']}"
+            name = names.table_name(m["schema"], m["table"])
             table = self._target(name)
             if table is None:
                 return
@@ -411,7 +412,7 @@ class LogDecoder:
             if action == "U" and table in self.captured:
                 self._note_unchanged_toast(table, after)
         elif action == "T":
-            self._truncate([f"{m['schema']}.{m['table']}"])
+            self._truncate([names.table_name(m["schema"], m["table"])])
         # "M" (logical messages) carries nothing DBLog needs.
 
     def _w2j_row(self, table: str, cols: Optional[list]) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from ..core import names
 from ..core.errors import ConfigurationError
 from .postgres_catalog import captured_ancestor, quote_ident, quote_table, server_version
 
@@ -55,7 +56,7 @@ def plugin_not_allowed_error(plugin: str, setting: Optional[str]) -> Configurati
 
 def ensure_watermark_table(cur, watermark_table: str, source_id: str) -> None:
     """The watermark table (one row per source, shared by sources) and this source's row."""
-    schema = watermark_table.partition(".")[0]
+    schema = names.split_table(watermark_table)[0]
     cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
     cur.execute(
         f"CREATE TABLE IF NOT EXISTS {quote_table(watermark_table)} ("
@@ -103,8 +104,8 @@ def ensure_publication(
             f"{list(partitioned)} would reach DBLog under each partition's name instead of the table's.",
             f"run ALTER PUBLICATION {pub} SET (publish_via_partition_root = true);",
         )
-    cur.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
-    have = {r[0] for r in cur.fetchall()}
+    cur.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
+    have = {names.table_name(*r) for r in cur.fetchall()}
     missing = [t for t in wanted if t not in have]
     for table in missing:
         ancestor = captured_ancestor(cur, table, have)

@@ -49,6 +49,7 @@ from pyspark.sql import types as T
 
 from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import TableSchema
+from airflow_provider_dblog.core.names import split_table
 from airflow_provider_dblog.outputs._common import dumps
 from airflow_provider_dblog.spark import mirror_types as mt
 from airflow_provider_dblog.spark.mirror_commits import BatchCommit, tagged, writer_options
@@ -109,13 +110,16 @@ def _q(name: str) -> str:
 
 
 def mirror_path(mirrors: str, source_id: str, table: str) -> str:
+    """A mirror's directory: the table's name as the changelog spells it (core/names.py:
+    ``edge."dot.ted"`` and ``"edge.dot".ted`` are two directories)."""
     return f"{mirrors.rstrip('/')}/{source_id}/{table}"
 
 
 def catalog_names(source_id: str, table: str) -> tuple[str, str, str]:
-    """(database, table, current view) identifiers, quoted for SQL."""
+    """(database, table, current view) identifiers, quoted for SQL: the schema's and the
+    table's parts apart, joined by ``__`` (a dot inside a part becomes ``_``)."""
     db = "dblog_" + re.sub(r"\W", "_", source_id).lower()
-    name = re.sub(r"\W", "_", table.replace(".", "__")).lower()
+    name = "__".join(re.sub(r"\W", "_", part) for part in split_table(table)).lower()
     return f"`{db}`", f"`{db}`.`{name}`", f"`{db}`.`{name}_current`"
 
 

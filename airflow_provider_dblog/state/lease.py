@@ -310,7 +310,10 @@ class LocalLease:
         info = json.loads(self.store.get_value(self._key) or "null")
         if not info:
             return None
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644) if self._fd is None else None
+        try:  # no lock file: nobody holds the lease (and a reader creates none)
+            fd = os.open(self.lock_path, os.O_RDWR) if self._fd is None else None
+        except FileNotFoundError:
+            return None
         try:
             if fd is not None:  # is anybody holding the lock right now?
                 try:

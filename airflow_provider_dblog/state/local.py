@@ -46,10 +46,25 @@ _SAVE_PROGRESS = (
 _PUT_VALUE = "INSERT INTO kv VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value"
 
 
+def no_capture_state(where: str, why: str) -> ConfigurationError:
+    """A command that reads or controls a capture pointed at a store no capture made."""
+    return ConfigurationError(
+        f"no capture state at {where}: {why}, so no `dblog capture` has run with this state store "
+        "(nothing was created there).",
+        "pass the --state (or [state] path, DBLOG_STATE) that the capture uses; a store is made "
+        "only by `dblog capture`, so start the capture first to request or control its dumps.",
+    )
+
+
 class LocalStateStore:
-    def __init__(self, path: str):
+    def __init__(self, path: str, create: bool = True):
+        """The store in the SQLite file ``path``, made if needed; ``create`` False: only an
+        existing one (a command that reads or controls a capture must not make an empty store
+        at a mistyped path and report nothing from it)."""
         self.path = os.path.abspath(path)
         parent = os.path.dirname(self.path)
+        if not create and not os.path.isfile(self.path):
+            raise no_capture_state(self.path, "the file does not exist")
         try:
             os.makedirs(parent, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)

@@ -34,6 +34,7 @@ from ..core.dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from ..core.errors import ConfigurationError, RequestError
 from ..core.events import Position
 from ..core.protocols import Fence
+from .local import no_capture_state
 from .zookeeper_acl import KAZOO_LOG, DigestAuth, refused, secure_chroot
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class ZooKeeperStateStore:
         timeout: float = DEFAULT_SESSION_TIMEOUT,
         connect_timeout: float = CONNECT_TIMEOUT,
         auth: Optional[DigestAuth] = None,
+        create: bool = True,
     ):
         from kazoo.client import KazooClient
         from kazoo.exceptions import NoAuthError
@@ -138,6 +140,11 @@ class ZooKeeperStateStore:
                 "(e.g. `echo ruok | nc HOST PORT` answers imok), and that the state URL "
                 "lists them as zk://host:port[,host:port]/chroot.",
             ) from None
+        # ``create`` False: only a tree a capture made (its sources/ znode), checked before
+        # anything is created; exists() needs no read right, so this holds under any ACL.
+        if not create and self.client.retry(self.client.exists, self.path("sources")) is None:
+            self._stop_client()
+            raise no_capture_state(f"zk://{hosts}{self.chroot}", f"ZooKeeper has no {self.path('sources')}")
         try:
             if auth is not None:
                 secure_chroot(self.client, self.chroot, auth)

@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 
+from airflow_provider_dblog.state.local import LocalStateStore
+
 from .capture_proc import Capture, dblog, write_config
 from .databases import ADAPTERS, env
 
@@ -23,6 +25,9 @@ def setup(request, tmp_path):
     config = write_config(
         tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
     )
+    # The store a capture makes: the commands that request, control or report dumps refuse
+    # a state path no capture used (tests/unit/test_cli_state_exists.py).
+    LocalStateStore(str(tmp_path / "state.db")).close()
     yield db, config, source_id
     db.drop(source_id)
 
@@ -69,7 +74,7 @@ def test_request_status_and_control_round_trip(setup):
 def test_password_in_the_config_file_is_refused(setup, tmp_path):
     db, _, source_id = setup
     cfg = dict(db.source_config(source_id), password="hunter2")
-    config = write_config(tmp_path / "bad.toml", cfg, tmp_path / "s.db", f"delta://{tmp_path / 'l'}")
+    config = write_config(tmp_path / "bad.toml", cfg, tmp_path / "state.db", f"delta://{tmp_path / 'l'}")
     p = dblog(config, "dump", "--all", check=False)
     assert p.returncode == 2 and "password_env" in p.stderr and "hunter2" not in p.stderr + p.stdout
 

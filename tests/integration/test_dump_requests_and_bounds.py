@@ -19,6 +19,7 @@ import pytest
 
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.events import Op, Origin
+from airflow_provider_dblog.state.local import LocalStateStore
 
 from .capture_proc import dblog, write_config
 from .databases import ADAPTERS
@@ -40,6 +41,7 @@ def test_keys_that_do_not_fit_the_key_columns_are_refused_at_request_time(db, tm
     config = write_config(
         tmp_path / "dblog.toml", db.source_config(db.source_id), tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
     )
+    LocalStateStore(str(tmp_path / "state.db")).close()  # the capture's store: requests need one
     accounts, orders, notes = (f"{db.ns}.{t}" for t in ("accounts", "orders", "notes"))
     refused = [
         (accounts, '"abc"', ['"abc"', "column id (bigint", accounts]),  # a string for an integer key

@@ -144,3 +144,28 @@ def test_a_write_retried_in_a_new_session_after_expiry_is_refused(zk_hosts, chro
     finally:
         store.close()
         other.close()
+
+
+def test_status_of_a_chroot_no_capture_made_is_refused_and_creates_nothing(zk_hosts, chroot, capsys, monkeypatch):
+    """`dblog status` (and every command that reads or controls dumps) on a mistyped chroot
+    says that no capture state is there, and leaves ZooKeeper as it was."""
+    from airflow_provider_dblog import cli
+
+    monkeypatch.delenv("DBLOG_CONFIG", raising=False)
+    url = f"zk://{zk_hosts}{chroot}"
+    for command in (["status"], ["pause", "d1"], ["dump", "--all", "--source-type", "postgres"]):
+        assert cli.main([*command, "--source-id", "src", "--state", url]) == 2
+        err = capsys.readouterr().err
+        assert f"no capture state at {url}" in err and "Fix:" in err, err
+    probe = ZooKeeperStateStore(zk_hosts, "/")
+    try:
+        assert probe.client.exists(chroot) is None
+    finally:
+        probe.close()
+    store = make_state({"url": url})  # what the capture does: it makes the store
+    try:
+        store.set_checkpoint("src", Position("0000000001", 1))
+    finally:
+        store.close()
+    assert cli.main(["status", "--source-id", "src", "--state", url]) == 0
+    assert "checkpoint" in capsys.readouterr().out

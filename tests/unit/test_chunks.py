@@ -62,7 +62,7 @@ def test_keys_query_single_and_composite():
 
 
 def test_identifiers_are_quoted():
-    t = TableSchema('odd"schema.we`ird', (Column('i"d', "int"),), ('i"d',))
+    t = TableSchema('"odd""schema".we`ird', (Column('i"d', "int"),), ('i"d',))  # core/names.py's spelling
     assert '"odd""schema"."we`ird"' in chunk_query(POSTGRES, t, ["1"], None, 1)[0]
     assert '`odd"schema`.`we``ird`' in chunk_query(MYSQL, t, ["1"], None, 1)[0]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from airflow_provider_dblog.core.protocols import Source
+from airflow_provider_dblog.state.local import LocalStateStore
 from tests.support import faulty_dblog
 from tests.support.faults import SlowOutput, WideWindowSource
 
@@ -58,6 +59,7 @@ def test_slow_output_marks_each_flush(tmp_path):
 
 def test_faulty_dblog_runs_the_dblog_command(tmp_path, capsys):
     state = tmp_path / "state.db"
+    LocalStateStore(str(state)).close()  # a capture's store: status and pause open no other
     assert (
         faulty_dblog.main(
             ["--write-delay-ms", "5", "--", "status", "--state", str(state), "--source-id", "s", "--json"]

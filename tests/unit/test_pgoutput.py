@@ -220,7 +220,7 @@ def test_wal2json_values_give_the_same_canonical_values():
 
 def test_wal2json_table_filter_escapes_special_characters():
     assert wal2json_table_filter(["public.a", "dblog.watermarks"]) == "public.a,dblog.watermarks"
-    assert wal2json_table_filter(["my schema.a,b.c*"]) == "my\\ schema.a\\,b\\.c\\*"
+    assert wal2json_table_filter(['my schema."a,b.c*"']) == "my\\ schema.a\\,b\\.c\\*"
 
 
 def test_timestamp_us():

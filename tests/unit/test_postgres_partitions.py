@@ -143,8 +143,8 @@ class _NameCursor:
     def execute(self, sql, params=None):
         pass
 
-    def fetchone(self):
-        return (self.name,) if self.name else None
+    def fetchone(self):  # (schema, table), as pg_namespace and pg_class give them
+        return tuple(self.name.split(".")) if self.name else None
 
 
 def test_listed_keys_come_in_batches_each_at_a_position_of_its_own(monkeypatch):

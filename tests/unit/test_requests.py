@@ -50,6 +50,16 @@ class FakeSource:
         return SCHEMAS[table]
 
 
+class HeldBy:
+    """A lease whose holder is fixed (only ``leader()`` is asked)."""
+
+    def __init__(self, leader):
+        self._leader = leader
+
+    def leader(self):
+        return self._leader
+
+
 def test_status_key_is_the_engines_key():
     assert status_key("shop") == "status/shop"
 
@@ -162,7 +172,7 @@ def test_status_merges_the_capture_report(state):
         ),
     )
     leader = {"identity": "a", "epoch": 3}
-    st = read_status(state, "src", leader)
+    st = read_status(state, "src", HeldBy(leader))
     assert st["leader"] == leader and st["lag_bytes"] == 7 and st["warnings"] == ["w"]
     assert st["checkpoint"] == Position("0000000001", 3).encode()
     assert st["capture"]["age_s"] >= 2
@@ -173,3 +183,36 @@ def test_status_merges_the_capture_report(state):
     assert one["checked_at"] >= one["updated_at"]
     state.put_value(status_key("src"), "")  # an emptied report reads as none
     assert read_status(state, "src")["capture"] is None
+
+
+def test_a_dumps_rows_are_its_stored_progress_whatever_the_report_says(state):
+    """Issue 39 part 5: a dump done after the capture's last report showed that report's
+    rows (0) beside its own progress (2,000). The stored record is the one source of a
+    dump's rows, status and progress; the report adds only a running dump's rates."""
+    done = request_dump(FakeSource(), state, "s.one")
+    state.save_progress(done.dump_id, "s.one", TableProgress((2000,), 2000, 2, done=True))
+    state.set_status(done.dump_id, DumpStatus.DONE)
+    running = request_dump(FakeSource(), state, "s.two")
+    state.save_progress(running.dump_id, "s.two", TableProgress((1, "a"), 10, 1))
+    live = {"rows": 0, "rows_per_s": 50.0, "eta_seconds": 3, "paused": True, "waiting": {"why": "turn"}}
+    state.put_value(
+        status_key("src"),
+        json.dumps(
+            {
+                "updated_at": time.time(),
+                "pid": 1,
+                "leader": {"identity": "a", "epoch": 1},
+                "dumps": {done.dump_id: live, running.dump_id: live},
+            }
+        ),
+    )
+    dumps = {d["dump_id"]: d for d in read_status(state, "src", HeldBy({"identity": "a", "epoch": 1}))["dumps"]}
+    d = dumps[done.dump_id]
+    assert d["status"] == "done" and d["rows"] == 2000 == d["progress"]["s.one"]["rows"]
+    assert "rows_per_s" not in d and "eta_seconds" not in d and "waiting" not in d
+    r = dumps[running.dump_id]
+    assert r["rows"] == 10 and r["paused"] is False  # the stored progress and control
+    assert r["rows_per_s"] == 50.0 and r["eta_seconds"] == 3 and r["waiting"] == {"why": "turn"}
+    # the capture that wrote the report stopped: no live rates for any dump
+    r = {d["dump_id"]: d for d in read_status(state, "src", HeldBy(None))["dumps"]}[running.dump_id]
+    assert r["rows"] == 10 and "rows_per_s" not in r and "eta_seconds" not in r
