@@ -98,7 +98,7 @@ def test_a_real_capture_reports_running_then_stopped_after_it_ends(state):
     from .test_engine import FAST, wait_until
 
     class LeasedSource(MemorySource):
-        def take_over(self, check, previous):  # one process, no log connection to end
+        def take_over(self, check, previous, domain=None):  # one process, no log connection to end
             pass
 
     lease = make_lease(state, SOURCE_ID, "engine-a")
