@@ -49,7 +49,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable
 
 from airflow_provider_dblog.operators.land import ContinuousLandOperator
-from airflow_provider_dblog.spark.session import DELTA_PACKAGE  # matches the pinned pyspark/delta-spark
+from airflow_provider_dblog.spark.session import DELTA_PACKAGE, resolve_jars  # matches the pinned pyspark/delta-spark
 from airflow_provider_dblog.triggers.changelog import ChangelogCommitTrigger
 
 CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
@@ -71,23 +71,12 @@ def land_job_path() -> str:
 
 
 def local_jars() -> Optional[str]:
-    """The jar list resolved at install time, or None. A listed jar that is gone is an error
-    here, at parse time, rather than a run that silently downloads or fails in the JVM."""
-    jars = os.environ.get("DBLOG_SPARK_JARS", "").strip()
-    if not jars:
-        _, artifact, version = DELTA_PACKAGE.split(":")
-        cache = Path(os.environ.get("DBLOG_SPARK_JARS_DIR", Path(__file__).resolve().parents[1] / ".spark-jars"))
-        listing = cache / f"{artifact}-{version}" / "jars.txt"
-        jars = listing.read_text().strip() if listing.is_file() else ""
-    if not jars:
-        return None
-    missing = [j for j in jars.split(",") if not Path(j).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"dblog_land: Delta jar(s) {missing} listed by DBLOG_SPARK_JARS / DBLOG_SPARK_JARS_DIR do not exist. "
-            "Fix: run scripts/spark-jars again (it resolves them once), or unset both to use --packages."
-        )
-    return jars
+    """The jar list resolved at install time, or None (``resolve_jars``, the one resolver of
+    every Spark entry point). A listed jar that is gone is an error here, at parse time."""
+    try:
+        return resolve_jars(default_dir=Path(__file__).resolve().parents[1] / ".spark-jars")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"dblog_land: {e}") from None
 
 
 JARS = local_jars()
@@ -134,6 +123,7 @@ with DAG(
             lake=lake_root(),
             source=os.environ.get("DBLOG_LAND_SOURCE") or None,
             trigger_seconds=float(os.environ.get("DBLOG_LAND_TRIGGER_SECONDS", "5")),
+            jars=JARS,  # the child's session takes these, as spark-submit's --jars
             retries=10,
             retry_delay=dt.timedelta(seconds=30),
         )
