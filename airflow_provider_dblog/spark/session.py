@@ -15,6 +15,7 @@ under spark-submit too, unless the submitter set them.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -69,8 +70,10 @@ def resolve_jars(default_dir: Optional[Path] = None) -> Optional[str]:
 
 
 def session_conf(launched_by_submit: bool, jars: Optional[str] = None, extra_conf: Optional[dict] = None) -> dict:
-    """The builder's settings. Under spark-submit the submitter chose jars and master;
-    otherwise: the local settings and the jars ``resolve_jars`` finds (else the package)."""
+    """The builder's settings. Under spark-submit the submitter chose jars, master and Python;
+    otherwise: the local settings, the jars ``resolve_jars`` finds (else the package), and
+    the Python workers' interpreter: this one unless ``PYSPARK_PYTHON`` says otherwise (else
+    Spark starts ``python3`` from PATH, which without the venv activated lacks this package)."""
     conf = dict(DELTA_CONF)
     # The session time zone decides how timestamps without zone print and how "with time
     # zone" values render: UTC keeps them equal to the canonical UTC values.
@@ -84,6 +87,15 @@ def session_conf(launched_by_submit: bool, jars: Optional[str] = None, extra_con
             conf["spark.jars.packages"] = DELTA_PACKAGE
     conf.update(extra_conf or {})
     return conf
+
+
+def python_workers_default() -> None:
+    """PySpark reads the workers' interpreter from ``PYSPARK_PYTHON`` when the context starts
+    (``spark.pyspark.python`` only under spark-submit): default it to this interpreter, which
+    imports this package (``python3`` from PATH may not: a venv's python run without
+    activating the venv). Under spark-submit the submitter chose (docs/airflow.md)."""
+    if not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
 def job_conf(parallelism: int) -> dict[str, str]:
@@ -118,6 +130,8 @@ def get_session(
     builder = SparkSession.builder.appName(app_name)
     if master or not launched_by_submit:
         builder = builder.master(master or os.environ.get("DBLOG_SPARK_MASTER", "local[2]"))
+    if not launched_by_submit:
+        python_workers_default()
     for k, v in session_conf(launched_by_submit, jars, extra_conf).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

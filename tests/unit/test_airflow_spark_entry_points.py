@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -61,7 +62,8 @@ def builder(monkeypatch):
             return None
 
     monkeypatch.setattr(pyspark_sql, "SparkSession", FakeSession)
-    for name in ("DBLOG_SPARK_JARS", "DBLOG_SPARK_JARS_DIR", "PYSPARK_GATEWAY_PORT"):
+    monkeypatch.setenv("PYSPARK_PYTHON", "unset")  # so that the test's end restores it (get_session sets it)
+    for name in ("DBLOG_SPARK_JARS", "DBLOG_SPARK_JARS_DIR", "PYSPARK_GATEWAY_PORT", "PYSPARK_PYTHON"):
         monkeypatch.delenv(name, raising=False)
     return fake
 
@@ -100,10 +102,21 @@ def test_a_listed_jar_that_is_gone_is_an_error_with_the_fix(jars_dir, monkeypatc
         resolve_jars()
 
 
-def test_under_spark_submit_the_submitter_chose_the_jars(builder, monkeypatch):
+def test_a_local_session_runs_python_workers_with_this_interpreter(builder, monkeypatch):
+    """Without PYSPARK_PYTHON Spark starts `python3` from PATH for its Python workers, which
+    (the venv not activated) cannot import airflow_provider_dblog."""
+    get_session("probe")
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/other/python")
+    get_session("probe")
+    assert os.environ["PYSPARK_PYTHON"] == "/opt/other/python"  # the user's choice stays
+
+
+def test_under_spark_submit_the_submitter_chose_jars_and_python(builder, monkeypatch):
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")
     get_session("probe")
     assert not {"spark.jars", "spark.jars.packages"} & set(builder.conf)
+    assert "PYSPARK_PYTHON" not in os.environ
 
 
 def land_task(monkeypatch, **environ: str):
