@@ -9,7 +9,9 @@ Three modes (``DBLOG_LAND_MODE``):
 * ``schedule``: on the cron and after dumps only (``AssetOrTimeSchedule``), as before.
 * ``continuous``: one long-lived deferred task (``ContinuousLandOperator``) supervising a
   Spark Structured Streaming landing with a ``DBLOG_LAND_TRIGGER_SECONDS`` trigger, session
-  after session, like dblog_capture: mirrors trail their sources by seconds.
+  after session, like dblog_capture: mirrors trail their sources by seconds. The cron
+  (default every 5 minutes) starts it when no run is alive: the first time, after a switch
+  from another mode, or after a run failed.
 
 The job is incremental and idempotent (docs/landing.md), so extra or overlapping runs are
 harmless; ``max_active_runs=1`` keeps one streaming checkpoint writer. The application is the
@@ -22,7 +24,8 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
   DBLOG_LAND_TRIGGER_SECONDS  continuous mode: the streaming trigger interval (default 5)
   DBLOG_LAKE                  the changelog's root directory or URL (what ``--lake`` takes;
                               default: the path of DBLOG_CHANGELOG, else /opt/dblog/lake)
-  DBLOG_LAND_SCHEDULE         cron (default every 15 minutes; in event mode hourly)
+  DBLOG_LAND_SCHEDULE         cron (default every 15 minutes; in event mode hourly; in
+                              continuous mode every 5: when a stopped landing restarts)
   DBLOG_SPARK_CONN_ID         Spark connection (default ``spark_default``; ``local[2]`` as its
                               host runs Spark on the worker)
   DBLOG_SPARK_JARS            the Delta jars resolved at install time (``scripts/spark-jars``
@@ -87,7 +90,12 @@ if os.environ.get("DBLOG_LAND_SOURCE"):
 
 def schedule():
     if MODE == "continuous":
-        return "@once"  # one task that runs for ever (session after session)
+        # One task that runs for ever (session after session). Not ``@once``: a DAG that has
+        # runs already (switched from event or schedule mode) would get no next run, and the
+        # landing would never start. A cron always has a next tick; max_active_runs=1 keeps a
+        # second run from starting while the continuous one lives, and a run that ended
+        # (failed past its retries) is restarted at the next tick.
+        return CronTriggerTimetable(os.environ.get("DBLOG_LAND_SCHEDULE", "*/5 * * * *"), timezone="UTC")
     cron = os.environ.get("DBLOG_LAND_SCHEDULE", "0 * * * *" if MODE == "event" else "*/15 * * * *")
     assets = CHANGELOG_ASSET
     if MODE == "event":

@@ -167,3 +167,25 @@ def test_sessions_are_built_and_jars_read_only_in_spark_session():
     users = {p.name for p in PACKAGE.rglob("*.py") if "get_session(" in p.read_text()}
     assert {"land_changelog.py", "verify_mirror.py", "verify.py", "maintenance.py", "consistent_cut.py"} <= users
     assert spark_session.resolve_jars.__name__ in (REPO / "dags" / "dblog_land.py").read_text()
+
+
+@pytest.mark.parametrize("mode", ["event", "schedule", "continuous"])
+def test_the_landing_dag_has_a_next_run_after_runs_it_already_had(monkeypatch, mode):
+    """Switching DBLOG_LAND_MODE to continuous on a DAG with runs gave it ``@once``: no next
+    run, so the continuous landing never started."""
+    import datetime as dt
+
+    import pendulum
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import DataInterval, TimeRestriction
+
+    task = land_task(monkeypatch, DBLOG_LAND_MODE=mode)
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(task.dag))  # the scheduler's view
+    now = pendulum.now("UTC")
+    earlier_run = DataInterval(now - dt.timedelta(days=1), now - dt.timedelta(days=1))
+    nxt = dag.timetable.next_dagrun_info(
+        last_automated_data_interval=earlier_run,
+        restriction=TimeRestriction(earliest=dag.start_date, latest=None, catchup=False),
+    )
+    assert nxt is not None and nxt.run_after > earlier_run.end
+    assert dag.max_active_runs == 1  # a live continuous run keeps the next one waiting
