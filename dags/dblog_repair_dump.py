@@ -54,7 +54,9 @@ with DAG(
             type="string",
             minLength=1,
             title="Source connection",
-            description="Airflow connection id of the source database.",
+            description="Airflow connection id of the source database: the one that captures the table "
+            "(the table list offers every source's tables; a table of another source fails the run "
+            "before anything is recorded, naming both).",
         ),
         "table": table_param,
         "keys": Param(

@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence, Union
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from ..core.errors import RequestError
 from ..core.requests import control_dump, request_dump
 from ..hooks.dblog import DBLogHook
 from ..triggers.dump import DumpTrigger, progress_line
@@ -135,17 +136,7 @@ class DumpOperator(BaseOperator):
         keys = parse_keys(self.keys)
         source, state = hook.get_source(), hook.get_state()
         try:
-            spec = request_dump(
-                source,
-                state,
-                self.tables,
-                keys,
-                chunk_size=_count("chunk_size", self.chunk_size),
-                delay_ms=_count("delay_ms", self.delay_ms),
-                where=self.where or None,
-                adaptive=bool(self.adaptive),
-                readers=_count("readers", self.readers),
-            )
+            spec = self._request(source, state, keys)
         finally:
             state.close()
         self._dump_id = spec.dump_id
@@ -169,6 +160,28 @@ class DumpOperator(BaseOperator):
             kwargs={"started": started},
         )
         return None
+
+    def _request(self, source: Any, state: Any, keys: Optional[list[Any]]) -> Any:
+        """Validate and record the request. Its errors name the source connection too: the
+        repair form offers every source's tables, whichever connection is chosen, so a
+        mismatched pair shows here, before anything is recorded."""
+        try:
+            return request_dump(
+                source,
+                state,
+                self.tables,
+                keys,
+                chunk_size=_count("chunk_size", self.chunk_size),
+                delay_ms=_count("delay_ms", self.delay_ms),
+                where=self.where or None,
+                adaptive=bool(self.adaptive),
+                readers=_count("readers", self.readers),
+            )
+        except RequestError as e:
+            raise RequestError(
+                f"source connection {self.source_conn_id!r} (source {source.source_id}): {e.cause}",
+                f"{e.fix} Or choose the source connection that captures {self.tables}.",
+            ) from None
 
     def execute_complete(self, context: Any, event: dict[str, Any], started: Optional[float] = None) -> dict[str, Any]:
         d = event["dump"]

@@ -167,3 +167,33 @@ def test_dump_counts_are_whole_numbers_never_cast(value):
     with pytest.raises(ValueError, match="chunk_size is"):
         _count("chunk_size", value)
     assert _count("chunk_size", "1000") == _count("chunk_size", 1000) == 1000
+
+
+def test_a_table_of_another_source_fails_naming_the_connection_and_the_table():
+    """The repair form's source is free text while its table list shows every source's
+    tables: a mismatched pair must fail before anything is recorded, naming both."""
+    from types import SimpleNamespace
+
+    from airflow_provider_dblog.core.errors import RequestError
+
+    class OtherSource:  # a stand-in: the catalog of source `shop`, which lacks pg1's table
+        source_id = "shop"
+
+        def open(self):
+            pass
+
+        def close(self):
+            pass
+
+        def table_schema(self, table):
+            raise RequestError(f"table {table} is not captured by source shop.", "use one of its tables: shop.orders.")
+
+    recorded = []
+    state = SimpleNamespace(close=lambda: None, add_dump=lambda *a: recorded.append(a))
+    op = DumpOperator(task_id="d", source_conn_id="shop_db", state="/s.db", tables="public.accounts", keys="7")
+    op.hook = lambda: SimpleNamespace(get_source=OtherSource, get_state=lambda: state)
+    with pytest.raises(RequestError) as err:
+        op.execute({})
+    assert "source connection 'shop_db' (source shop): table public.accounts is not captured" in err.value.cause
+    assert "shop.orders" in err.value.fix and "captures public.accounts" in err.value.fix
+    assert recorded == []
