@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -98,6 +99,13 @@ def python_workers_default() -> None:
         os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
+def quiet_pandas_warning() -> None:
+    """pyspark 4.2 warns "does not yet fully support pandas >= 3.0.0" when a session starts,
+    in every job's log. The jobs use no pandas API (no toPandas, no pandas UDFs), so that one
+    warning says nothing about them; every other warning stays."""
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+
+
 def job_conf(parallelism: int) -> dict[str, str]:
     """Runtime SQL settings the jobs want on any master, local or spark-submit.
 
@@ -123,6 +131,7 @@ def get_session(
     ``resolve_jars()``)."""
     from pyspark.sql import SparkSession
 
+    quiet_pandas_warning()
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
