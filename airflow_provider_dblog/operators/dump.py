@@ -55,7 +55,7 @@ def _count(name: str, value: Union[int, str]) -> int:
     anything else (``"10.5"``, ``True``) is refused rather than cast."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value)
     raise ValueError(f"{name} is {value!r}. Fix: give a whole number, e.g. {name}=1000.")
 

@@ -160,7 +160,7 @@ def test_parse_keys_refuses_a_value_that_is_neither_text_nor_a_list(value):
         parse_keys(value)
 
 
-@pytest.mark.parametrize("value", ["10.5", "", True, 2.0, "-1"])
+@pytest.mark.parametrize("value", ["10.5", "", True, 2.0, "-1", "²"])
 def test_dump_counts_are_whole_numbers_never_cast(value):
     from airflow_provider_dblog.operators.dump import _count
 
