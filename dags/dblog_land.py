@@ -9,7 +9,9 @@ Three modes (``DBLOG_LAND_MODE``):
 * ``schedule``: on the cron and after dumps only (``AssetOrTimeSchedule``), as before.
 * ``continuous``: one long-lived deferred task (``ContinuousLandOperator``) supervising a
   Spark Structured Streaming landing with a ``DBLOG_LAND_TRIGGER_SECONDS`` trigger, session
-  after session, like dblog_capture: mirrors trail their sources by seconds.
+  after session, like dblog_capture: mirrors trail their sources by seconds. The cron
+  (default every 5 minutes) starts it when no run is alive: the first time, after a switch
+  from another mode, or after a run failed.
 
 The job is incremental and idempotent (docs/landing.md), so extra or overlapping runs are
 harmless; ``max_active_runs=1`` keeps one streaming checkpoint writer. The application is the
@@ -22,7 +24,8 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
   DBLOG_LAND_TRIGGER_SECONDS  continuous mode: the streaming trigger interval (default 5)
   DBLOG_LAKE                  the changelog's root directory or URL (what ``--lake`` takes;
                               default: the path of DBLOG_CHANGELOG, else /opt/dblog/lake)
-  DBLOG_LAND_SCHEDULE         cron (default every 15 minutes; in event mode hourly)
+  DBLOG_LAND_SCHEDULE         cron (default every 15 minutes; in event mode hourly; in
+                              continuous mode every 5: when a stopped landing restarts)
   DBLOG_SPARK_CONN_ID         Spark connection (default ``spark_default``; ``local[2]`` as its
                               host runs Spark on the worker)
   DBLOG_SPARK_JARS            the Delta jars resolved at install time (``scripts/spark-jars``
@@ -49,7 +52,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable
 
 from airflow_provider_dblog.operators.land import ContinuousLandOperator
-from airflow_provider_dblog.spark.session import DELTA_PACKAGE  # matches the pinned pyspark/delta-spark
+from airflow_provider_dblog.spark.session import DELTA_PACKAGE, resolve_jars  # matches the pinned pyspark/delta-spark
 from airflow_provider_dblog.triggers.changelog import ChangelogCommitTrigger
 
 CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
@@ -71,23 +74,12 @@ def land_job_path() -> str:
 
 
 def local_jars() -> Optional[str]:
-    """The jar list resolved at install time, or None. A listed jar that is gone is an error
-    here, at parse time, rather than a run that silently downloads or fails in the JVM."""
-    jars = os.environ.get("DBLOG_SPARK_JARS", "").strip()
-    if not jars:
-        _, artifact, version = DELTA_PACKAGE.split(":")
-        cache = Path(os.environ.get("DBLOG_SPARK_JARS_DIR", Path(__file__).resolve().parents[1] / ".spark-jars"))
-        listing = cache / f"{artifact}-{version}" / "jars.txt"
-        jars = listing.read_text().strip() if listing.is_file() else ""
-    if not jars:
-        return None
-    missing = [j for j in jars.split(",") if not Path(j).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"dblog_land: Delta jar(s) {missing} listed by DBLOG_SPARK_JARS / DBLOG_SPARK_JARS_DIR do not exist. "
-            "Fix: run scripts/spark-jars again (it resolves them once), or unset both to use --packages."
-        )
-    return jars
+    """The jar list resolved at install time, or None (``resolve_jars``, the one resolver of
+    every Spark entry point). A listed jar that is gone is an error here, at parse time."""
+    try:
+        return resolve_jars(default_dir=Path(__file__).resolve().parents[1] / ".spark-jars")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"dblog_land: {e}") from None
 
 
 JARS = local_jars()
@@ -98,7 +90,12 @@ if os.environ.get("DBLOG_LAND_SOURCE"):
 
 def schedule():
     if MODE == "continuous":
-        return "@once"  # one task that runs for ever (session after session)
+        # One task that runs for ever (session after session). Not ``@once``: a DAG that has
+        # runs already (switched from event or schedule mode) would get no next run, and the
+        # landing would never start. A cron always has a next tick; max_active_runs=1 keeps a
+        # second run from starting while the continuous one lives, and a run that ended
+        # (failed past its retries) is restarted at the next tick.
+        return CronTriggerTimetable(os.environ.get("DBLOG_LAND_SCHEDULE", "*/5 * * * *"), timezone="UTC")
     cron = os.environ.get("DBLOG_LAND_SCHEDULE", "0 * * * *" if MODE == "event" else "*/15 * * * *")
     assets = CHANGELOG_ASSET
     if MODE == "event":
@@ -134,6 +131,7 @@ with DAG(
             lake=lake_root(),
             source=os.environ.get("DBLOG_LAND_SOURCE") or None,
             trigger_seconds=float(os.environ.get("DBLOG_LAND_TRIGGER_SECONDS", "5")),
+            jars=JARS,  # the child's session takes these, as spark-submit's --jars
             retries=10,
             retry_delay=dt.timedelta(seconds=30),
         )

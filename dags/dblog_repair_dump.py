@@ -1,7 +1,7 @@
 """dblog_repair_dump: an on-call form to re-emit rows into the changelog.
 
 Trigger it from the UI ("Trigger DAG" shows the form) or the REST API with a conf such as
-``{"table": "shop.orders", "keys": "42\\n43", "chunk_size": 1000}``. Airflow validates the
+``{"table": "shop.orders", "keys": "42\\n43", "chunk_size": 1000}`` (one key per line: ``"42"`` alone is one key). Airflow validates the
 form against the Params before the run starts; the operator then validates the table and the
 keys against the source's schema before it records anything. An empty key list dumps the
 whole table; a row filter (``"where": "region = 'eu'"``) dumps only the rows it accepts, after
@@ -54,7 +54,9 @@ with DAG(
             type="string",
             minLength=1,
             title="Source connection",
-            description="Airflow connection id of the source database.",
+            description="Airflow connection id of the source database: the one that captures the table "
+            "(the table list offers every source's tables; a table of another source fails the run "
+            "before anything is recorded, naming both).",
         ),
         "table": table_param,
         "keys": Param(
@@ -90,15 +92,17 @@ with DAG(
             "more load on the source, faster on a database with idle cores).",
         ),
     },
-    render_template_as_native_obj=True,
 ) as dag:
+    # Templates render as text (no render_template_as_native_obj): a native rendering would
+    # re-type the form's text, so that "2600" became an int and "[2600, 1]" two keys. The
+    # operator reads keys as one per line and the counts as whole numbers.
     DumpOperator(
         task_id="dump",
         source_conn_id="{{ params.source }}",
         state_conn_id=STATE_CONN_ID,
         tables="{{ params.table }}",
-        keys="{{ params['keys'] or None }}",
-        where="{{ params['where'] or None }}",
+        keys="{{ params['keys'] or '' }}",
+        where="{{ params['where'] or '' }}",
         chunk_size="{{ params.chunk_size }}",
         readers="{{ params.readers }}",
         poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "2")),

@@ -13,8 +13,9 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_VERIFY_TABLES     comma-separated tables (default: every captured table)
   DBLOG_VERIFY_MIRRORS    compare the Delta mirrors under this directory (``<lake>/mirrors``)
                           instead of the changelog's replay: Spark in the worker hashes the
-                          mirrors' rows (DBLOG_SPARK_JARS / DBLOG_SPARK_MASTER as for
-                          dblog_land); the repair reaches the mirrors with the next landing
+                          mirrors' rows (DBLOG_SPARK_JARS or DBLOG_SPARK_JARS_DIR, and
+                          DBLOG_SPARK_MASTER, as for dblog_land); the repair reaches the
+                          mirrors with the next landing
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence, Union
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from ..core.errors import RequestError
 from ..core.requests import control_dump, request_dump
 from ..hooks.dblog import DBLogHook
 from ..triggers.dump import DumpTrigger, progress_line
@@ -34,12 +35,29 @@ def _key_value(text: str) -> Any:
 
 def parse_keys(keys: Union[None, str, Sequence[Any]]) -> Optional[list[Any]]:
     """Key values from a list, or from text with one key per line (the UI form's textarea).
-    A text line, or a string in the list, is JSON or else a bare string."""
+    A text line, or a string in the list, is JSON or else a bare string. A text is always one
+    key per line: ``"[2600, 1]"`` is one composite key, never two keys."""
     if keys is None:
         return None
     if isinstance(keys, str):
         return [_key_value(line.strip()) for line in keys.splitlines() if line.strip()] or None
+    if not isinstance(keys, (list, tuple)):
+        # e.g. a template rendered as a native object turned the form's "2600" into an int
+        raise TypeError(
+            f"keys is {keys!r} ({type(keys).__name__}). Fix: pass a list of key values ([{keys!r}]) "
+            "or a text with one key per line; render keys as text, not as a native object."
+        )
     return [_key_value(k) if isinstance(k, str) else k for k in keys] or None
+
+
+def _count(name: str, value: Union[int, str]) -> int:
+    """A whole number from a template field (a rendered template is text): ``"1000"`` is 1000;
+    anything else (``"10.5"``, ``True``) is refused rather than cast."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return int(value)
+    raise ValueError(f"{name} is {value!r}. Fix: give a whole number, e.g. {name}=1000.")
 
 
 class DumpOperator(BaseOperator):
@@ -118,17 +136,7 @@ class DumpOperator(BaseOperator):
         keys = parse_keys(self.keys)
         source, state = hook.get_source(), hook.get_state()
         try:
-            spec = request_dump(
-                source,
-                state,
-                self.tables,
-                keys,
-                chunk_size=int(self.chunk_size),
-                delay_ms=int(self.delay_ms),
-                where=self.where or None,
-                adaptive=bool(self.adaptive),
-                readers=int(self.readers),
-            )
+            spec = self._request(source, state, keys)
         finally:
             state.close()
         self._dump_id = spec.dump_id
@@ -152,6 +160,28 @@ class DumpOperator(BaseOperator):
             kwargs={"started": started},
         )
         return None
+
+    def _request(self, source: Any, state: Any, keys: Optional[list[Any]]) -> Any:
+        """Validate and record the request. Its errors name the source connection too: the
+        repair form offers every source's tables, whichever connection is chosen, so a
+        mismatched pair shows here, before anything is recorded."""
+        try:
+            return request_dump(
+                source,
+                state,
+                self.tables,
+                keys,
+                chunk_size=_count("chunk_size", self.chunk_size),
+                delay_ms=_count("delay_ms", self.delay_ms),
+                where=self.where or None,
+                adaptive=bool(self.adaptive),
+                readers=_count("readers", self.readers),
+            )
+        except RequestError as e:
+            raise RequestError(
+                f"source connection {self.source_conn_id!r} (source {source.source_id}): {e.cause}",
+                f"{e.fix} Or choose the source connection that captures {self.tables}.",
+            ) from None
 
     def execute_complete(self, context: Any, event: dict[str, Any], started: Optional[float] = None) -> dict[str, Any]:
         d = event["dump"]

@@ -29,6 +29,8 @@ class ContinuousLandOperator(BaseOperator):
     :param trigger_seconds: the streaming query's processing-time trigger.
     :param session_seconds: length of one session before the task defers again.
     :param max_sessions: stop (successfully) after this many sessions; None: run for ever.
+    :param jars: the Delta jars (comma-separated paths) for the child's Spark session;
+        default: what ``resolve_jars`` finds in the triggerer's environment.
     """
 
     template_fields = ("lake", "source", "mirrors")
@@ -43,6 +45,7 @@ class ContinuousLandOperator(BaseOperator):
         trigger_seconds: float = 5.0,
         session_seconds: float = 3600.0,
         max_sessions: Optional[int] = None,
+        jars: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -54,6 +57,7 @@ class ContinuousLandOperator(BaseOperator):
         self.trigger_seconds = trigger_seconds
         self.session_seconds = session_seconds
         self.max_sessions = max_sessions
+        self.jars = jars
 
     def _trigger(self, session: int) -> LandTrigger:
         return LandTrigger(
@@ -63,6 +67,7 @@ class ContinuousLandOperator(BaseOperator):
             trigger_seconds=self.trigger_seconds,
             session_seconds=self.session_seconds,
             session=session,
+            jars=self.jars,
         )
 
     def execute(self, context: Any) -> None:

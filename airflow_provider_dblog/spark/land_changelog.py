@@ -664,13 +664,20 @@ class Lander:
         out = []
         for source_id, table, path in list_mirrors(self.spark, self.mirrors):
             db, tbl, view = catalog_names(source_id, table)
-            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+            ensure_database(self.spark, db)
             self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tbl} USING DELTA LOCATION '{path}'")
             self.spark.sql(f"REFRESH TABLE {tbl}")
             data = [f"`{f.name}`" for f in self.spark.table(tbl).schema.fields if f.name != "_deleted"]
             self.spark.sql(f"CREATE OR REPLACE VIEW {view} AS SELECT {', '.join(data)} FROM {tbl} WHERE NOT _deleted")
             out.append(tbl)
         return out
+
+
+def ensure_database(spark: SparkSession, db: str) -> None:
+    """The catalog database, once: Spark's CREATE DATABASE IF NOT EXISTS of a database that
+    exists logs "Namespace ... was created concurrently. Ignoring." (once per mirror)."""
+    if not spark.catalog.databaseExists(db):
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
 
 
 def list_mirrors(spark: SparkSession, mirrors: str) -> list[tuple[str, str, str]]:

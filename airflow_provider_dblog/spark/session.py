@@ -2,9 +2,11 @@
 
 On a cluster the user submits with the Maven coordinate below (``--packages``) and the two
 Delta confs (docs/landing.md); the job then only adds what it needs at run time. Locally
-(tests, demo, ``python -m``) the jars come from the cache ``scripts/spark-jars`` fills once
-(``DBLOG_SPARK_JARS``: a comma-separated jar list), so no Maven/Ivy resolution happens at run
-time; without that variable the session falls back to ``spark.jars.packages``.
+(tests, demo, ``python -m``, the continuous landing child, the mirror check) the jars come
+from the cache ``scripts/spark-jars`` fills once, found by ``resolve_jars`` (the one place that
+reads ``DBLOG_SPARK_JARS`` / ``DBLOG_SPARK_JARS_DIR``, also for dags/dblog_land.py), so no
+Maven/Ivy resolution happens at run time; with neither set the session falls back to
+``spark.jars.packages``. Sessions are built only here (``get_session``).
 
 The jobs' runtime SQL settings (``job_conf``: shuffle partitions, ...) apply in both cases,
 under spark-submit too, unless the submitter set them.
@@ -13,6 +15,9 @@ under spark-submit too, unless the submitter set them.
 from __future__ import annotations
 
 import os
+import sys
+import warnings
+from pathlib import Path
 from typing import Optional
 
 # delta-spark 4.4.0 is built for Spark 4.2 / Scala 2.13. `io.delta:delta-spark_2.13:4.4.0`
@@ -37,6 +42,70 @@ LOCAL_CONF = {
 }
 
 
+# where scripts/spark-jars puts the jars by default: the checkout's .spark-jars
+DEFAULT_JARS_DIR = Path(__file__).resolve().parents[2] / ".spark-jars"
+
+
+def resolve_jars(default_dir: Optional[Path] = None) -> Optional[str]:
+    """The Delta jars resolved at install time (comma-separated paths), or None.
+
+    ``DBLOG_SPARK_JARS`` (the list ``scripts/spark-jars`` prints), else the listing it keeps in
+    ``$DBLOG_SPARK_JARS_DIR`` (default ``default_dir``, else the checkout's ``.spark-jars``).
+    A listed jar that is gone is an error here rather than a run that downloads or fails in
+    the JVM."""
+    jars = os.environ.get("DBLOG_SPARK_JARS", "").strip()
+    if not jars:
+        _, artifact, version = DELTA_PACKAGE.split(":")
+        cache = Path(os.environ.get("DBLOG_SPARK_JARS_DIR") or default_dir or DEFAULT_JARS_DIR)
+        listing = cache / f"{artifact}-{version}" / "jars.txt"
+        jars = listing.read_text().strip() if listing.is_file() else ""
+    if not jars:
+        return None
+    missing = [j for j in jars.split(",") if not Path(j).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"Delta jar(s) {missing} listed by DBLOG_SPARK_JARS / DBLOG_SPARK_JARS_DIR do not exist. "
+            "Fix: run scripts/spark-jars again (it resolves them once), or unset both to use --packages."
+        )
+    return jars
+
+
+def session_conf(launched_by_submit: bool, jars: Optional[str] = None, extra_conf: Optional[dict] = None) -> dict:
+    """The builder's settings. Under spark-submit the submitter chose jars, master and Python;
+    otherwise: the local settings, the jars ``resolve_jars`` finds (else the package), and
+    the Python workers' interpreter: this one unless ``PYSPARK_PYTHON`` says otherwise (else
+    Spark starts ``python3`` from PATH, which without the venv activated lacks this package)."""
+    conf = dict(DELTA_CONF)
+    # The session time zone decides how timestamps without zone print and how "with time
+    # zone" values render: UTC keeps them equal to the canonical UTC values.
+    conf["spark.sql.session.timeZone"] = "UTC"
+    if not launched_by_submit:
+        conf.update(LOCAL_CONF)
+        jars = jars or resolve_jars()
+        if jars:
+            conf["spark.jars"] = jars
+        else:
+            conf["spark.jars.packages"] = DELTA_PACKAGE
+    conf.update(extra_conf or {})
+    return conf
+
+
+def python_workers_default() -> None:
+    """PySpark reads the workers' interpreter from ``PYSPARK_PYTHON`` when the context starts
+    (``spark.pyspark.python`` only under spark-submit): default it to this interpreter, which
+    imports this package (``python3`` from PATH may not: a venv's python run without
+    activating the venv). Under spark-submit the submitter chose (docs/airflow.md)."""
+    if not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+
+
+def quiet_pandas_warning() -> None:
+    """pyspark 4.2 warns "does not yet fully support pandas >= 3.0.0" when a session starts,
+    in every job's log. The jobs use no pandas API (no toPandas, no pandas UDFs), so that one
+    warning says nothing about them; every other warning stays."""
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+
+
 def job_conf(parallelism: int) -> dict[str, str]:
     """Runtime SQL settings the jobs want on any master, local or spark-submit.
 
@@ -59,9 +128,10 @@ def get_session(
 
     ``master``: e.g. ``local[2]``; None keeps what spark-submit set (or ``local[2]`` when
     run with plain ``python``). ``jars``: comma-separated jar paths (default
-    ``$DBLOG_SPARK_JARS``)."""
+    ``resolve_jars()``)."""
     from pyspark.sql import SparkSession
 
+    quiet_pandas_warning()
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -69,19 +139,9 @@ def get_session(
     builder = SparkSession.builder.appName(app_name)
     if master or not launched_by_submit:
         builder = builder.master(master or os.environ.get("DBLOG_SPARK_MASTER", "local[2]"))
-    conf = dict(DELTA_CONF)
-    # The session time zone decides how timestamps without zone print and how "with time
-    # zone" values render: UTC keeps them equal to the canonical UTC values.
-    conf["spark.sql.session.timeZone"] = "UTC"
     if not launched_by_submit:
-        conf.update(LOCAL_CONF)
-        jars = jars or os.environ.get("DBLOG_SPARK_JARS")
-        if jars:
-            conf["spark.jars"] = jars
-        else:
-            conf["spark.jars.packages"] = DELTA_PACKAGE
-    conf.update(extra_conf or {})
-    for k, v in conf.items():
+        python_workers_default()
+    for k, v in session_conf(launched_by_submit, jars, extra_conf).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))

@@ -19,13 +19,20 @@ FINISHED = ("done", "failed", "cancelled")
 
 
 def progress_line(d: dict[str, Any]) -> str:
-    """``dump 1a2b running: 3 chunks, 30000 rows (42.0% of ~71000)`` — one line per change."""
-    est = sum(t.get("estimated_rows", 0) for t in d["progress"].values())
-    text = f"dump {d['dump_id']} {d['status']}{' (paused)' if d.get('paused') else ''}: {d['chunks']} chunks, {d['rows']} rows"
-    if est:
-        done_est = sum(t.get("estimated_rows", 0) for t in d["progress"].values() if t["done"])
-        running = sum(min(t["rows"], t.get("estimated_rows", 0)) for t in d["progress"].values() if not t["done"])
-        text += f" ({min(100.0, 100 * (done_est + running) / est):.1f}% of ~{est} estimated rows)"
+    """``dump 1a2b running: 3 chunks, 30,000 rows (42.0% of ~71,000 estimated rows)`` — one
+    line per change. The estimate is the database's statistics (MariaDB's TABLE_ROWS,
+    PostgreSQL's reltuples), stale until the table is analyzed: once the rows pass it, the
+    line says the estimate was low instead of a percentage stuck at 100."""
+    tables = d["progress"].values()
+    est = sum(t.get("estimated_rows", 0) for t in tables)
+    paused = " (paused)" if d.get("paused") else ""
+    text = f"dump {d['dump_id']} {d['status']}{paused}: {d['chunks']} chunks, {d['rows']:,} rows"
+    if est and d["rows"] > est:
+        text += f" (estimate ~{est:,} was low)"
+    elif est:
+        done_est = sum(t.get("estimated_rows", 0) for t in tables if t["done"])
+        running = sum(min(t["rows"], t.get("estimated_rows", 0)) for t in tables if not t["done"])
+        text += f" ({min(100.0, 100 * (done_est + running) / est):.1f}% of ~{est:,} estimated rows)"
     if d.get("error"):
         text += f"; error: {d['error']}"
     return text

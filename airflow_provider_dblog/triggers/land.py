@@ -38,6 +38,7 @@ class LandTrigger(BaseTrigger):
         session_seconds: float = 3600.0,
         session: int = 1,
         python: Optional[str] = None,
+        jars: Optional[str] = None,
     ) -> None:
         super().__init__()
         self.lake = lake
@@ -47,6 +48,7 @@ class LandTrigger(BaseTrigger):
         self.session_seconds = float(session_seconds)
         self.session = int(session)
         self.python = python
+        self.jars = jars
         self._proc: Optional[asyncio.subprocess.Process] = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -60,6 +62,7 @@ class LandTrigger(BaseTrigger):
                 "session_seconds": self.session_seconds,
                 "session": self.session,
                 "python": self.python,
+                "jars": self.jars,
             },
         )
 
@@ -73,6 +76,14 @@ class LandTrigger(BaseTrigger):
             args += ["--mirrors", self.mirrors]
         return args
 
+    def environ(self) -> dict[str, str]:
+        """The child's environment: the triggerer's, and the jars when the DAG resolved them
+        (else the child's ``get_session`` resolves them from this same environment)."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.jars:
+            env["DBLOG_SPARK_JARS"] = self.jars
+        return env
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         last: list[str] = []
@@ -80,7 +91,7 @@ class LandTrigger(BaseTrigger):
             *self.argv(),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=self.environ(),
             start_new_session=True,  # a Ctrl-C aimed at the triggerer does not skip our SIGTERM
         )
         self.log.info("continuous landing session %d: pid %d for %.0f s", self.session, proc.pid, self.session_seconds)

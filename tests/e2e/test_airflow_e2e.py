@@ -6,7 +6,8 @@ scripts/airflow_stack.py, its settings docker/airflow.env (shared with docker/co
 1. ``dblog_capture`` is unpaused: its one task defers and the triggerer runs the capture child.
 2. ``dblog_repair_dump`` is triggered through ``POST /api/v2/dags/{id}/dagRuns`` with a conf
    (a 100-key repair dump); the keys must arrive in the changelog and the run must succeed.
-   The time from the REST call to the rows being durable in the changelog is printed.
+   The time from the REST call to the rows being durable in the changelog is printed. Then
+   one-key repairs (an integer key, a text key, a composite key), the commonest repair.
 3. The triggerer is stopped while the capture runs, rows are written, the triggerer starts
    again: the capture resumes and every written row arrives (nothing lost across the gap).
 4. ``dblog_land`` (event mode): a backfill of every table through REST, then the changelog's
@@ -59,6 +60,25 @@ def metadata_db():
         prefix="airflow_e2e",
     ) as url:
         yield url
+
+
+def one_key_repairs(db: MySQLAdapter, offset: int) -> list[tuple[str, str, tuple]]:
+    """(table, the form's keys text, the key in the changelog): one integer key, one text key
+    and one composite key, each alone (a native rendering of the form re-typed these)."""
+    c = db.connect()
+    try:
+        cur = c.cursor()
+        cur.execute(f"SELECT uid FROM {db.ns}.notes ORDER BY uid LIMIT 1 OFFSET {offset}")
+        (uid,) = cur.fetchone()
+        cur.execute(f"SELECT region, order_no FROM {db.ns}.orders ORDER BY order_no LIMIT 1 OFFSET {offset}")
+        region, order_no = cur.fetchone()
+    finally:
+        c.close()
+    return [
+        (f"{db.ns}.accounts", str(110 + offset), (110 + offset,)),
+        (f"{db.ns}.notes", json.dumps(uid), (uid,)),
+        (f"{db.ns}.orders", json.dumps([region, order_no]), (region, order_no)),
+    ]
 
 
 def insert_accounts(db: MySQLAdapter, ids) -> None:
@@ -175,6 +195,12 @@ def test_airflow_end_to_end(stack, capsys):
     dumped = changelog_keys(lake, source_id, accounts, "r")
     assert dumped == wanted  # exactly the requested keys, no other rows of the table
 
+    # one key alone, of each kind: "2600", '"abc"', '["eu", 7]' in the conf's keys text
+    for table, text, key in one_key_repairs(db, 0):
+        run_id = af.trigger("dblog_repair_dump", {"table": table, "keys": text})
+        assert af.wait_run("dblog_repair_dump", run_id) == "success", (text, af.tails())
+        assert changelog_keys(lake, source_id, table, "r") >= {key}, text
+
     # 3. the triggerer stops during the capture and starts again: the capture resumes
     first = af.capture_pids()
     assert len(first) == 1, first
@@ -243,7 +269,8 @@ def browser(tmp_path):
 
 def test_trigger_form_in_chromium(stack, browser, tmp_path):
     """Open the Trigger form of dblog_repair_dump, pick the table, type keys, submit: a run
-    starts with that conf and its rows reach the changelog. A screenshot of the filled form
+    starts with that conf and its rows reach the changelog; for three keys, and for one key of
+    each kind (integer, text, composite), which the form's native rendering once re-typed. A screenshot of the filled form
     goes to the test's directory (to docs/img/ with DBLOG_DOCS_SCREENSHOTS=1)."""
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
@@ -256,18 +283,20 @@ def test_trigger_form_in_chromium(stack, browser, tmp_path):
     before = {r["dag_run_id"] for r in af.request("GET", "/api/v2/dags/dblog_repair_dump/dagRuns")["dag_runs"]}
     browser.get(af.base + "/api/v2/version")  # same origin first, so the login cookie can be set
     browser.add_cookie({"name": "_token", "value": af.token(), "path": "/"})  # what the login page sets
-    browser.get(af.base + "/dags/dblog_repair_dump")
 
     def button(text: str):
         return [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == text]
 
-    wait.until(lambda d: button("Trigger"))
-    button("Trigger")[0].click()
-    keys_box = wait.until(ec.element_to_be_clickable((By.NAME, "element_keys")))
-    # the table: a select built from DBLOG_REPAIR_TABLES; type to filter, click the option
-    combo = browser.find_element(By.XPATH, "//input[@name='element_table']/..//input[@type='text']")
+    def open_form():
+        """The Trigger dialog: its keys box and the table select's text input."""
+        browser.get(af.base + "/dags/dblog_repair_dump")
+        wait.until(lambda d: button("Trigger"))
+        button("Trigger")[0].click()
+        keys_box = wait.until(ec.element_to_be_clickable((By.NAME, "element_keys")))
+        return keys_box, browser.find_element(By.XPATH, "//input[@name='element_table']/..//input[@type='text']")
 
-    def pick(name: str) -> None:
+    def pick(combo, name: str) -> None:
+        """The table: a select built from DBLOG_REPAIR_TABLES; type to filter, click the option."""
         combo.click()
         combo.send_keys(Keys.CONTROL, "a")
         combo.send_keys(name)
@@ -276,36 +305,36 @@ def test_trigger_form_in_chromium(stack, browser, tmp_path):
         )
         option[0].click()
 
-    pick(f"{stack.db.ns}.notes")  # away from the default (the first table) and back: the select works
-    table = f"{stack.db.ns}.accounts"
-    pick(table)
-    keys_box.send_keys("101\n102\n103")
-    chunk = browser.find_element(By.NAME, "element_chunk_size")
-    chunk.send_keys(Keys.CONTROL, "a")
-    chunk.send_keys("2")
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", keys_box)
-    shot = DOCS_SCREENSHOT if os.environ.get("DBLOG_DOCS_SCREENSHOTS") == "1" else tmp_path / DOCS_SCREENSHOT.name
-    browser.save_screenshot(str(shot))
-    button("Trigger")[-1].click()  # the dialog's submit button (the first opens the dialog)
-
-    def new_run():
+    def new_runs():
         runs = af.request("GET", "/api/v2/dags/dblog_repair_dump/dagRuns")["dag_runs"]
         return [r for r in runs if r["dag_run_id"] not in before]
 
-    wait_for(lambda: new_run(), 30, "the run the form triggered", alive=af.assert_alive, detail=af.tails)
-    (run,) = new_run()
-    assert run["conf"]["table"] == table and run["conf"]["chunk_size"] == 2, run["conf"]
-    assert run["conf"]["keys"].split() == ["101", "102", "103"]
-    wait_for(
-        lambda: af.run_state("dblog_repair_dump", run["dag_run_id"]) in ("success", "failed"),
-        120,
-        "the form's run to finish",
-        alive=af.assert_alive,
-        detail=af.tails,
-        interval=0.5,
-    )
-    assert af.run_state("dblog_repair_dump", run["dag_run_id"]) == "success", af.tails()
-    assert {(101,), (102,), (103,)} <= changelog_keys(stack.lake, stack.source_id, table, "r")
+    # three keys, then one integer key, one text key and one composite key, each alone
+    requests = [(f"{stack.db.ns}.accounts", "101\n102\n103", {(101,), (102,), (103,)})]
+    requests += [(table, text, {key}) for table, text, key in one_key_repairs(stack.db, 1)]
+    for n, (table, text, keys) in enumerate(requests):
+        keys_box, combo = open_form()
+        if n == 0:
+            pick(combo, f"{stack.db.ns}.notes")  # away from the default (the first table) and back
+        pick(combo, table)
+        keys_box.send_keys(text)
+        chunk = browser.find_element(By.NAME, "element_chunk_size")
+        chunk.send_keys(Keys.CONTROL, "a")
+        chunk.send_keys("2")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", keys_box)
+        if n == 0:
+            shot = (
+                DOCS_SCREENSHOT if os.environ.get("DBLOG_DOCS_SCREENSHOTS") == "1" else tmp_path / DOCS_SCREENSHOT.name
+            )
+            browser.save_screenshot(str(shot))
+        button("Trigger")[-1].click()  # the dialog's submit button (the first opens the dialog)
+        wait_for(lambda: new_runs(), 30, "the run the form triggered", alive=af.assert_alive, detail=af.tails)
+        (run,) = new_runs()
+        before.add(run["dag_run_id"])
+        assert run["conf"]["table"] == table and run["conf"]["chunk_size"] == 2, run["conf"]
+        assert run["conf"]["keys"].splitlines() == text.splitlines(), run["conf"]
+        assert af.wait_run("dblog_repair_dump", run["dag_run_id"]) == "success", (text, af.tails())
+        assert keys <= changelog_keys(stack.lake, stack.source_id, table, "r"), text
 
 
 def test_new_commits_land_through_the_asset_watcher_and_mirrors_equal_sources(stack, tmp_path, capsys):

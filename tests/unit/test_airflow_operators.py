@@ -37,7 +37,7 @@ def make_dag():
             state="/s.db",
             tables="{{ params.table }}",
             keys="1\n2",
-            where="{{ params['where'] or None }}",
+            where="{{ params['where'] or '' }}",
             chunk_size=50,
             wait=False,
         )
@@ -56,7 +56,7 @@ def test_dag_serialisation_round_trip():
     assert (cap.source_conn_id, cap.state_conn_id, cap.changelog) == ("src", "st", "delta:///lake")
     assert (dump.tables, dump.keys, dump.chunk_size) == ("{{ params.table }}", "1\n2", 50)
     assert set(DumpOperator.template_fields) >= {"tables", "keys", "where", "chunk_size"}
-    assert dump.where == "{{ params['where'] or None }}"
+    assert dump.where == "{{ params['where'] or '' }}"
 
 
 def test_capture_execute_defers_to_session_one(monkeypatch):
@@ -144,3 +144,56 @@ def test_parse_keys_one_per_line():
     ]
     assert parse_keys([1, 2]) == [1, 2]
     assert parse_keys("") is None and parse_keys(None) is None
+
+
+@pytest.mark.parametrize(
+    "text, keys",
+    [("2600", [2600]), ('"abc"', ["abc"]), ("[2600, 1]", [[2600, 1]]), ('{"a":1,"b":2}', [{"a": 1, "b": 2}])],
+)
+def test_parse_keys_reads_one_key_text_as_one_key(text, keys):
+    assert parse_keys(text) == keys
+
+
+@pytest.mark.parametrize("value", [2600, {"a": 1}, 2.5])
+def test_parse_keys_refuses_a_value_that_is_neither_text_nor_a_list(value):
+    with pytest.raises(TypeError, match="one key per line"):
+        parse_keys(value)
+
+
+@pytest.mark.parametrize("value", ["10.5", "", True, 2.0, "-1", "²"])
+def test_dump_counts_are_whole_numbers_never_cast(value):
+    from airflow_provider_dblog.operators.dump import _count
+
+    with pytest.raises(ValueError, match="chunk_size is"):
+        _count("chunk_size", value)
+    assert _count("chunk_size", "1000") == _count("chunk_size", 1000) == 1000
+
+
+def test_a_table_of_another_source_fails_naming_the_connection_and_the_table():
+    """The repair form's source is free text while its table list shows every source's
+    tables: a mismatched pair must fail before anything is recorded, naming both."""
+    from types import SimpleNamespace
+
+    from airflow_provider_dblog.core.errors import RequestError
+
+    class OtherSource:  # a stand-in: the catalog of source `shop`, which lacks pg1's table
+        source_id = "shop"
+
+        def open(self):
+            pass
+
+        def close(self):
+            pass
+
+        def table_schema(self, table):
+            raise RequestError(f"table {table} is not captured by source shop.", "use one of its tables: shop.orders.")
+
+    recorded = []
+    state = SimpleNamespace(close=lambda: None, add_dump=lambda *a: recorded.append(a))
+    op = DumpOperator(task_id="d", source_conn_id="shop_db", state="/s.db", tables="public.accounts", keys="7")
+    op.hook = lambda: SimpleNamespace(get_source=OtherSource, get_state=lambda: state)
+    with pytest.raises(RequestError) as err:
+        op.execute({})
+    assert "source connection 'shop_db' (source shop): table public.accounts is not captured" in err.value.cause
+    assert "shop.orders" in err.value.fix and "captures public.accounts" in err.value.fix
+    assert recorded == []

@@ -247,3 +247,25 @@ def test_progress_line_without_estimates():
         "progress": {"t": {"rows": 7, "chunks": 2, "done": False}},
     }
     assert progress_line(d) == "dump a running (paused): 2 chunks, 7 rows"
+
+
+def _progress(rows: int, estimate: int, done: bool) -> dict:
+    return {
+        "dump_id": "a",
+        "status": "done" if done else "running",
+        "chunks": 9,
+        "rows": rows,
+        "error": None,
+        "progress": {"t": {"rows": rows, "chunks": 9, "done": done, "estimated_rows": estimate}},
+    }
+
+
+def test_progress_line_says_when_the_rows_passed_the_estimate():
+    """The estimate is the database's statistics, stale until ANALYZE: "(100.0% of ~2016
+    estimated rows)" after 8,523 rows read as if the dump were done."""
+    assert (
+        progress_line(_progress(8523, 2016, False)) == "dump a running: 9 chunks, 8,523 rows (estimate ~2,016 was low)"
+    )
+    assert progress_line(_progress(8523, 2016, True)).endswith("8,523 rows (estimate ~2,016 was low)")
+    assert progress_line(_progress(1000, 2016, False)).endswith("1,000 rows (49.6% of ~2,016 estimated rows)")
+    assert progress_line(_progress(2016, 2016, True)).endswith("2,016 rows (100.0% of ~2,016 estimated rows)")

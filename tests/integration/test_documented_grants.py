@@ -1,0 +1,186 @@
+"""A capture whose user has exactly the privileges docs/sources.md lists ("Privileges"), no
+more: the statements are read from the docs, so the docs and the product cannot drift apart.
+The capture starts, writes its watermarks, dumps a table and captures a change."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+
+pymysql = pytest.importorskip("pymysql")
+
+from tests.integration.capture_proc import Capture, dblog, wait_for, write_config  # noqa: E402
+from tests.integration.databases import env  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def documented_sql(heading: str) -> list[str]:
+    """The statements of the ```sql block after ``**heading**`` in docs/sources.md."""
+    text = (REPO / "docs" / "sources.md").read_text()
+    block = text[text.index(f"**{heading}**") :]
+    block = block[block.index("```sql") + len("```sql") : block.index("```", block.index("```sql") + 6)]
+    body = "\n".join(line.split("--", 1)[0] for line in block.splitlines())
+    return [s.strip() for s in body.split(";") if s.strip()]
+
+
+def output_keys(url: str, source_id: str, table: str, op: str) -> set:
+    from airflow_provider_dblog.outputs import make_output
+
+    out = make_output(url)
+    out.open()
+    try:
+        return {e.key for e in out.scan(source_id, table) if e.op.value == op}
+    finally:
+        out.close()
+
+
+def test_mysql_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch):
+    root = pymysql.connect(
+        host=env("DBLOG_MYSQL_HOST"),
+        port=int(env("DBLOG_MYSQL_PORT")),
+        user=env("DBLOG_MYSQL_ROOT_USER"),
+        password=env("DBLOG_MYSQL_ROOT_PASSWORD"),
+        autocommit=True,
+    )
+    tag = uuid.uuid4().hex[:8]
+    db, wm, user, password = f"shop_{tag}", f"dblog_{tag}", f"dblog_{tag}", uuid.uuid4().hex
+    cur = root.cursor()
+    cur.execute(f"CREATE DATABASE {db}")
+    cur.execute(f"CREATE TABLE {db}.orders (id int PRIMARY KEY, v varchar(20))")
+    cur.executemany(f"INSERT INTO {db}.orders VALUES (%s, %s)", [(i, f"v{i}") for i in range(1, 6)])
+    cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")
+    capture = None
+    try:
+        for statement in documented_sql("MySQL / MariaDB"):  # the docs' names, made this test's own
+            statement = re.sub(r"\bdblog\.\*", f"{wm}.*", statement)
+            statement = statement.replace("'dblog'@'%'", f"'{user}'@'%'").replace("shop.*", f"{db}.*")
+            cur.execute(statement)
+        lake = tmp_path / "out"
+        source = {
+            "type": "mysql",
+            "id": f"g{tag}",
+            "host": env("DBLOG_MYSQL_HOST"),
+            "port": int(env("DBLOG_MYSQL_PORT")),
+            "user": user,
+            "password_env": "DBLOG_GRANTS_PASSWORD",
+            "tables": [f"{db}.orders"],
+            "watermark_schema": wm,
+        }
+        monkeypatch.setenv("DBLOG_GRANTS_PASSWORD", password)  # the capture child's environment
+        url = f"jsonl://{lake}"
+        config = write_config(tmp_path / "dblog.toml", source, tmp_path / "state.db", url)
+        capture = Capture(config, tmp_path / "capture.log")
+        capture.start()
+        # the first capture starts at the log's end: the rows written before arrive by the dump
+        dblog(config, "dump", "--table", f"{db}.orders")
+        wait_for(
+            lambda: output_keys(url, source["id"], f"{db}.orders", "r") == {(i,) for i in range(1, 6)},
+            120,
+            "the dump's rows",
+            alive=capture.assert_alive,
+            detail=capture.tail,
+        )
+        cur.execute(f"INSERT INTO {db}.orders VALUES (6, 'new')")
+        wait_for(
+            lambda: (6,) in output_keys(url, source["id"], f"{db}.orders", "c"),
+            60,
+            "the captured insert",
+            alive=capture.assert_alive,
+            detail=capture.tail,
+        )
+    finally:
+        if capture is not None:
+            capture.close()
+        cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+        cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        cur.execute(f"DROP DATABASE IF EXISTS {wm}")
+        root.close()
+
+
+def test_postgres_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch):
+    psycopg2 = pytest.importorskip("psycopg2")
+    host, port, database = env("DBLOG_PG_HOST"), int(env("DBLOG_PG_PORT")), env("DBLOG_PG_DATABASE")
+    admin = psycopg2.connect(
+        host=host,
+        port=port,
+        user=env("DBLOG_PG_SUPERUSER"),
+        password=env("DBLOG_PG_SUPERUSER_PASSWORD"),
+        dbname=database,
+    )
+    admin.autocommit = True
+    cur = admin.cursor()
+    tag = uuid.uuid4().hex[:8]
+    schema, wm, role, pub, password = f"shop_{tag}", f"dblog_{tag}", f"dblog_{tag}", f"pub_{tag}", uuid.uuid4().hex
+    names = [  # the docs' names, made this test's own (longest first: dblog_shop before dblog)
+        (r"\bdblog_shop\b", pub),
+        (r"\bdblog\.watermarks\b", f"{wm}.watermarks"),
+        (r"\bSCHEMA dblog\b", f"SCHEMA {wm}"),
+        (r"\bdblog\b", role),
+        (r"\bshop\.", f"{schema}."),
+        (r"\bSCHEMA shop\b", f"SCHEMA {schema}"),
+        (r"\bDATABASE app\b", f"DATABASE {database}"),
+    ]
+    cur.execute(f"CREATE SCHEMA {schema}")
+    for t in ("orders", "items"):
+        cur.execute(f"CREATE TABLE {schema}.{t} (id int PRIMARY KEY, v text)")
+    cur.execute(f"INSERT INTO {schema}.orders SELECT i, 'v' || i FROM generate_series(1, 5) i")
+    cur.execute(f"CREATE ROLE {role} PASSWORD %s", (password,))
+    source_id = f"g{tag}"
+    capture = None
+    try:
+        for statement in documented_sql("PostgreSQL"):
+            for pattern, name in names:
+                statement = re.sub(pattern, name, statement)
+            cur.execute(statement)
+        url = f"jsonl://{tmp_path / 'out'}"
+        source = {
+            "type": "postgres",
+            "id": source_id,
+            "host": host,
+            "port": port,
+            "user": role,
+            "database": database,
+            "password_env": "DBLOG_GRANTS_PASSWORD",
+            "tables": [f"{schema}.orders", f"{schema}.items"],
+            "watermark_schema": wm,
+            "publication": pub,
+        }
+        monkeypatch.setenv("DBLOG_GRANTS_PASSWORD", password)
+        config = write_config(tmp_path / "dblog.toml", source, tmp_path / "state.db", url)
+        capture = Capture(config, tmp_path / "capture.log")
+        capture.start()
+        dblog(config, "dump", "--table", f"{schema}.orders")
+        wait_for(
+            lambda: output_keys(url, source_id, f"{schema}.orders", "r") == {(i,) for i in range(1, 6)},
+            120,
+            "the dump's rows",
+            alive=capture.assert_alive,
+            detail=capture.tail,
+        )
+        cur.execute(f"INSERT INTO {schema}.orders VALUES (6, 'new')")
+        wait_for(
+            lambda: (6,) in output_keys(url, source_id, f"{schema}.orders", "c"),
+            60,
+            "the captured insert",
+            alive=capture.assert_alive,
+            detail=capture.tail,
+        )
+    finally:
+        if capture is not None:
+            capture.close()
+        cur.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE %s AND NOT active",
+            (f"%{tag}%",),
+        )
+        cur.execute(f"DROP PUBLICATION IF EXISTS {pub}")
+        cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        cur.execute(f"DROP SCHEMA IF EXISTS {wm} CASCADE")
+        cur.execute(f"REVOKE ALL ON DATABASE {database} FROM {role}")
+        cur.execute(f"DROP ROLE IF EXISTS {role}")
+        admin.close()
