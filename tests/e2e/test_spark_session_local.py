@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.spark_jars import spark_jars
+
 pytest.importorskip("pyspark")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,14 +39,7 @@ spark.stop()
 
 
 def test_a_local_session_without_pyspark_python_or_jars_list(tmp_path):
-    out = subprocess.run(
-        [str(REPO / "scripts" / "spark-jars")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PY": sys.executable},
-    )
-    assert out.returncode == 0, out.stderr
+    spark_jars()  # resolved into .spark-jars/ (or DBLOG_SPARK_JARS_DIR) as the install step does
     jars_dir = os.environ.get("DBLOG_SPARK_JARS_DIR") or str(REPO / ".spark-jars")
     env = {  # not activated: no venv on PATH, no PYSPARK_PYTHON, no DBLOG_SPARK_JARS
         k: v

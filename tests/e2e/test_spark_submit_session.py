@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.spark_jars import spark_jars
+
 REPO = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
@@ -30,15 +32,7 @@ spark.stop()
 
 @pytest.fixture(scope="module")
 def jars() -> str:
-    out = subprocess.run(
-        [str(REPO / "scripts" / "spark-jars")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PY": sys.executable},
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
+    return spark_jars()
 
 
 def submit(tmp_path: Path, jars: str, *conf: str) -> dict:

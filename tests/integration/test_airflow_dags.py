@@ -21,6 +21,8 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))
 
 import pytest
 
+from tests.support.spark_jars import spark_jars
+
 pytest.importorskip("airflow.sdk")
 
 from airflow_provider_dblog.outputs import make_output  # noqa: E402
@@ -293,18 +295,6 @@ def test_backfill_dag_dumps_every_row_of_every_table(airflow_home, captured):
         got = {e.key for e in dumped(lake, source_id, f"{db.ns}.{table}")}
         want = {tuple(str(v) if table == "notes" else v for v in k) for k in current_keys(db, table, cols)}
         assert got == want, table
-
-
-def spark_jars() -> str:
-    out = subprocess.run(
-        [str(REPO / "scripts" / "spark-jars")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PY": sys.executable},
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
 
 
 @pytest.mark.integration
