@@ -44,7 +44,8 @@ test: install lint
 # a fixed and more random seeds (DBLOG_SOAK_SEEDS, default 3) and a 120 s workload each, and
 # the oracle over Kafka on MariaDB (PostgreSQL's runs in make test), and dblog_land's
 # dag.test() through spark-submit on both sources (the Airflow e2e covers it in make test), and
-# the mirror check with a corruption planted in every column (make test: a random half).
+# the mirror check with a corruption planted in every column (make test: a random half), and a
+# Kafka broker down for 72 s, then until the capture gives up, under a running capture.
 soak: install
 	DBLOG_SOAK=1 DBLOG_ORACLE_SECONDS=$${DBLOG_ORACLE_SECONDS:-120} PY=$(PY) scripts/run-tests -m soak
 
