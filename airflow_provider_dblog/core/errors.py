@@ -68,6 +68,12 @@ class WatermarkSequenceError(RuntimeError):
     never a user error, so the capture stops instead of emitting a chunk it cannot trust."""
 
 
+class OutputUnavailable(DBLogError):
+    """The output refused every retry of one batch (a broker down longer than the retries
+    last, say). Nothing is lost: the checkpoint stays before the batch, and a restarted
+    capture writes it again, exactly once."""
+
+
 class OutputStorageError(DBLogError):
     """The changelog's storage refused a write: full, read-only, or not writable by this
     user. Nothing is lost (the checkpoint stays before the failed batch); the capture stops

@@ -21,5 +21,8 @@ class FencedOutput:
         self._lease.check()
         self._output.write(events, epoch=epoch)
 
+    def __repr__(self) -> str:  # the output's own (it never shows a secret)
+        return repr(self._output)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._output, name)

@@ -34,7 +34,7 @@ import time
 from typing import Any, Iterable, Optional
 
 from .batch import Block, DumpRows, EventBatch, LogRows, Segment
-from .errors import DBLogError, StaleEpochError
+from .errors import DBLogError, OutputUnavailable, StaleEpochError
 from .events import ChangeEvent, TableSchema
 from .markers import Marker
 from .protocols import Output
@@ -308,7 +308,7 @@ class Writer:
         self._buffered_events = max(0, self._buffered_events - n)
 
     def _flush(self, batch: EventBatch, schemas: list[TableSchema]) -> None:
-        delay = 0.2
+        delay, started = 0.2, time.monotonic()
         for attempt in range(self.retries + 1):
             try:
                 for s in schemas:
@@ -323,8 +323,18 @@ class Writer:
             except StaleEpochError:
                 raise
             except Exception as exc:
+                if attempt == self.retries and isinstance(exc, DBLogError):
+                    raise  # a cause with its fix already (a full disk, say)
                 if attempt == self.retries:
-                    raise
+                    # A cause and a fix instead of the client's traceback (issue 39 part 5).
+                    last = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    raise OutputUnavailable(
+                        f"the output {self.output!r} failed {attempt + 1} times in a row over "
+                        f"{time.monotonic() - started:.0f} s, last with: {last}.",
+                        "check that the output is reachable and accepts writes (Kafka: the brokers are up; "
+                        "Delta: the lake's storage), then start the capture again: nothing is lost, it resumes "
+                        "from its checkpoint and writes this batch exactly once.",
+                    ) from exc
                 log.warning("output write failed (%s), retry %d in %.1f s", exc, attempt + 1, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)

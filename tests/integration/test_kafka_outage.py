@@ -138,8 +138,10 @@ def test_an_outage_beyond_the_retries_stops_the_capture_and_a_restart_resumes_ex
             broker("crash")
             assert run.capture.proc is not None
             code = run.capture.proc.wait(600)
-            assert code != 0
-            assert "Timed out waiting for operation to finish" in run.capture.tail(), run.capture.tail()
+            assert code == 2, run.capture.tail()  # one error line naming the cause and the fix
+            tail = run.capture.tail()
+            assert "dblog: error: the output KafkaOutput(" in tail and "Timed out waiting for operation" in tail, tail
+            assert "Traceback" not in tail, tail
             broker("up")
             run.capture.start()
             time.sleep(5)  # inserts after the restart too

@@ -244,3 +244,31 @@ def test_a_dumps_last_chunk_is_written_without_waiting_for_the_flush_interval():
     # What came after the marker waits for the next batch (and its interval).
     assert [e.position for b in out.batches for e in b] == [ev(i).position for i in (1, 2, 3)]
     w.close()
+
+
+def test_an_output_that_refuses_every_retry_ends_with_its_cause_and_the_fix():
+    """Issue 39 part 5: a broker down longer than the retries last ended the capture with
+    the client library's traceback; it ends with one error naming the output, the last
+    failure and the fix (the CLI prints it as `dblog: error:`), the original chained."""
+    from airflow_provider_dblog.core.errors import OutputUnavailable
+
+    class Down:
+        def __repr__(self):
+            return "BrokerOutput('b:9092')"
+
+        def register_schema(self, schema):
+            pass
+
+        def write(self, events, epoch=None):
+            raise ConnectionError("Timed out waiting for operation to finish\nsecond line")
+
+    w = Writer(Down(), flush_interval=0.01, retries=2)
+    w.start()
+    w.put_many([ev(1)])
+    with pytest.raises(WriterFailed) as failed:
+        w.close(timeout=30)
+    cause = failed.value.__cause__
+    assert isinstance(cause, OutputUnavailable) and isinstance(cause.__cause__, ConnectionError)
+    assert "BrokerOutput('b:9092') failed 3 times in a row" in str(cause)
+    assert "Timed out waiting for operation to finish." in str(cause) and "second line" not in str(cause)
+    assert "nothing is lost" in cause.fix
