@@ -77,6 +77,8 @@ def test_mysql_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch)
         config = write_config(tmp_path / "dblog.toml", source, tmp_path / "state.db", url)
         capture = Capture(config, tmp_path / "capture.log")
         capture.start()
+        # A dump is requested from a running capture's state store (one that exists).
+        wait_for(lambda: " started at " in capture.tail(), 60, "the capture to start", capture.assert_alive)
         # the first capture starts at the log's end: the rows written before arrive by the dump
         dblog(config, "dump", "--table", f"{db}.orders")
         wait_for(
@@ -155,6 +157,7 @@ def test_postgres_capture_with_exactly_the_documented_grants(tmp_path, monkeypat
         config = write_config(tmp_path / "dblog.toml", source, tmp_path / "state.db", url)
         capture = Capture(config, tmp_path / "capture.log")
         capture.start()
+        wait_for(lambda: " started at " in capture.tail(), 60, "the capture to start", capture.assert_alive)
         dblog(config, "dump", "--table", f"{schema}.orders")
         wait_for(
             lambda: output_keys(url, source_id, f"{schema}.orders", "r") == {(i,) for i in range(1, 6)},
