@@ -44,9 +44,11 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.02, 1.0
 
 
 def repairs(dump: Dump) -> bool:
-    """Key-list dumps (a user's repair, the capture's TOAST repairs) and the capture's schema
-    re-dumps restore rows the changelog has wrong: they go before table dumps (backfills)."""
-    return dump.spec.keys is not None or dump.spec.repair
+    """Key-list dumps (a user's repair) and the capture's schema re-dumps restore rows the
+    changelog has wrong: they go before table dumps (backfills). The capture's TOAST repairs
+    take turns with the table dumps instead: under an update load they come one after another,
+    and going first they held a backfill back for as long as the load lasted."""
+    return (dump.spec.keys is not None and not dump.spec.toast_repair) or dump.spec.repair
 
 
 @dataclasses.dataclass
