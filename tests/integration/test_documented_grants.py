@@ -40,6 +40,38 @@ def output_keys(url: str, source_id: str, table: str, op: str) -> set:
         out.close()
 
 
+def capture_dumps_and_follows(tmp_path, monkeypatch, source: dict, password: str, table: str, insert) -> None:
+    """Start a capture as ``source`` says, dump ``table`` (keys 1..5 written before the
+    capture: a first capture starts at the log's end, so they arrive by the dump), then run
+    ``insert`` (key 6) and wait for it in the changelog."""
+    monkeypatch.setenv("DBLOG_GRANTS_PASSWORD", password)  # the capture child's environment
+    url = f"jsonl://{tmp_path / 'out'}"
+    config = write_config(tmp_path / "dblog.toml", source, tmp_path / "state.db", url)
+    capture = Capture(config, tmp_path / "capture.log")
+    capture.start()
+    try:
+        # A dump is requested from a running capture's state store (one that exists).
+        wait_for(lambda: " started at " in capture.tail(), 60, "the capture to start", capture.assert_alive)
+        dblog(config, "dump", "--table", table)
+        wait_for(
+            lambda: output_keys(url, source["id"], table, "r") == {(i,) for i in range(1, 6)},
+            120,
+            "the dump's rows",
+            alive=capture.assert_alive,
+            detail=capture.tail,
+        )
+        insert()
+        wait_for(
+            lambda: (6,) in output_keys(url, source["id"], table, "c"),
+            60,
+            "the captured insert",
+            alive=capture.assert_alive,
+            detail=capture.tail,
+        )
+    finally:
+        capture.close()
+
+
 def test_mysql_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch):
     root = pymysql.connect(
         host=env("DBLOG_MYSQL_HOST"),
@@ -55,13 +87,11 @@ def test_mysql_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch)
     cur.execute(f"CREATE TABLE {db}.orders (id int PRIMARY KEY, v varchar(20))")
     cur.executemany(f"INSERT INTO {db}.orders VALUES (%s, %s)", [(i, f"v{i}") for i in range(1, 6)])
     cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")
-    capture = None
     try:
         for statement in documented_sql("MySQL / MariaDB"):  # the docs' names, made this test's own
             statement = re.sub(r"\bdblog\.\*", f"{wm}.*", statement)
             statement = statement.replace("'dblog'@'%'", f"'{user}'@'%'").replace("shop.*", f"{db}.*")
             cur.execute(statement)
-        lake = tmp_path / "out"
         source = {
             "type": "mysql",
             "id": f"g{tag}",
@@ -72,33 +102,12 @@ def test_mysql_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch)
             "tables": [f"{db}.orders"],
             "watermark_schema": wm,
         }
-        monkeypatch.setenv("DBLOG_GRANTS_PASSWORD", password)  # the capture child's environment
-        url = f"jsonl://{lake}"
-        config = write_config(tmp_path / "dblog.toml", source, tmp_path / "state.db", url)
-        capture = Capture(config, tmp_path / "capture.log")
-        capture.start()
-        # A dump is requested from a running capture's state store (one that exists).
-        wait_for(lambda: " started at " in capture.tail(), 60, "the capture to start", capture.assert_alive)
-        # the first capture starts at the log's end: the rows written before arrive by the dump
-        dblog(config, "dump", "--table", f"{db}.orders")
-        wait_for(
-            lambda: output_keys(url, source["id"], f"{db}.orders", "r") == {(i,) for i in range(1, 6)},
-            120,
-            "the dump's rows",
-            alive=capture.assert_alive,
-            detail=capture.tail,
-        )
-        cur.execute(f"INSERT INTO {db}.orders VALUES (6, 'new')")
-        wait_for(
-            lambda: (6,) in output_keys(url, source["id"], f"{db}.orders", "c"),
-            60,
-            "the captured insert",
-            alive=capture.assert_alive,
-            detail=capture.tail,
-        )
+
+        def insert() -> None:
+            cur.execute(f"INSERT INTO {db}.orders VALUES (6, 'new')")
+
+        capture_dumps_and_follows(tmp_path, monkeypatch, source, password, f"{db}.orders", insert)
     finally:
-        if capture is not None:
-            capture.close()
         cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"DROP DATABASE IF EXISTS {wm}")
@@ -133,17 +142,14 @@ def test_postgres_capture_with_exactly_the_documented_grants(tmp_path, monkeypat
         cur.execute(f"CREATE TABLE {schema}.{t} (id int PRIMARY KEY, v text)")
     cur.execute(f"INSERT INTO {schema}.orders SELECT i, 'v' || i FROM generate_series(1, 5) i")
     cur.execute(f"CREATE ROLE {role} PASSWORD %s", (password,))
-    source_id = f"g{tag}"
-    capture = None
     try:
         for statement in documented_sql("PostgreSQL"):
             for pattern, name in names:
                 statement = re.sub(pattern, name, statement)
             cur.execute(statement)
-        url = f"jsonl://{tmp_path / 'out'}"
         source = {
             "type": "postgres",
-            "id": source_id,
+            "id": f"g{tag}",
             "host": host,
             "port": port,
             "user": role,
@@ -153,30 +159,12 @@ def test_postgres_capture_with_exactly_the_documented_grants(tmp_path, monkeypat
             "watermark_schema": wm,
             "publication": pub,
         }
-        monkeypatch.setenv("DBLOG_GRANTS_PASSWORD", password)
-        config = write_config(tmp_path / "dblog.toml", source, tmp_path / "state.db", url)
-        capture = Capture(config, tmp_path / "capture.log")
-        capture.start()
-        wait_for(lambda: " started at " in capture.tail(), 60, "the capture to start", capture.assert_alive)
-        dblog(config, "dump", "--table", f"{schema}.orders")
-        wait_for(
-            lambda: output_keys(url, source_id, f"{schema}.orders", "r") == {(i,) for i in range(1, 6)},
-            120,
-            "the dump's rows",
-            alive=capture.assert_alive,
-            detail=capture.tail,
-        )
-        cur.execute(f"INSERT INTO {schema}.orders VALUES (6, 'new')")
-        wait_for(
-            lambda: (6,) in output_keys(url, source_id, f"{schema}.orders", "c"),
-            60,
-            "the captured insert",
-            alive=capture.assert_alive,
-            detail=capture.tail,
-        )
+
+        def insert() -> None:
+            cur.execute(f"INSERT INTO {schema}.orders VALUES (6, 'new')")
+
+        capture_dumps_and_follows(tmp_path, monkeypatch, source, password, f"{schema}.orders", insert)
     finally:
-        if capture is not None:
-            capture.close()
         cur.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE %s AND NOT active",
             (f"%{tag}%",),
