@@ -4,6 +4,9 @@ scheduler's rules themselves are tested on a fake clock in test_scheduler.py."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
 from airflow_provider_dblog.core.events import Op
 from airflow_provider_dblog.core.requests import read_status
@@ -20,6 +23,18 @@ def _database() -> MemoryDatabase:
     return db
 
 
+@contextmanager
+def _capturing(state) -> Iterator[tuple[MemoryDatabase, MemoryChangelog]]:
+    """An engine running on the test table (200 rows) into a memory changelog."""
+    db = _database()
+    out = MemoryChangelog()
+    run = Running(MemorySource(db), out, state)
+    try:
+        yield db, out
+    finally:
+        run.stop()
+
+
 def _chunks(out: MemoryChangelog, dump_id: str) -> int:
     """The dump's chunks in the changelog so far (each chunk's rows share its HW)."""
     return len({e.position.coord for e in list(out.events) if e.dump_id == dump_id})
@@ -34,10 +49,7 @@ def _request(state, keys=None, **control) -> str:
 def test_a_five_key_repair_finishes_while_a_paced_backfill_runs(state):
     """The issue's case: a table dump of 40 chunks, one every 100 ms, then a repair of 5 keys.
     The repair is done within a chunk or two of the backfill, not after its last chunk."""
-    db = _database()
-    source, out = MemorySource(db), MemoryChangelog()
-    run = Running(source, out, state)
-    try:
+    with _capturing(state) as (db, out):
         backfill = _request(state, chunk_size=5, delay_ms=100)
         wait_until(lambda: _chunks(out, backfill) >= 1, what="the backfill's first chunk")
         for i in (3, 50, 120):
@@ -49,8 +61,6 @@ def test_a_five_key_repair_finishes_while_a_paced_backfill_runs(state):
         assert state.get_dump(backfill).status is DumpStatus.RUNNING
         assert during <= 2, f"the repair waited for {during} chunks of the backfill"
         wait_until(dump_done(state, backfill), what="the backfill")
-    finally:
-        run.stop()
     repaired = {e.key for e in out.events if e.dump_id == repair and e.op is Op.READ}
     assert repaired == {(3,), (50,), (120,), (199,)}  # 404 is not in the table
     assert replay(out.events) == db.snapshot(TABLE)
@@ -60,10 +70,7 @@ def test_a_throttled_dump_does_not_slow_another_and_status_says_why_it_waits(sta
     """A dump throttled to one chunk a minute holds back nobody: a second dump of 20 chunks
     ends while the first has had at most two, and ``dblog status`` shows the first waiting
     for its own delay."""
-    db = _database()
-    source, out = MemorySource(db), MemoryChangelog()
-    run = Running(source, out, state)
-    try:
+    with _capturing(state) as (db, out):
         slow = _request(state, chunk_size=5, delay_ms=60_000)
         wait_until(lambda: _chunks(out, slow) >= 1, what="the throttled dump's first chunk")
         fast = _request(state, chunk_size=10)
@@ -76,6 +83,4 @@ def test_a_throttled_dump_does_not_slow_another_and_status_says_why_it_waits(sta
             return (dumps[slow].get("waiting") or {}).get("why")
 
         wait_until(lambda: waiting() == "delay", what="the status to show the delay")
-    finally:
-        run.stop()
     assert replay(out.events) == db.snapshot(TABLE)
