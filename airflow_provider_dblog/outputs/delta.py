@@ -40,6 +40,7 @@ from ._common import (
     now_micros,
     storage_errors,
 )
+from ._urls import refuse_credentials
 
 SEEN_VERSION_KEY = "dblog.seen_version"
 
@@ -102,8 +103,6 @@ class DeltaChangelogOutput:
 
     def __init__(self, root: str, storage_options: Optional[dict] = None):
         root = str(root)
-        from . import refuse_credentials
-
         refuse_credentials(root)  # would reach the table's location in its commit info
         # Local paths are made absolute so the table location does not depend on the cwd.
         if "://" not in root:
