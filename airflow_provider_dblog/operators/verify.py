@@ -139,7 +139,7 @@ class VerifyOperator(BaseOperator):
             output.close()
 
     def _against_mirrors(self, source: Any, tables: list[str]) -> Iterator[tuple]:
-        from ..spark.land_changelog import absolute
+        from ..spark.lake_layout import absolute
         from ..spark.session import get_session
         from ..spark.verify_mirror import verify_table, verify_table_by_ranges
 

@@ -39,7 +39,7 @@ from airflow_provider_dblog.core.range_verify import RangeStats, find_drift, rea
 from airflow_provider_dblog.core.range_verify import describe as describe_ranges
 from airflow_provider_dblog.core.verify import Mismatch, compare, read_all
 from airflow_provider_dblog.spark import mirror_types as mt
-from airflow_provider_dblog.spark.land_changelog import absolute, mirror_path
+from airflow_provider_dblog.spark.lake_layout import mirror_path, mirrors_root
 
 
 class _JsonNullText:
@@ -206,7 +206,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     source = make_source(config["source"])
     source.open()
     spark = get_session("dblog-verify-mirror")
-    mirrors = absolute(args.mirrors) if args.mirrors else f"{absolute(args.lake)}/mirrors"
+    mirrors = mirrors_root(args.lake, args.mirrors)
     mismatched: dict[str, list[Key]] = {}
     try:
         for table in args.table or source.tables():
