@@ -22,7 +22,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from .. import verification
-from ..hooks.dblog import DBLogHook
+from ..hooks.connections import DBLogConnections
 
 
 class DBLogDriftError(AirflowException):
@@ -73,14 +73,7 @@ class VerifyOperator(BaseOperator):
         self.ranges, self.mirrors = ranges, mirrors
 
     def execute(self, context: Any) -> dict[str, Any]:
-        hook = DBLogHook(
-            self.source_conn_id,
-            self.state_conn_id,
-            state=self.state,
-            output=self.changelog,
-            output_conn_id=self.changelog_conn_id,
-            source_id=self.source_id,
-        )
+        hook = DBLogConnections.of_operator(self).hook()
         source = hook.get_source()
         source.open()
         summary: dict[str, Any] = {}
