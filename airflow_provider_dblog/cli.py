@@ -15,7 +15,7 @@ import threading
 import traceback
 from typing import Any, Callable, Optional
 
-from . import config
+from . import config, verification
 from .cli_args import (
     CHUNK_SIZE,
     DELAY_MS,
@@ -29,10 +29,7 @@ from .cli_args import (
 from .core import requests
 from .core.dumps import MAX_READERS
 from .core.errors import DBLogError
-from .core.range_verify import check_table_by_ranges
-from .core.range_verify import describe as describe_ranges
 from .core.scheduler import describe_wait
-from .core.verify import check_table
 from .state.lease import make_lease
 
 log = logging.getLogger("dblog")
@@ -334,34 +331,22 @@ def cmd_verify(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     source, output = parts.source(src), parts.output(out_cfg)
     source.open()
     output.open()
-    mismatched: dict[str, list] = {}
+    report = verification.printer("in the changelog replay", args.show)
     try:
-        for table in args.table or source.tables():
-            how = ""
-            if args.ranges:
-                check, ranges = check_table_by_ranges(source, output, table)
-                how = describe_ranges(ranges)
-            else:
-                check = check_table(source, output, table)
-            mismatched[table] = [m.key for m in check.mismatches]
-            print(
-                f"{table}: {check.source_rows} rows in the source, {check.replay_rows} in the changelog replay, "
-                f"{len(check.mismatches)} mismatches{how}"
-            )
-            for m in check.mismatches[: args.show]:
-                print(f"  {m.describe()}")
+        results = verification.verify(
+            source, args.table, verification.against_replay(source, output, args.ranges), report
+        )
     finally:
         source.close()
         output.close()
-    bad = sum(map(len, mismatched.values()))
-    if bad and args.repair:
-        state = parts.existing_state(state_cfg)
-        try:
-            for table, spec in requests.request_repairs(parts.source(src), state, mismatched).items():
-                print(f"{table}: repair dump {spec.dump_id} of {len(mismatched[table])} keys requested")
-        finally:
-            state.close()
-    return 1 if bad else 0
+    if args.repair:
+        verification.repair(
+            results,
+            lambda: parts.source(src),
+            lambda: parts.existing_state(state_cfg),
+            on_repair=verification.print_repair,
+        )
+    return 1 if verification.drifted(results) else 0
 
 
 def main(argv: Optional[list[str]] = None, parts: Parts = Parts()) -> int:

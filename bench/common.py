@@ -9,6 +9,19 @@ import tempfile
 import time
 from typing import Any, Callable, Iterable, Optional
 
+# Scenario modules, in run order: name -> module (each has DEFAULTS, run, markdown, plot).
+# Here, not in run.py, because report.py writes their sections and run.py imports report.py.
+SCENARIOS = {
+    "vs_debezium": "bench.vs_debezium",
+    "wide": "bench.wide",
+    "memory": "bench.memory",
+    "dumps": "bench.dumps",
+    "impact": "bench.impact",
+    "latency": "bench.latency",
+    "landing": "bench.landing",
+    "mirror_latency": "bench.mirror_latency",
+}
+
 NAMES = {"pg": "PostgreSQL", "mysql": "MariaDB"}
 
 

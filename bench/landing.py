@@ -36,6 +36,8 @@ from typing import Callable, Optional
 
 import pyarrow as pa
 
+from airflow_provider_dblog.spark.lake_layout import changelog_path, mirrors_root
+
 from .common import fmt_n as _n
 from .common import standalone
 
@@ -112,7 +114,7 @@ class ChangelogBuilder:
                 ):
                     cols[name].append(value)
             write_deltalake(
-                f"{self.root}/changelog", pa.Table.from_pydict(cols, schema=self.arrow_schema), mode="append"
+                changelog_path(self.root), pa.Table.from_pydict(cols, schema=self.arrow_schema), mode="append"
             )
 
 
@@ -144,7 +146,7 @@ def append_job(spark, lake: str, target: str) -> dict:
         spark.readStream.format("delta")
         .option("maxFilesPerTrigger", 1000)
         .option("skipChangeCommits", "true")
-        .load(f"{lake}/changelog")
+        .load(changelog_path(lake))
         .writeStream.format("delta")
         .outputMode("append")
         .option("checkpointLocation", f"{target}/_checkpoint")
@@ -234,7 +236,7 @@ def check_mirrors(spark, work: str, tables: int, keys_per_table: int, deletes: i
     from airflow_provider_dblog.spark.land_changelog import list_mirrors
 
     rows = tombstones = 0
-    for _, _, path in list_mirrors(spark, os.path.join(work, "main", "lake", "mirrors")):
+    for _, _, path in list_mirrors(spark, mirrors_root(os.path.join(work, "main", "lake"))):
         r = spark.read.format("delta").load(path).selectExpr("count(*) n", "count_if(_deleted) d").first()
         rows, tombstones = rows + r.n, tombstones + r.d
     ok = rows == tables * keys_per_table and tombstones == deletes

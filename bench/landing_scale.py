@@ -28,6 +28,8 @@ import tempfile
 import time
 from typing import Any, Callable, Optional
 
+from airflow_provider_dblog.spark.lake_layout import mirror_path, mirrors_root
+
 from .common import fmt_n as _n
 from .common import say as _say
 from .landing import ChangelogBuilder, append_job
@@ -88,7 +90,7 @@ def one_size(spark, work: str, size: int, o: dict, say: Callable[[str], None]) -
     b.append([(0, "r", k) for k in range(size)])
     dv: dict[str, Any] = {"deletion_vectors": o["deletion_vectors"]}
     stats = land(spark, lake, register=False, log=lambda m: None, **dv)
-    path = f"{lake}/mirrors/bench/bench.t0"
+    path = mirror_path(mirrors_root(lake), "bench", "bench.t0")
     if o["optimize"]:  # as the maintenance job compacts a mirror (its default file size)
         from airflow_provider_dblog.spark.maintenance import optimize_mirror
 

@@ -51,6 +51,8 @@ import sys
 import time
 from typing import Callable, Optional
 
+from airflow_provider_dblog.spark.lake_layout import changelog_path, mirrors_root
+
 from .common import NAMES, standalone
 from .dbs import DATABASES
 from .engine_runs import SENTINEL_KEY, InProcessCapture
@@ -278,13 +280,13 @@ def analyse(spark, lake: str, source_id: str, table: str, txns: list) -> dict:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from airflow_provider_dblog.spark.land_changelog import mirror_path
+    from airflow_provider_dblog.spark.lake_layout import mirror_path
 
     exp, hi = expected_commits(txns)
-    path = mirror_path(f"{lake}/mirrors", source_id, table)
+    path = mirror_path(mirrors_root(lake), source_id, table)
     changelog = (
         spark.read.format("delta")
-        .load(f"{lake}/changelog")
+        .load(changelog_path(lake))
         .where(F.col("table") == table)
         .select(F.col("position").alias("_position"), "written_at")
     )
@@ -346,7 +348,7 @@ def analyse(spark, lake: str, source_id: str, table: str, txns: list) -> dict:
 def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict:
     from pyspark.sql import SparkSession
 
-    from airflow_provider_dblog.spark.land_changelog import mirror_path
+    from airflow_provider_dblog.spark.lake_layout import mirror_path
     from airflow_provider_dblog.spark.session import get_session
 
     o = {**DEFAULTS, **(opts or {})}
@@ -379,7 +381,7 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
         )
         writer.start()
         t0 = started.get(timeout=120)
-        mirror = mirror_path(f"{lake}/mirrors", sid, db.event_table)
+        mirror = mirror_path(mirrors_root(lake), sid, db.event_table)
         if o["mode"] == "event":
             runs = event_landings(cap, o["runner"], spark, lake, mirror, o["min_interval"], writer, say)
         elif o["mode"] == "continuous":

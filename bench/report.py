@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from .common import NAMES
+from .common import NAMES, SCENARIOS
 from .common import fmt_n as _n
 
 
@@ -124,8 +124,6 @@ msg/s on 4 vCPU; Flink CDC 2.0 ≈ 10k rows/s per snapshot task; Debezium p99 la
 def scenario_sections(result: dict, docs_dir: str) -> list[str]:
     """Each scenario module's own section and plot (bench/<module>.py: markdown, plot)."""
     import importlib
-
-    from .run import SCENARIOS
 
     lines: list[str] = []
     for name, scen in (result.get("scenarios") or {}).items():

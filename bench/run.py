@@ -36,7 +36,7 @@ from typing import Optional
 
 from airflow_provider_dblog.core.engine import EngineConfig
 
-from .common import run_kinds, say
+from .common import SCENARIOS, run_kinds, say
 from .dbs import DATABASES
 from .engine_runs import SENTINEL_KEY, ChildCapture, InProcessCapture
 from .profiling import ThreadProfiles
@@ -51,17 +51,6 @@ TARGETS = {
     "dump_rows_per_s": 150_000,
     "dump_ratio": 0.5,
     "dump_chunk_size": 10_000,
-}
-# Scenario modules, in run order: name -> module (each has DEFAULTS, run, markdown, plot).
-SCENARIOS = {
-    "vs_debezium": "bench.vs_debezium",
-    "wide": "bench.wide",
-    "memory": "bench.memory",
-    "dumps": "bench.dumps",
-    "impact": "bench.impact",
-    "latency": "bench.latency",
-    "landing": "bench.landing",
-    "mirror_latency": "bench.mirror_latency",
 }
 # Scenarios run once, on the first database: landing does not read a source at all, and
 # mirror_latency's landing side does not depend on it (its capture + writer run on PostgreSQL).

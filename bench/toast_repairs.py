@@ -43,6 +43,7 @@ from typing import Optional
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.core.toast import UNCHANGED_TOAST_KEY
+from airflow_provider_dblog.spark.lake_layout import changelog_path
 from airflow_provider_dblog.state.local import LocalStateStore
 
 from .common import fmt_n as _n
@@ -161,7 +162,7 @@ def _changelog(lake_dir: str, table: str, columns: list[str], op: Optional[str] 
     import pyarrow.dataset as pds
     from deltalake import DeltaTable
 
-    uri = os.path.join(lake_dir, "changelog")
+    uri = changelog_path(lake_dir)
     if not DeltaTable.is_deltatable(uri):
         return None
     flt = pds.field("table") == table

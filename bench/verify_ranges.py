@@ -28,6 +28,7 @@ from airflow_provider_dblog.config import make_source
 from airflow_provider_dblog.core.range_verify import check_table_by_ranges
 from airflow_provider_dblog.core.verify import check_table
 from airflow_provider_dblog.outputs import make_output
+from airflow_provider_dblog.spark.lake_layout import mirrors_root
 
 from .dbs import MariaDBBench, PostgresBench
 from .dump_load import LiveCapture
@@ -64,9 +65,9 @@ def _verify_mirror(spark, db, lake: str, ranges: bool) -> dict:
     try:
         t0 = time.perf_counter()
         if ranges:
-            n_src, _, mism, stats = verify_table_by_ranges(spark, src, f"{lake}/mirrors", db.dump_table)
+            n_src, _, mism, stats = verify_table_by_ranges(spark, src, mirrors_root(lake), db.dump_table)
         else:
-            (n_src, _, mism), stats = verify_table(spark, src, f"{lake}/mirrors", db.dump_table), None
+            (n_src, _, mism), stats = verify_table(spark, src, mirrors_root(lake), db.dump_table), None
         seconds = time.perf_counter() - t0
     finally:
         src.close()

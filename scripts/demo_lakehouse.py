@@ -22,6 +22,7 @@ warnings.filterwarnings("ignore", message="PySpark does not yet fully support pa
 
 from airflow_provider_dblog.config import load_config  # noqa: E402
 from airflow_provider_dblog.spark import land_changelog, verify_mirror  # noqa: E402
+from airflow_provider_dblog.spark.lake_layout import mirrors_root  # noqa: E402
 from airflow_provider_dblog.spark.session import get_session  # noqa: E402
 
 ROWS_SHOWN = 5
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     source = load_config(args.config)["source"]
     source_id, tables = source["id"], source["tables"]
-    mirrors = f"{land_changelog.absolute(args.lake)}/mirrors"
+    mirrors = mirrors_root(args.lake)
     t0 = time.time()
     spark = get_session("dblog-demo-lakehouse")
     print(f"  Spark {spark.version} session ({spark.sparkContext.master}) in {time.time() - t0:.1f} s", flush=True)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from ..hooks.dblog import DBLogHook
+from ..hooks.connections import DBLogConnections
 from ..triggers.capture import CaptureTrigger
 
 
@@ -68,14 +68,13 @@ class CaptureOperator(BaseOperator):
         self.status_interval = status_interval
         self.redump_on_position_lost = redump_on_position_lost
 
+    @property
+    def connections(self) -> DBLogConnections:
+        return DBLogConnections.of_operator(self)
+
     def _trigger(self, session: int) -> CaptureTrigger:
         return CaptureTrigger(
-            self.source_conn_id,
-            state_conn_id=self.state_conn_id,
-            state=self.state,
-            output=self.changelog,
-            output_conn_id=self.changelog_conn_id,
-            source_id=self.source_id,
+            **self.connections.kwargs(),
             session_seconds=self.session_seconds,
             status_interval=self.status_interval,
             session=session,
@@ -85,15 +84,7 @@ class CaptureOperator(BaseOperator):
     def execute(self, context: Any) -> None:
         # Fail here, in the worker, on a connection that cannot describe a source: clearer
         # than a trigger error, and nothing is started.
-        hook = DBLogHook(
-            self.source_conn_id,
-            self.state_conn_id,
-            state=self.state,
-            output=self.changelog,
-            output_conn_id=self.changelog_conn_id,
-            source_id=self.source_id,
-        )
-        cfg = hook.engine_config()
+        cfg = self.connections.hook().engine_config()
         self.log.info(
             "capturing source %s (%s) into %s",
             cfg["source"]["id"],

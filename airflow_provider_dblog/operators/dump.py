@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from ..core.errors import RequestError
 from ..core.requests import control_dump, request_dump
+from ..hooks.connections import STATE_ONLY, DBLogConnections
 from ..hooks.dblog import DBLogHook
 from ..triggers.dump import DumpTrigger, progress_line
 
@@ -128,7 +129,7 @@ class DumpOperator(BaseOperator):
         self._dump_id: Optional[str] = None
 
     def hook(self) -> DBLogHook:
-        return DBLogHook(self.source_conn_id, self.state_conn_id, state=self.state, source_id=self.source_id)
+        return DBLogConnections.of_operator(self).hook()
 
     def execute(self, context: Any) -> Optional[dict[str, Any]]:
         hook = self.hook()
@@ -154,7 +155,9 @@ class DumpOperator(BaseOperator):
             return {"dump_id": self._dump_id, "status": "pending"}
         self.defer(
             trigger=DumpTrigger(
-                self._dump_id, state_conn_id=self.state_conn_id, state=self.state, poll_interval=self.poll_interval
+                self._dump_id,
+                **DBLogConnections.of_operator(self).kwargs(*STATE_ONLY),
+                poll_interval=self.poll_interval,
             ),
             method_name="execute_complete",
             kwargs={"started": started},

@@ -16,15 +16,13 @@ the next landing.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from ..core.range_verify import check_table_by_ranges
-from ..core.requests import request_repairs
-from ..core.verify import check_table
-from ..hooks.dblog import DBLogHook
+from .. import verification
+from ..hooks.connections import DBLogConnections
 
 
 class DBLogDriftError(AirflowException):
@@ -75,77 +73,60 @@ class VerifyOperator(BaseOperator):
         self.ranges, self.mirrors = ranges, mirrors
 
     def execute(self, context: Any) -> dict[str, Any]:
-        hook = DBLogHook(
-            self.source_conn_id,
-            self.state_conn_id,
-            state=self.state,
-            output=self.changelog,
-            output_conn_id=self.changelog_conn_id,
-            source_id=self.source_id,
-        )
+        hook = DBLogConnections.of_operator(self).hook()
         source = hook.get_source()
         source.open()
         summary: dict[str, Any] = {}
+
+        def report(result: verification.TableComparison) -> None:
+            summary[result.table] = {
+                "source_rows": result.source_rows,
+                "mirror_rows" if self.mirrors else "replay_rows": result.other_rows,
+                "mismatches": len(result.mismatches),
+                # by ranges: the digests run and the source rows read; None: read whole
+                "range_digests": result.ranges.digests if result.ranges is not None else None,
+                "source_rows_read": result.ranges.rows_read if result.ranges is not None else result.source_rows,
+            }
+            self.log.info("%s: %s", result.table, summary[result.table])
+            for m in result.mismatches[:20]:
+                self.log.info("  %s", m.describe())
+
         try:
             tables = [self.tables] if isinstance(self.tables, str) else list(self.tables or source.tables())
-            check = (
-                self._against_mirrors(source, tables) if self.mirrors else self._against_replay(hook, source, tables)
-            )
-            for table, (source_rows, other_rows, mismatches, stats) in check:
-                summary[table] = {
-                    "source_rows": source_rows,
-                    "mirror_rows" if self.mirrors else "replay_rows": other_rows,
-                    "mismatches": len(mismatches),
-                    # by ranges: the digests run and the source rows read; None: read whole
-                    "range_digests": stats.digests if stats is not None else None,
-                    "source_rows_read": stats.rows_read if stats is not None else source_rows,
-                    "keys": [list(m.key) for m in mismatches],
-                }
-                self.log.info("%s: %s", table, {k: v for k, v in summary[table].items() if k != "keys"})
-                for m in mismatches[:20]:
-                    self.log.info("  %s", m.describe())
+            if self.mirrors:
+                results = self._against_mirrors(source, tables, report)
+            else:
+                output = hook.get_output()
+                output.open()
+                try:
+                    results = verification.verify(
+                        source, tables, verification.against_replay(source, output, self.ranges), report
+                    )
+                finally:
+                    output.close()
         finally:
             source.close()
-        bad = {t: [tuple(k) for k in s.pop("keys")] for t, s in summary.items()}
-        if any(bad.values()) and self.repair:
-            state = hook.get_state()
-            try:
-                for table, spec in request_repairs(hook.get_source(), state, bad, self.chunk_size).items():
-                    summary[table]["repair_dump_id"] = spec.dump_id
-                    self.log.info("%s: repair dump %s of %d keys requested", table, spec.dump_id, len(bad[table]))
-            finally:
-                state.close()
-        elif any(bad.values()) and self.fail_on_mismatch:
+        drifted = {t: len(r.mismatches) for t, r in results.items() if r.mismatches}
+        if drifted and self.repair:
+
+            def record(table: str, spec: Any, keys: int) -> None:
+                summary[table]["repair_dump_id"] = spec.dump_id
+                self.log.info("%s: repair dump %s of %d keys requested", table, spec.dump_id, keys)
+
+            verification.repair(results, hook.get_source, hook.get_state, self.chunk_size, record)
+        elif drifted and self.fail_on_mismatch:
             raise DBLogDriftError(
                 ("the mirrors differ" if self.mirrors else "the changelog differs")
                 + " from the source: "
-                + ", ".join(f"{t} ({len(k)} keys)" for t, k in bad.items() if k)
+                + ", ".join(f"{t} ({n} keys)" for t, n in drifted.items())
                 + ". Fix: run with repair=True (or `dblog verify --repair`) to re-dump exactly those keys."
             )
         return summary
 
-    def _against_replay(self, hook: DBLogHook, source: Any, tables: list[str]) -> Iterator[tuple]:
-        output = hook.get_output()
-        output.open()
-        try:
-            for table in tables:
-                stats = None
-                if self.ranges:
-                    check, stats = check_table_by_ranges(source, output, table)
-                else:
-                    check = check_table(source, output, table)
-                yield table, (check.source_rows, check.replay_rows, check.mismatches, stats)
-        finally:
-            output.close()
-
-    def _against_mirrors(self, source: Any, tables: list[str]) -> Iterator[tuple]:
-        from ..spark.land_changelog import absolute
+    def _against_mirrors(self, source: Any, tables: list[str], report: Any) -> dict[str, Any]:
+        from ..spark.lake_layout import absolute
         from ..spark.session import get_session
-        from ..spark.verify_mirror import verify_table, verify_table_by_ranges
+        from ..spark.verify_mirror import against_mirrors
 
         spark, mirrors = get_session("dblog-verify-mirror"), absolute(str(self.mirrors))
-        for table in tables:
-            if self.ranges:
-                yield table, verify_table_by_ranges(spark, source, mirrors, table)
-            else:
-                yield table, (*verify_table(spark, source, mirrors, table), None)
+        return verification.verify(source, tables, against_mirrors(spark, source, mirrors, self.ranges), report)

@@ -17,20 +17,13 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ..core.errors import ConfigurationError, has_userinfo, without_userinfo
+from ..core.errors import ConfigurationError, without_userinfo
+from ._urls import _ACCEPTED, refuse_credentials
 
 __all__ = ["make_output", "DeltaChangelogOutput", "JsonLinesOutput", "CallableOutput", "KafkaOutput"]
 
 # URI schemes delta-rs opens directly (object stores and local files).
 _OBJECT_STORE_SCHEMES = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "file", "lakefs", "hdfs"}
-
-_ACCEPTED = (
-    "use one of: 'delta:///absolute/path' or 'delta://relative/path' (Delta changelog), "
-    "an object-store URI such as 's3://bucket/prefix' (Delta changelog), a bare path "
-    "(Delta changelog), 'jsonl:///absolute/dir' (JSON lines), or "
-    "'python:package.module:function' (a function called with each batch), or "
-    "'kafka://host:port?topic_prefix=...' (Kafka topics)."
-)
 
 
 def make_output(url: str, storage_options: Optional[dict] = None):
@@ -70,20 +63,6 @@ def make_output(url: str, storage_options: Optional[dict] = None):
 
         return DeltaChangelogOutput(url, storage_options)
     raise ConfigurationError(f"unknown output URL scheme {scheme!r} in {without_userinfo(url)!r}.", _ACCEPTED)
-
-
-def refuse_credentials(url: str) -> None:
-    """ConfigurationError, without repeating them, if ``url`` carries ``user:password@``.
-    Whatever the scheme (a mistyped one too): such a URL is never taken for a local path,
-    which would make the password a directory name and put it into the Delta log."""
-    if has_userinfo(url):
-        raise ConfigurationError(
-            f"the output URL {without_userinfo(url)!r} carries credentials (user:password@ before the host); "
-            "a URL is shown in process lists, logs and Airflow's UI.",
-            "remove them from the URL: Kafka client settings (SASL) go into the JSON object in "
-            "$DBLOG_KAFKA_CONFIG (docs/kafka.md), an object store's keys into its usual environment "
-            "variables or storage options.",
-        )
 
 
 def __getattr__(name: str):

@@ -30,6 +30,7 @@ from ..core.batch import DumpRows, EventBatch, LogRows
 from ..core.errors import ConfigurationError
 from ..core.events import SUB_WIDTH, ChangeEvent, Op, Origin, TableSchema
 from ..core.text_column import TextColumn
+from ..spark.lake_layout import changelog_path, schemas_path
 from ._common import (
     CHANGELOG_FIELDS,
     EPOCH_KEY,
@@ -40,6 +41,7 @@ from ._common import (
     now_micros,
     storage_errors,
 )
+from ._urls import refuse_credentials
 
 SEEN_VERSION_KEY = "dblog.seen_version"
 
@@ -102,16 +104,14 @@ class DeltaChangelogOutput:
 
     def __init__(self, root: str, storage_options: Optional[dict] = None):
         root = str(root)
-        from . import refuse_credentials
-
         refuse_credentials(root)  # would reach the table's location in its commit info
         # Local paths are made absolute so the table location does not depend on the cwd.
         if "://" not in root:
             root = os.path.abspath(root)
         self.root = root.rstrip("/") or "/"
         self.storage_options = {str(k): str(v) for k, v in storage_options.items()} if storage_options else None
-        self.changelog_uri = self.root.rstrip("/") + "/changelog"
-        self.schemas_uri = self.root.rstrip("/") + "/schemas"
+        self.changelog_uri = changelog_path(self.root)
+        self.schemas_uri = schemas_path(self.root)
         self._changelog: Any = None
         self._schemas: Any = None
         self._book = Bookkeeping()

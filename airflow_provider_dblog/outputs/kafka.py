@@ -33,8 +33,8 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..core.errors import ConfigurationError, StaleEpochError
 from ..core.events import ChangeEvent, Position, TableSchema
-from . import _ACCEPTED
 from ._common import Bookkeeping, now_micros
+from ._urls import _ACCEPTED
 from .kafka_format import (
     BROADCAST_OPS,
     CONNECTORS,

@@ -27,6 +27,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from airflow_provider_dblog.spark import mirror_commits as mc
+from airflow_provider_dblog.spark.lake_layout import absolute, changelog_path, mirrors_root
 
 # Width of a position coordinate and of its transaction's part, per source family:
 # PostgreSQL: commit LSN (16 hex) + index in the transaction (10 digits), sources/postgres_log.py;
@@ -175,7 +176,7 @@ def read_histories(spark: Any, mirrors: str, source_id: str) -> list[MirrorHisto
     """The commit history of every mirror of ``source_id`` under ``mirrors``."""
     from delta.tables import DeltaTable
 
-    from airflow_provider_dblog.spark.land_changelog import PROP_STOPPED, list_mirrors
+    from airflow_provider_dblog.spark.mirror_tables import PROP_STOPPED, list_mirrors
 
     out = []
     for sid, table, path in list_mirrors(spark, mirrors):
@@ -200,11 +201,9 @@ def consistent_cut(
     spark: Any, lake: str, source_id: str, position: Optional[str] = None, mirrors: Optional[str] = None
 ) -> Cut:
     """find_cut over the mirrors of ``source_id`` (default root ``<lake>/mirrors``)."""
-    from airflow_provider_dblog.spark.land_changelog import absolute
-
     lake = absolute(lake)
-    histories = read_histories(spark, absolute(mirrors) if mirrors else f"{lake}/mirrors", source_id)
-    return find_cut(source_id, histories, position, changelog_next_event(spark, f"{lake}/changelog", source_id))
+    histories = read_histories(spark, mirrors_root(lake, mirrors), source_id)
+    return find_cut(source_id, histories, position, changelog_next_event(spark, changelog_path(lake), source_id))
 
 
 def read_at(spark: Any, cut: Cut, table: str) -> Any:

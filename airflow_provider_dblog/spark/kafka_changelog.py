@@ -44,7 +44,7 @@ from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import TableSchema
 from airflow_provider_dblog.outputs.kafka import SCHEMA_TOPIC_SUFFIX, parse_url
 from airflow_provider_dblog.outputs.kafka_format import topic_name
-from airflow_provider_dblog.spark.land_changelog import SchemaStore
+from airflow_provider_dblog.spark.schema_store import SchemaStore
 
 # Spark's Kafka source for the installed Spark (4.2.0, Scala 2.13); scripts/spark-jars reads
 # this line (no Python import) and resolves it with its dependencies into .spark-jars/ once.

@@ -30,7 +30,8 @@ import json
 import sys
 from typing import Any, Optional
 
-from airflow_provider_dblog.spark.land_changelog import list_mirrors
+from airflow_provider_dblog.spark.lake_layout import MIRRORS, changelog_path, schemas_path
+from airflow_provider_dblog.spark.mirror_tables import PROP_KEY, list_mirrors
 from airflow_provider_dblog.spark.session import get_session
 
 
@@ -47,7 +48,7 @@ def maintain(
     from delta.tables import DeltaTable
 
     lake = lake.rstrip("/")
-    mirrors = (mirrors or f"{lake}/mirrors").rstrip("/")
+    mirrors = (mirrors or f"{lake}/{MIRRORS}").rstrip("/")
     report: dict = {"compacted": [], "tombstones_removed": {}, "vacuumed": []}
     tables = [p for _, _, p in list_mirrors(spark, mirrors)]
     for path in tables:
@@ -60,7 +61,7 @@ def maintain(
         report["tombstones_removed"][path] = removed
         if removed:
             log(f"{path}: removed {removed} tombstones older than {tombstone_horizon_hours} h")
-    targets = ([f"{lake}/changelog", f"{lake}/schemas"] if compact_changelog else []) + tables
+    targets = ([changelog_path(lake), schemas_path(lake)] if compact_changelog else []) + tables
     for path in targets:
         m = optimize_mirror(spark, path, mirror_file_mb) if path in tables else optimize_table(spark, path)
         metrics = m.metrics if m is not None else None
@@ -107,8 +108,6 @@ def optimize_mirror(spark, path: str, max_file_mb: int = 64) -> Any:
 
 def zorder_column(spark, path: str) -> Optional[str]:
     """The mirror's first key column if it is an integer (the landing job prunes by it)."""
-    from airflow_provider_dblog.spark.land_changelog import PROP_KEY
-
     props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
     if PROP_KEY not in props:
         return None

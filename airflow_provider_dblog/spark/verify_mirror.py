@@ -34,12 +34,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from airflow_provider_dblog import verification
 from airflow_provider_dblog.core.events import Key, Row, TableSchema
 from airflow_provider_dblog.core.range_verify import RangeStats, find_drift, read_range, supports_ranges
-from airflow_provider_dblog.core.range_verify import describe as describe_ranges
 from airflow_provider_dblog.core.verify import Mismatch, compare, read_all
 from airflow_provider_dblog.spark import mirror_types as mt
-from airflow_provider_dblog.spark.land_changelog import absolute, mirror_path
+from airflow_provider_dblog.spark.lake_layout import mirror_path, mirrors_root
 
 
 class _JsonNullText:
@@ -179,6 +179,18 @@ def verify_table_by_ranges(
     return n_src, len(hashes), found, stats
 
 
+def against_mirrors(spark: SparkSession, source: Any, mirrors: str, by_ranges: bool) -> verification.Compare:
+    """Compare with the Delta mirrors under ``mirrors`` (the verify use case's other side)."""
+
+    def compare(table: str) -> verification.TableComparison:
+        if by_ranges:
+            n_src, n_mir, mism, stats = verify_table_by_ranges(spark, source, mirrors, table)
+            return verification.TableComparison(table, n_src, n_mir, mism, True, stats)
+        return verification.TableComparison(table, *verify_table(spark, source, mirrors, table))
+
+    return compare
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     from airflow_provider_dblog.config import load_config, make_source
     from airflow_provider_dblog.spark.session import get_session
@@ -206,34 +218,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     source = make_source(config["source"])
     source.open()
     spark = get_session("dblog-verify-mirror")
-    mirrors = absolute(args.mirrors) if args.mirrors else f"{absolute(args.lake)}/mirrors"
-    mismatched: dict[str, list[Key]] = {}
+    mirrors = mirrors_root(args.lake, args.mirrors)
+    report = verification.printer("in the mirror", args.show)
     try:
-        for table in args.table or source.tables():
-            how = ""
-            if args.ranges:
-                n_src, n_mir, mism, stats = verify_table_by_ranges(spark, source, mirrors, table)
-                how = describe_ranges(stats)
-            else:
-                n_src, n_mir, mism = verify_table(spark, source, mirrors, table)
-            mismatched[table] = [m.key for m in mism]
-            print(f"{table}: {n_src} rows in the source, {n_mir} in the mirror, {len(mism)} mismatches{how}")
-            for m in mism[: args.show]:
-                print(f"  {m.describe()}")
+        results = verification.verify(source, args.table, against_mirrors(spark, source, mirrors, args.ranges), report)
     finally:
         source.close()
-    bad = sum(map(len, mismatched.values()))
-    if bad and args.repair:
+    if args.repair:
         from airflow_provider_dblog.config import make_state
-        from airflow_provider_dblog.core.requests import request_repairs
 
-        state = make_state(config.get("state", {}))
-        try:
-            for table, spec in request_repairs(make_source(config["source"]), state, mismatched).items():
-                print(f"{table}: repair dump {spec.dump_id} of {len(mismatched[table])} keys requested")
-        finally:
-            state.close()
-    return 1 if bad else 0
+        verification.repair(
+            results,
+            lambda: make_source(config["source"]),
+            lambda: make_state(config.get("state", {})),
+            on_repair=verification.print_repair,
+        )
+    return 1 if verification.drifted(results) else 0
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from ..core.dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from ..core.errors import ConfigurationError, RequestError
 from ..core.events import Position
 from ..core.protocols import Fence
+from .lease_common import lease_lost
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -217,8 +218,6 @@ class FencedLocalStore:
         self._fenced(lambda db: db.execute(sql, params))
 
     def _fenced(self, write: Callable[[sqlite3.Connection], object]) -> None:
-        from .lease import lease_lost
-
         db = self._store._db
         with self._store._lock:
             db.execute("BEGIN IMMEDIATE")

@@ -34,6 +34,7 @@ from ..core.dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
 from ..core.errors import ConfigurationError, RequestError
 from ..core.events import Position
 from ..core.protocols import Fence
+from .lease_common import lease_lost
 from .local import no_capture_state
 from .zookeeper_acl import KAZOO_LOG, DigestAuth, refused, secure_chroot
 
@@ -431,8 +432,6 @@ class FencedZooKeeperStore:
         (an exception instance when it failed for a reason of its own, e.g. NoNodeError), or
         the list of results when ``op`` added several operations."""
         from kazoo.exceptions import NoAuthError, RolledBackError
-
-        from .lease import lease_lost
 
         def commit() -> list[Any]:
             tx = self._store.client.transaction()  # a new one per attempt: kazoo commits one once

@@ -23,6 +23,7 @@ from typing import Any, AsyncIterator, Optional
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..config import write_private_config
+from ..hooks.connections import DBLogConnections
 from ..hooks.dblog import PASSWORD_ENV, DBLogHook
 from ._child import pump_lines, stop_child
 
@@ -53,12 +54,7 @@ class CaptureTrigger(BaseTrigger):
         redump_on_position_lost: bool = False,
     ) -> None:
         super().__init__()
-        self.source_conn_id = source_conn_id
-        self.state_conn_id = state_conn_id
-        self.state = state
-        self.output = output
-        self.output_conn_id = output_conn_id
-        self.source_id = source_id
+        self.connections = DBLogConnections(source_conn_id, state_conn_id, state, output, output_conn_id, source_id)
         self.session_seconds = float(session_seconds)
         self.status_interval = float(status_interval)
         self.session = int(session)
@@ -71,12 +67,7 @@ class CaptureTrigger(BaseTrigger):
         return (
             "airflow_provider_dblog.triggers.capture.CaptureTrigger",
             {
-                "source_conn_id": self.source_conn_id,
-                "state_conn_id": self.state_conn_id,
-                "state": self.state,
-                "output": self.output,
-                "output_conn_id": self.output_conn_id,
-                "source_id": self.source_id,
+                **self.connections.kwargs(),
                 "session_seconds": self.session_seconds,
                 "status_interval": self.status_interval,
                 "session": self.session,
@@ -86,14 +77,7 @@ class CaptureTrigger(BaseTrigger):
         )
 
     def hook(self) -> DBLogHook:
-        return DBLogHook(
-            self.source_conn_id,
-            self.state_conn_id,
-            state=self.state,
-            output=self.output,
-            output_conn_id=self.output_conn_id,
-            source_id=self.source_id,
-        )
+        return self.connections.hook()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self.hook()

@@ -20,6 +20,8 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from ..spark.lake_layout import changelog_path
+
 STATE_KEY = "dblog_changelog_version"
 
 
@@ -56,7 +58,7 @@ class ChangelogCommitTrigger(BaseEventTrigger):
     @property
     def changelog_uri(self) -> str:
         root = self.lake[len("delta://") :] if self.lake.startswith("delta://") else self.lake
-        return root.rstrip("/") + "/changelog"
+        return changelog_path(root)
 
     def _version(self) -> Optional[int]:
         """The changelog's latest version (None before the capture created it). Blocking."""

@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator, Optional
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..core.requests import control_dump, dump_status
+from ..hooks.connections import STATE_ONLY, DBLogConnections
 from ..hooks.dblog import DBLogHook
 
 FINISHED = ("done", "failed", "cancelled")
@@ -51,8 +52,7 @@ class DumpTrigger(BaseTrigger):
     ) -> None:
         super().__init__()
         self.dump_id = dump_id
-        self.state_conn_id = state_conn_id
-        self.state = state
+        self.connections = DBLogConnections(state_conn_id=state_conn_id, state=state)
         self.poll_interval = float(poll_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -60,14 +60,13 @@ class DumpTrigger(BaseTrigger):
             "airflow_provider_dblog.triggers.dump.DumpTrigger",
             {
                 "dump_id": self.dump_id,
-                "state_conn_id": self.state_conn_id,
-                "state": self.state,
+                **self.connections.kwargs(*STATE_ONLY),
                 "poll_interval": self.poll_interval,
             },
         )
 
     def hook(self) -> DBLogHook:
-        return DBLogHook(state_conn_id=self.state_conn_id, state=self.state)
+        return self.connections.hook()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self.hook()
