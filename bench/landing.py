@@ -2,6 +2,7 @@
 append of the same rows, in the same run and the same Spark session (local[2]).
 
     DBLOG_SPARK_JARS=$(scripts/spark-jars) python -m bench.landing [--events 1000000] [--tables 5]
+        [--parallel-tables N]   # the job's --parallel-tables (default: its own, up to 4)
 
 Source-agnostic: the changelog is generated here in the capture's exact format (through
 ``DeltaChangelogOutput``'s schema store and ``CHANGELOG_SCHEMA``), so ``run(kind, ...)``
@@ -47,6 +48,7 @@ DEFAULTS = {
     "update_share": 0.2,  # incremental batch = this share of `events` (updates + deletes)
     "per_commit": 10_000,  # changelog rows per Delta commit (one capture flush = one commit)
     "warmup_events": 20_000,  # throw-away changelog landed and appended first
+    "parallel_tables": None,  # tables of a micro-batch landed at once (None: the job's default)
 }
 MASTER = "local[2]"
 COLUMNS = [
@@ -159,8 +161,9 @@ def append_job(spark, lake: str, target: str) -> dict:
     return {"seconds": seconds, "rows": rows}
 
 
-def landing_job(spark, lake: str) -> dict:
-    """The real job; its per-table log lines give the time inside land_table (MERGE)."""
+def landing_job(spark, lake: str, parallel_tables: Optional[int] = None) -> dict:
+    """The real job; its per-table log lines give the time inside land_table (MERGE), summed
+    over the tables (with tables landed side by side, more than the time it took)."""
     from airflow_provider_dblog.spark.land_changelog import land
 
     merge_s, batches = [0.0], set()
@@ -172,7 +175,7 @@ def landing_job(spark, lake: str) -> dict:
             batches.add(msg.split(":", 1)[0])
 
     t0 = time.perf_counter()
-    stats = land(spark, lake, register=False, log=log)
+    stats = land(spark, lake, register=False, log=log, parallel_tables=parallel_tables)
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "events": stats["events"], "merge_s": merge_s[0], "micro_batches": len(batches)}
 
@@ -207,6 +210,7 @@ def measure(
     per_commit: int,
     say: Callable[[str], None],
     label: str,
+    parallel_tables: Optional[int] = None,
 ) -> dict:
     lake = os.path.join(work, label, "lake")
     b = ChangelogBuilder(lake, tables, per_commit)
@@ -222,7 +226,7 @@ def measure(
             b.append(changes)
         app = append_job(spark, lake, os.path.join(work, label, "append"))
         say(f"landing[{label}] {phase}: plain append {n:,} rows in {app['seconds']:.1f} s")
-        lnd = landing_job(spark, lake)
+        lnd = landing_job(spark, lake, parallel_tables)
         say(
             f"landing[{label}] {phase}: landing {n:,} events in {lnd['seconds']:.1f} s "
             f"(MERGE part {lnd['merge_s']:.1f} s)"
@@ -261,10 +265,9 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
             f"landing: Spark {spark.version} session up in {time.perf_counter() - t0:.1f} s; warming up "
             f"with {o['warmup_events']:,} events"
         )
-        measure(
-            spark, work, o["warmup_events"], o["tables"], o["update_share"], o["per_commit"], lambda m: None, "warmup"
-        )
-        phases = measure(spark, work, o["events"], o["tables"], o["update_share"], o["per_commit"], say, "main")
+        common = (o["tables"], o["update_share"], o["per_commit"])
+        measure(spark, work, o["warmup_events"], *common, lambda m: None, "warmup", o["parallel_tables"])
+        phases = measure(spark, work, o["events"], *common, say, "main", o["parallel_tables"])
         deletes = len(
             [
                 p
@@ -284,6 +287,7 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
             "tables": o["tables"],
             "update_share": o["update_share"],
             "per_commit": o["per_commit"],
+            "parallel_tables": o["parallel_tables"],
             "phases": phases,
             "mirrors": check,
             "seconds": round(time.perf_counter() - t0, 1),
@@ -385,12 +389,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--tables", type=int, default=DEFAULTS["tables"])
     p.add_argument("--update-share", type=float, default=DEFAULTS["update_share"])
     p.add_argument("--warmup-events", type=int, default=DEFAULTS["warmup_events"])
+    p.add_argument("--parallel-tables", type=int, help="the landing job's --parallel-tables (default: its own)")
     args = p.parse_args(argv)
     opts = {
         "events": args.events,
         "tables": args.tables,
         "update_share": args.update_share,
         "warmup_events": args.warmup_events,
+        "parallel_tables": args.parallel_tables,
     }
 
     return standalone("landing", sys.modules[__name__], ["any"], opts)

@@ -37,6 +37,8 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
                               matching the pinned pyspark), resolved by spark-submit on each
                               run: the setting for a cluster (docs/airflow.md)
   DBLOG_LAND_SOURCE           land only this source id (default: every source)
+  DBLOG_LAND_PARALLEL_TABLES  tables of a micro-batch landed at once (the job's
+                              ``--parallel-tables``; default up to 4, 1: one after another)
   DBLOG_CHANGELOG_ASSET       as in dblog_capture
 """
 
@@ -82,10 +84,27 @@ def local_jars() -> Optional[str]:
         raise FileNotFoundError(f"dblog_land: {e}") from None
 
 
+def parallel_tables() -> Optional[int]:
+    """DBLOG_LAND_PARALLEL_TABLES as a number, checked here at parse time rather than by a
+    landing that fails on every run."""
+    text = os.environ.get("DBLOG_LAND_PARALLEL_TABLES", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"dblog_land: DBLOG_LAND_PARALLEL_TABLES is {text!r}. Fix: set it to a whole number of 1 or more "
+            "(1 lands the tables of a batch one after another), or unset it for the default."
+        )
+    return int(text)
+
+
 JARS = local_jars()
+PARALLEL_TABLES = parallel_tables()
 args = ["--lake", lake_root()]
 if os.environ.get("DBLOG_LAND_SOURCE"):
     args += ["--source", os.environ["DBLOG_LAND_SOURCE"]]
+if PARALLEL_TABLES is not None:
+    args += ["--parallel-tables", str(PARALLEL_TABLES)]
 
 
 def schedule():
@@ -131,6 +150,7 @@ with DAG(
             lake=lake_root(),
             source=os.environ.get("DBLOG_LAND_SOURCE") or None,
             trigger_seconds=float(os.environ.get("DBLOG_LAND_TRIGGER_SECONDS", "5")),
+            parallel_tables=PARALLEL_TABLES,
             jars=JARS,  # the child's session takes these, as spark-submit's --jars
             retries=10,
             retry_delay=dt.timedelta(seconds=30),

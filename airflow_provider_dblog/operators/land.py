@@ -29,6 +29,8 @@ class ContinuousLandOperator(BaseOperator):
     :param trigger_seconds: the streaming query's processing-time trigger.
     :param session_seconds: length of one session before the task defers again.
     :param max_sessions: stop (successfully) after this many sessions; None: run for ever.
+    :param parallel_tables: tables of a micro-batch landed at once (the job's
+        ``--parallel-tables``); None: the job's default.
     :param jars: the Delta jars (comma-separated paths) for the child's Spark session;
         default: what ``resolve_jars`` finds in the triggerer's environment.
     """
@@ -45,12 +47,16 @@ class ContinuousLandOperator(BaseOperator):
         trigger_seconds: float = 5.0,
         session_seconds: float = 3600.0,
         max_sessions: Optional[int] = None,
+        parallel_tables: Optional[int] = None,
         jars: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if trigger_seconds <= 0 or session_seconds <= 0:
             raise ValueError("trigger_seconds and session_seconds must be positive")
+        if parallel_tables is not None and parallel_tables < 1:
+            raise ValueError(f"parallel_tables is {parallel_tables}: give 1 (one table after another) or more")
+        self.parallel_tables = parallel_tables
         self.lake = lake
         self.source = source
         self.mirrors = mirrors
@@ -67,6 +73,7 @@ class ContinuousLandOperator(BaseOperator):
             trigger_seconds=self.trigger_seconds,
             session_seconds=self.session_seconds,
             session=session,
+            parallel_tables=self.parallel_tables,
             jars=self.jars,
         )
 

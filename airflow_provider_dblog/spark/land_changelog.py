@@ -81,6 +81,7 @@ def land(
     stop: Optional[threading.Event] = None,
     deletion_vectors: Optional[bool] = None,
     kafka: Any = None,
+    parallel_tables: Optional[int] = None,
 ) -> dict:
     """Land every changelog version not landed yet (availableNow), then return run stats.
 
@@ -94,9 +95,12 @@ def land(
     default) creates new mirrors with them and leaves existing ones as they are, True also
     turns them on for existing mirrors, False creates new mirrors without them.
     ``kafka``: a ``kafka_changelog.KafkaChangelog``: read the capture's Kafka topics (and
-    schema topic) instead of ``<lake>/changelog``; the mirrors still go under ``<lake>``."""
+    schema topic) instead of ``<lake>/changelog``; the mirrors still go under ``<lake>``.
+    ``parallel_tables``: tables of a micro-batch landed at once (``Lander``)."""
     lake = absolute(lake)
-    lander = lander_class(spark, lake, mirrors, register, log, deletion_vectors=deletion_vectors)
+    lander = lander_class(
+        spark, lake, mirrors, register, log, deletion_vectors=deletion_vectors, parallel_tables=parallel_tables
+    )
     default = checkpoint_path(lander.mirrors, source, kafka=kafka is not None)
     checkpoint = absolute(checkpoint) if checkpoint else default
     lander.checkpoint = checkpoint
@@ -187,7 +191,24 @@ def build_parser() -> argparse.ArgumentParser:
         "turns them on for existing mirrors; --no-deletion-vectors creates new mirrors without "
         "them, for readers that lack the feature",
     )
+    p.add_argument(
+        "--parallel-tables",
+        type=_at_least_one,
+        metavar="N",
+        help="tables of a micro-batch landed at once, each on a Spark session of its own "
+        "(default: up to 4; 1: one after another)",
+    )
     return p
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more (1: one table at a time)")
+    return n
 
 
 def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) -> int:
@@ -219,6 +240,7 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
             stop=stop,
             deletion_vectors=args.deletion_vectors,
             kafka=kafka,
+            parallel_tables=args.parallel_tables,
         )
     except mt.IncompatibleSchemaChange as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

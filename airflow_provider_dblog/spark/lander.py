@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from decimal import Decimal
+from functools import partial
 from typing import Any, Optional
 
 from pyspark import StorageLevel
@@ -27,6 +29,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.outputs._common import dumps
 from airflow_provider_dblog.spark import mirror_types as mt
 from airflow_provider_dblog.spark.lake_layout import absolute, mirror_path, mirrors_root, schemas_path
@@ -43,6 +46,7 @@ from airflow_provider_dblog.spark.mirror_tables import (
     PROP_TYPE_WIDENING,
     register_mirrors,
 )
+from airflow_provider_dblog.spark.parallel_tables import WorkerSessions, run_all, workers_for
 from airflow_provider_dblog.spark.schema_store import SchemaStore
 
 # Batches of at most this many events prune the MERGE's target files with the key range.
@@ -108,7 +112,11 @@ class TableFacts:
 
 
 class Lander:
-    """Merges micro-batches of the changelog into the mirrors (``land_batch``)."""
+    """Merges micro-batches of the changelog into the mirrors (``land_batch``).
+
+    ``parallel_tables``: how many tables of a batch land at once (None: up to
+    parallel_tables.DEFAULT_PARALLEL_TABLES; 1: one after another). Each table's worker
+    thread has a Spark session of its own, which ``self.spark`` is on that thread."""
 
     def __init__(
         self,
@@ -118,12 +126,21 @@ class Lander:
         register: bool = True,
         log=print,
         deletion_vectors: Optional[bool] = None,
+        parallel_tables: Optional[int] = None,
     ):
+        if parallel_tables is not None and parallel_tables < 1:
+            raise ConfigurationError(
+                f"parallel_tables is {parallel_tables}.", "give 1 (one table after another) or more."
+            )
+        self._local = threading.local()  # .spark: the current table's worker session
+        self._lock = threading.RLock()  # the state below that every table's worker updates
         self.spark, self.lake = spark, absolute(lake)
+        self.parallel_tables = parallel_tables
+        self._workers = WorkerSessions(spark)
         self.deletion_vectors = deletion_vectors
         self.mirrors = mirrors_root(self.lake, mirrors)
         self.schemas = SchemaStore(spark, schemas_path(self.lake))
-        self.register, self.log = register, log
+        self.register, self._log = register, log
         self.events = 0
         self.landed: set[tuple[str, str]] = set()
         self.stopped: dict[str, str] = {}  # "source table" -> why its mirror no longer lands
@@ -134,6 +151,20 @@ class Lander:
         # mirrors' transaction ids. None: commits are not idempotent, only monotonic.
         self.checkpoint: Optional[str] = None
         self._landing: Optional[str] = None
+
+    @property
+    def spark(self) -> SparkSession:
+        """The job's session, or on a table's worker thread that worker's own session: every
+        Delta command of a table (and its tags, mirror_commits.tagged) runs on it."""
+        return getattr(self._local, "spark", None) or self._spark
+
+    @spark.setter
+    def spark(self, session: SparkSession) -> None:
+        self._spark = session
+
+    def log(self, message: str) -> None:
+        with self._lock:  # one line at a time from the tables' workers
+            self._log(message)
 
     # -- one micro-batch ------------------------------------------------------------------
     def land_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -165,35 +196,55 @@ class Lander:
                 s: BatchCommit(s, min(g.first for g in gs), max(g.last for g in gs), batch_id, self._landing_id())
                 for s, gs in sources.items()
             }
-            for (source_id, table), gs in sorted(tables.items()):
-                facts = TableFacts.of(gs)
-                n = facts.count
-                t0 = time.time()
-                path = mirror_path(self.mirrors, source_id, table)
-                reason = self._stopped_reason(path)
-                if reason is None:
-                    try:
-                        self.land_table(
-                            batch.where((F.col("source_id") == source_id) & (F.col("table") == table)),
-                            source_id,
-                            table,
-                            [g.schema_id for g in gs],
-                            truncated_at=max((g.truncated_at for g in gs if g.truncated_at), default=None),
-                            commit=commits[source_id],
-                            facts=facts,
-                        )
-                    except mt.IncompatibleSchemaChange as exc:
-                        reason = str(exc)
-                        self._stop(path, reason)
+            todo = sorted(tables.items())
+            workers = workers_for(self.parallel_tables, len(todo))
+            tasks = [partial(self._land_one, batch, batch_id, s, t, gs, commits[s], workers > 1) for (s, t), gs in todo]
+            failed = [(key, exc) for (key, _), exc in zip(todo, run_all(tasks, workers)) if exc is not None]
+            if failed:  # every table is done: the batch fails as a whole, and is landed again
+                for (s, t), exc in failed[1:]:  # the first one is raised: the others are told here
+                    self.log(f"batch {batch_id}: {s} {t} failed too: {exc!r}")
+                raise failed[0][1]
+        finally:
+            batch.unpersist()  # after every worker is done with it
+
+    def _land_one(
+        self, batch: DataFrame, batch_id: int, source_id: str, table: str, gs: list, commit: BatchCommit, own: bool
+    ) -> None:
+        """One table of ``land_batch``, on a worker session of its own if ``own``."""
+        if own:
+            self._local.spark = self._workers.take()
+        try:
+            facts = TableFacts.of(gs)
+            n = facts.count
+            t0 = time.time()
+            path = mirror_path(self.mirrors, source_id, table)
+            reason = self._stopped_reason(path)
+            if reason is None:
+                try:
+                    self.land_table(
+                        batch.where((F.col("source_id") == source_id) & (F.col("table") == table)),
+                        source_id,
+                        table,
+                        [g.schema_id for g in gs],
+                        truncated_at=max((g.truncated_at for g in gs if g.truncated_at), default=None),
+                        commit=commit,
+                        facts=facts,
+                    )
+                except mt.IncompatibleSchemaChange as exc:
+                    reason = str(exc)
+                    self._stop(path, reason)
+            with self._lock:
                 if reason is not None:  # this table only: the other tables go on landing
                     self.stopped[f"{source_id} {table}"] = reason
                     self.log(f"batch {batch_id}: {source_id} {table}: {n} events not landed: {reason}")
-                    continue
+                    return
                 self.events += n
                 self.landed.add((source_id, table))
                 self.log(f"landed batch {batch_id}: {source_id} {table}: {n} events in {time.time() - t0:.1f} s")
         finally:
-            batch.unpersist()
+            if own:
+                self._workers.give(self._local.spark)
+                self._local.spark = None
 
     def land_table(
         self,
@@ -228,7 +279,8 @@ class Lander:
                 .collect()
             ]
             events = events.where(F.col("op") != "k")
-        versions = self.schemas.versions(table, schema_ids)
+        with self._lock:  # the schema store is shared and re-read on an unknown id
+            versions = self.schemas.versions(table, schema_ids)
         key = versions[-1].key
         wanted = mt.data_columns(table, path, versions)
         target = self._ensure_mirror(path, source_id, table, key, wanted)

@@ -13,6 +13,8 @@
 
 MERGE and UPDATE take them from Delta's session confs, set around one command only and
 restored after it (``tagged``); an append (a new mirror's first batch) as writer options.
+Tables landed side by side each run on a session of their own (spark/parallel_tables.py), so
+one table's confs never tag another's command.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def app_id(commit: BatchCommit, step: str) -> str:
 def tagged(spark: Any, commit: Optional[BatchCommit], step: str) -> Iterator[None]:
     """Run one Delta command (the body) as ``step`` of ``commit``: idempotent, with positions.
 
-    The confs are session-wide: the body must run exactly one Delta command, on this thread."""
+    The confs are session-wide: the body must run exactly one Delta command, on this thread,
+    and no other thread may use ``spark`` meanwhile (parallel landing: a session per worker)."""
     if commit is None:
         yield
         return

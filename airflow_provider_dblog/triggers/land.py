@@ -39,8 +39,10 @@ class LandTrigger(BaseTrigger):
         session: int = 1,
         python: Optional[str] = None,
         jars: Optional[str] = None,
+        parallel_tables: Optional[int] = None,
     ) -> None:
         super().__init__()
+        self.parallel_tables = parallel_tables
         self.lake = lake
         self.source = source
         self.mirrors = mirrors
@@ -63,6 +65,7 @@ class LandTrigger(BaseTrigger):
                 "session": self.session,
                 "python": self.python,
                 "jars": self.jars,
+                "parallel_tables": self.parallel_tables,
             },
         )
 
@@ -74,6 +77,8 @@ class LandTrigger(BaseTrigger):
             args += ["--source", self.source]
         if self.mirrors:
             args += ["--mirrors", self.mirrors]
+        if self.parallel_tables is not None:
+            args += ["--parallel-tables", str(self.parallel_tables)]
         return args
 
     def environ(self) -> dict[str, str]:

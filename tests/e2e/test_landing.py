@@ -391,9 +391,20 @@ def test_killed_mid_job_then_landed_again(spark, tmp_path):
         log.append(*[log.ev(s, "u", {"id": k, "v": "u"}) for k in range(0, 30, 3)], log.ev(s, "d", key=[1]))
     out = tmp_path / "job.log"
     env = {**os.environ, "PYTHONPATH": str(REPO), "DBLOG_SPARK_JARS": spark_jars()}
-    with open(out, "w") as f:  # the job, pausing 120 s between two tables' merges
+    with open(out, "w") as f:  # the job, one table at a time, pausing 120 s between two tables' merges
         job = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.slow_landing", "--delay-s", "120", "--", "--lake", str(tmp_path)],
+            [
+                sys.executable,
+                "-m",
+                "tests.support.slow_landing",
+                "--delay-s",
+                "120",
+                "--",
+                "--lake",
+                str(tmp_path),
+                "--parallel-tables",
+                "1",
+            ],
             stdout=f,
             stderr=subprocess.STDOUT,
             env=env,

@@ -3,7 +3,8 @@ there (tests/e2e/test_landing.py)::
 
     python -m tests.support.slow_landing --delay-s SECONDS -- LAND_CHANGELOG-ARGUMENTS...
 
-in place of ``python -m airflow_provider_dblog.spark.land_changelog ARGUMENTS...``.
+in place of ``python -m airflow_provider_dblog.spark.land_changelog ARGUMENTS...`` (with
+``--parallel-tables 1``: landed side by side, the tables would not wait for each other).
 """
 
 from __future__ import annotations

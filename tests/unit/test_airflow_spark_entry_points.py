@@ -189,3 +189,24 @@ def test_the_landing_dag_has_a_next_run_after_runs_it_already_had(monkeypatch, m
     )
     assert nxt is not None and nxt.run_after > earlier_run.end
     assert dag.max_active_runs == 1  # a live continuous run keeps the next one waiting
+
+
+@pytest.mark.parametrize("mode", ["event", "continuous"])
+def test_the_landing_dag_passes_its_parallel_tables_setting_to_the_job(monkeypatch, mode):
+    monkeypatch.delenv("DBLOG_LAND_PARALLEL_TABLES", raising=False)
+    default = land_task(monkeypatch, DBLOG_LAND_MODE=mode)
+    task = land_task(monkeypatch, DBLOG_LAND_MODE=mode, DBLOG_LAND_PARALLEL_TABLES="3")
+    if mode == "continuous":  # through the trigger's child: its argv, and after a triggerer restart
+        trigger = task._trigger(1)
+        again = type(trigger)(**trigger.serialize()[1])
+        assert again.argv()[-2:] == ["--parallel-tables", "3"]
+        assert "--parallel-tables" not in default._trigger(1).argv()
+    else:
+        assert task.application_args[-2:] == ["--parallel-tables", "3"]
+        assert "--parallel-tables" not in default.application_args
+
+
+@pytest.mark.parametrize("value", ["0", "four", "-2"])
+def test_a_wrong_parallel_tables_setting_stops_the_landing_dag_with_the_fix(monkeypatch, value):
+    with pytest.raises(ValueError, match="DBLOG_LAND_PARALLEL_TABLES is .* Fix: set it to a whole number"):
+        land_task(monkeypatch, DBLOG_LAND_PARALLEL_TABLES=value)
