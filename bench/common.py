@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
 from typing import Any, Callable, Iterable, Optional
@@ -72,3 +74,21 @@ def standalone(
     if plot_path:
         say(f"plot: {module.plot(results, plot_path)}")
     return 1 if any("error" in r for r in results.values()) else 0
+
+
+def raise_if_exited(proc: Optional[subprocess.Popen], log_path: str, what: str) -> None:
+    """A child that should still run has exited: raise with the end of its log."""
+    if proc is not None and proc.poll() is not None:
+        with open(log_path, errors="replace") as f:
+            tail = f.read()[-2000:]
+        raise RuntimeError(f"bench: {what} exited ({proc.returncode}):\n{tail}")
+
+
+def terminate(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM (a capture's clean stop), then SIGKILL after ``timeout`` seconds."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +25,8 @@ from airflow_provider_dblog.core.events import Position
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
 from scripts import polling
+
+from .common import raise_if_exited, terminate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTINEL_KEY = 10**12
@@ -286,19 +287,12 @@ class ChildCapture(Capture):
         return vals["VmRSS"], vals["VmHWM"]
 
     def check(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            tail = open(self.log_path, errors="replace").read()[-2000:]
-            raise RuntimeError(f"bench: capture process of {self.source_id} exited ({self.proc.returncode}):\n{tail}")
+        raise_if_exited(self.proc, self.log_path, f"capture process of {self.source_id}")
 
     def stop(self, timeout: float = 120) -> None:
         if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc, timeout)
         self._sampler.join(5)
         self._log.close()
         self.proc = None

@@ -47,7 +47,7 @@ from airflow_provider_dblog.spark.lake_layout import changelog_path
 from airflow_provider_dblog.state.local import LocalStateStore
 
 from .common import fmt_n as _n
-from .common import say
+from .common import raise_if_exited, say, terminate
 from .dbs import PostgresBench
 from .engine_runs import REPO, wait_for
 
@@ -75,10 +75,7 @@ class ChildCapture:
             self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def check(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            with open(self.log_path, errors="replace") as f:
-                tail = f.read()[-2000:]
-            raise RuntimeError(f"bench: the capture exited ({self.proc.returncode}):\n{tail}")
+        raise_if_exited(self.proc, self.log_path, "the capture")
 
     def kill(self) -> None:
         self.check()
@@ -89,12 +86,7 @@ class ChildCapture:
     def stop(self, timeout: float = 120) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc, timeout)
 
 
 class UpdateLoad:
