@@ -37,6 +37,7 @@ import uuid
 from typing import Any, Callable, Optional, Sequence
 
 from .batch import DumpRows, LogRows
+from .dump_requests import status_key
 from .dumps import DumpControl, DumpSpec, TableProgress
 from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavailable, StaleEpochError
 from .events import (
@@ -58,7 +59,6 @@ from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .pacing import PaceSignals
 from .parallel import combine, split_points
 from .protocols import ChunkResult, FullRowIndex, LeaderLease, Output, Source, StateStore
-from .requests import status_key
 from .row_text import encode_rows
 from .scheduler import ChunkPlan, DumpScheduler
 from .schema_watch import SchemaWatch, describe

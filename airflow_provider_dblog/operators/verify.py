@@ -21,8 +21,8 @@ from typing import Any, Iterator, Optional, Sequence, Union
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from ..core.dump_requests import request_repairs
 from ..core.range_verify import check_table_by_ranges
-from ..core.requests import request_repairs
 from ..core.verify import check_table
 from ..hooks.dblog import DBLogHook
 

@@ -225,7 +225,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     bad = sum(map(len, mismatched.values()))
     if bad and args.repair:
         from airflow_provider_dblog.config import make_state
-        from airflow_provider_dblog.core.requests import request_repairs
+        from airflow_provider_dblog.core.dump_requests import request_repairs
 
         state = make_state(config.get("state", {}))
         try:

@@ -596,7 +596,7 @@ def test_an_adaptive_dump_backs_off_while_a_replica_lags_and_grows_again(db, sta
     """Issue 15 part 3: a dump with ``adaptive`` halves its chunks while the source reports a
     lagging replica and grows them again once the replica caught up; the status shows the
     pace and the signal that set it; the dump still converges."""
-    from airflow_provider_dblog.core.requests import status_key
+    from airflow_provider_dblog.core.dump_requests import status_key
 
     for i in range(201, 3001):
         db.upsert(TABLE, {"id": i, "v": f"more {i}"})
