@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import inspect
 import json
 import logging
 import os
@@ -52,13 +51,24 @@ from .events import (
     WatermarkEvent,
     split_key_update,
 )
-from .fencing import FencedOutput
+from .fencing import fenced_output
 from .gc_threshold import raised_gc_threshold
 from .key_types import orders_like_python
 from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .pacing import PaceSignals
 from .parallel import combine, split_points
-from .protocols import ChunkResult, FullRowIndex, LeaderLease, Output, Source, StateStore
+from .protocols import (
+    ChunkResult,
+    FullRowIndex,
+    LeaderLease,
+    Output,
+    ParallelChunkReaders,
+    RowTextChunks,
+    RowTextLog,
+    RowTextOutput,
+    Source,
+    StateStore,
+)
 from .row_text import encode_rows
 from .scheduler import ChunkPlan, DumpScheduler
 from .schema_watch import SchemaWatch, describe
@@ -152,7 +162,6 @@ class Engine:
         self.position_recoveries = 0  # lost positions recovered by a full dump (opt-in)
         self.parallel_reads = 0  # chunks read by more than one connection (--readers)
         self.writer: Optional[Writer] = None  # set once the source and output are open
-        self._reads_texts: dict[str, bool] = {}  # see _source_reads_texts
         self._skip_until: Optional[Position] = None
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
         self._replica_lag: Optional[float] = None  # the source's replicas' lag (adaptive dumps)
@@ -193,7 +202,7 @@ class Engine:
             self.config = dataclasses.replace(self.config, epoch=epoch)
             # Fenced from here on: every output commit and every state write of this process
             # is refused once a newer leader exists, and the source opens no log connection.
-            self.output = FencedOutput(self.output, self.lease)
+            self.output = fenced_output(self.output, self.lease)
             self._fence_state()
             self.source.take_over(self.lease.check, self._previous_log_status(), self.lease.domain)
             log.info("capture of %s: leader with epoch %d", self.source_id, epoch)
@@ -732,12 +741,13 @@ class Engine:
         self.source.write_watermark(lw)
         selecting = time.monotonic()
         short: Optional[bool] = None
-        texts = bool(getattr(self.output, "takes_row_text", False))
+        texts = self._output_takes_texts()
         if plan.keys is None and plan.selects_rows and plan.readers > 1:
             result, short = self._select_parallel(schema, plan)
-        elif plan.keys is None and plan.selects_rows and texts and self._source_reads_texts():
-            args = (schema, plan.start.last_key, plan.size, plan.upper_key, plan.where)
-            result = self.source.select_chunk(*args, texts=True)
+        elif plan.keys is None and plan.selects_rows and texts and self._text_chunks() is not None:
+            text_chunks = self._text_chunks()
+            assert text_chunks is not None
+            result = text_chunks.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key, plan.where, True)
         elif plan.keys is None and plan.selects_rows:
             result = self.source.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key, plan.where)
         elif plan.keys:
@@ -767,29 +777,25 @@ class Engine:
             if result is not None and self.scheduler.adaptive(plan):  # signals cost a query: adaptive dumps only
                 self.scheduler.observe(plan, self._pace_signals(select_seconds, len(selected)))
 
-    def _source_reads_texts(self, method: str = "select_chunk") -> bool:
-        """Whether the source's ``method`` (``select_chunk``, ``start_log``) takes ``texts``: a
-        wrapper or subclass that overrides it without the parameter gets dicts asked for (the
-        engine encodes chunk rows itself; log rows stay dicts)."""
-        known = self._reads_texts.get(method)
-        if known is None:
-            try:
-                params = inspect.signature(getattr(self.source, method)).parameters.values()
-            except (TypeError, ValueError):  # no signature to read: dicts, as always
-                known = False
-            else:
-                known = any(p.name == "texts" or p.kind is p.VAR_KEYWORD for p in params)
-            self._reads_texts[method] = known
-        return known
+    def _text_chunks(self) -> Optional[RowTextChunks]:
+        """The source, if its chunk SELECTs can give rows as their JSON text."""
+        source = self.source
+        return source if isinstance(source, RowTextChunks) and source.selects_row_text else None
+
+    def _output_takes_texts(self) -> bool:
+        """Whether chunk rows wait for HW and the writer as their JSON text (core/row_text.py)."""
+        return isinstance(self.output, RowTextOutput) and self.output.takes_row_text
 
     def _start_log(self, after: Optional[Position], **kwargs: Any) -> None:
         """``source.start_log``; the log's row images as their changelog JSON text when the
         output stores that text and the source can read them so (core/row_text.py). Nothing
         in the engine reads a log image but a key update's ``before``, which a source gives
         as a dict."""
-        if getattr(self.output, "takes_row_text", False) and self._source_reads_texts("start_log"):
-            kwargs["texts"] = True
-        self.source.start_log(after, **kwargs)
+        source = self.source
+        if self._output_takes_texts() and isinstance(source, RowTextLog) and source.logs_row_text:
+            source.start_log(after, texts=True, **kwargs)
+        else:
+            source.start_log(after, **kwargs)
 
     def _select_parallel(self, schema: TableSchema, plan: ChunkPlan) -> tuple[ChunkResult, bool]:
         """The chunk of a dump with several readers (core/parallel.py): its key ranges cut
@@ -818,8 +824,8 @@ class Engine:
         source between chunks); none from a source that has no ``chunk_readers``."""
         if n == 0:
             return []
-        make = getattr(self.source, "chunk_readers", None)
-        return list(make(n)) if make is not None else []
+        source = self.source
+        return list(source.chunk_readers(n)) if isinstance(source, ParallelChunkReaders) else []
 
     def _pace_signals(self, select_seconds: float, rows: int) -> PaceSignals:
         """What an adaptive dump paces itself by (core/pacing.py): the SELECT's time, the
