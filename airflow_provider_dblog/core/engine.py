@@ -171,14 +171,12 @@ class Engine:
     # -- lifecycle -----------------------------------------------------------------------
     def _fence_state(self) -> None:
         """The lease holder's view of the state store for the engine and for every part that
-        holds the store (the scheduler, the schema watch, the TOAST repairs, any added later):
-        a part left with the plain store would write as a deposed leader."""
+        holds the store (the scheduler, the schema watch, the TOAST repairs; a part added
+        later that holds it belongs in this list): a part left with the plain store would
+        write as a deposed leader."""
         assert self.lease is not None
-        plain = self.state
-        self.state = plain.fenced(self.lease.fence())
-        for part in vars(self).values():
-            if getattr(part, "state", None) is plain:
-                part.state = self.state
+        self.state = self.state.fenced(self.lease.fence())
+        self.scheduler.state = self.schema_watch.state = self.toast_repairs.state = self.state
 
     def run(self, stop: Optional[threading.Event] = None, max_seconds: Optional[float] = None) -> None:
         stop = stop or threading.Event()
