@@ -41,7 +41,6 @@ from .dumps import DumpControl, DumpSpec
 from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavailable, StaleEpochError
 from .events import (
     ChangeEvent,
-    Key,
     Op,
     Origin,
     Position,
@@ -65,7 +64,7 @@ from .protocols import (
 )
 from .scheduler import DumpScheduler
 from .schema_watch import SchemaWatch, describe
-from .toast import ToastKnown, ToastRepairs
+from .toast_step import ToastStep
 from .watermark import ChunkDone, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
 
@@ -156,10 +155,9 @@ class Engine:
         self._unreadable: dict[str, str] = {}  # table -> why its catalog schema cannot be read
         self._resets: dict[str, TableSchema] = {}  # watermark uuid -> new schema (key changed)
         self._resetting: set[str] = set()  # tables whose reset is not durable yet
-        self.toast_known = ToastKnown()  # keys whose full row this process emitted (core/toast.py)
-        self.toast_repairs = ToastRepairs(
-            self.state, self.source_id, superseded=self.scheduler.superseded, ended=self.scheduler.ended
-        )
+        # Changes that lack their full row (unchanged TOAST values) and their repair dumps.
+        index = output if isinstance(output, FullRowIndex) else None  # the Delta output
+        self.toast = ToastStep(source, index, self.scheduler, state)
         self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
         self._warned: set[str] = set()
 
@@ -176,7 +174,7 @@ class Engine:
         write as a deposed leader."""
         assert self.lease is not None
         self.state = self.state.fenced(self.lease.fence())
-        self.scheduler.state = self.schema_watch.state = self.toast_repairs.state = self.state
+        self.scheduler.state = self.schema_watch.state = self.toast.state = self.state
 
     def run(self, stop: Optional[threading.Event] = None, max_seconds: Optional[float] = None) -> None:
         stop = stop or threading.Event()
@@ -302,7 +300,7 @@ class Engine:
         self._skip_until = max(known) if known else None
         for table in self.source.tables():
             self._schema(table, writer)
-        self._merge_toast_repairs()
+        self.toast.merge_pending()
         writer.start()
         try:
             self._start_log(
@@ -485,7 +483,7 @@ class Engine:
         timeout = min(self.config.poll_timeout, URGENT_POLL) if writer.awaits_urgent() else self.config.poll_timeout
         items = self.source.poll(self.config.poll_batch, timeout)
         if not items:
-            self._queue_unchanged_toast([])  # e.g. keys of a partition that came or went
+            self.toast.queue_unchanged([], self._skip_until)  # e.g. keys of a partition that came or went
             return
         self._last_item_at = time.monotonic()
         out: list[Any] = []
@@ -533,61 +531,8 @@ class Engine:
         if last is not None:
             self.last_seen = last
             out.append(LogCheckpoint(last))
-        self._queue_unchanged_toast(out)
+        self.toast.queue_unchanged(out, self._skip_until)
         writer.put_many(out)
-
-    def _queue_unchanged_toast(self, out: list[Any]) -> None:
-        """Queue a key-list dump for the keys of changes whose ``after`` still holds an
-        unchanged-TOAST placeholder (PostgreSQL without REPLICA IDENTITY FULL; core/toast.py)
-        and whose full row this process has not emitted before (``ToastKnown``: the replay
-        fills those). Stored before ``out`` reaches the writer, so it is never lost: a crash
-        before those changes are durable reads them again."""
-        skip = self._skip_until
-        raw = [(t, key, pos) for t, key, pos in self.source.take_unchanged_toast() if skip is None or pos > skip]
-        for table in {t for t, _, _ in raw} - self.toast_known.tables:
-            self._seed_toast_known(table)
-        if not self.toast_known.tables:
-            return
-        hits = self.toast_known.walk(out, {pos: (t, key) for t, key, pos in raw})
-        if hits:
-            for spec in self.toast_repairs.queue(hits):
-                log.info(
-                    "capture of %s: dump %s queued for %d key(s) of %s whose rows the log does not carry "
-                    "(unchanged TOAST values, partitions that joined or left)",
-                    self.source_id,
-                    spec.dump_id,
-                    len(spec.keys or ()),
-                    (spec.tables or ("?",))[0],
-                )
-            self.scheduler.wake()
-
-    def _seed_toast_known(self, table: str) -> None:
-        """The first placeholder of ``table`` in this process: learn from the output which
-        of its keys have a full row in the changelog already (one read of its events' keys),
-        so that a restart or failover does not repair every key an update touches again."""
-        keys: list[Key] = []
-        if isinstance(self.output, FullRowIndex):  # the Delta output (protocols.py)
-            keys = self.output.full_row_keys(self.source_id, table)
-            log.info(
-                "capture of %s: %d key(s) of %s have a full row in the changelog", self.source_id, len(keys), table
-            )
-        self.toast_known.seed(table, keys)
-
-    def _merge_toast_repairs(self) -> None:
-        """At a start: the TOAST repair dumps an earlier process queued and did not begin
-        become one per table, less the keys whose full row the changelog holds by now."""
-        pending = [d for d in self.state.list_dumps(self.source_id) if d.spec.toast_repair and not d.status.finished]
-        tables = {d.spec.tables[0] for d in pending if d.spec.tables}
-        for table in sorted(tables - self.toast_known.tables):
-            self._seed_toast_known(table)
-        for spec in self.toast_repairs.merge_pending(pending, lambda t, k: (t, k) in self.toast_known):
-            log.info(
-                "capture of %s: dump %s repairs the %d key(s) of %s that the pending repair dumps list and the changelog lacks",
-                self.source_id,
-                spec.dump_id,
-                len(spec.keys or ()),
-                (spec.tables or ("?",))[0],
-            )
 
     def _split(self, ev: ChangeEvent) -> list[ChangeEvent]:
         """A primary-key update is a delete of the old key and an upsert of the new one. (A
@@ -617,7 +562,7 @@ class Engine:
         plan = self.scheduler.next_chunk()
         if plan is None:
             return
-        self.toast_repairs.started(plan.dump_id)
+        self.toast.repairs.started(plan.dump_id)
         try:
             self.chunk_step.run(plan, self._schema(plan.table, writer), self.last_seen)
         except SourceUnavailable:

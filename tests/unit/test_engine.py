@@ -901,7 +901,7 @@ def test_every_part_that_writes_the_state_is_fenced_once_the_engine_leads(db, st
     try:
         assert make_lease(other, SOURCE_ID, "b").acquire(threading.Event()) == 2
         with pytest.raises(StaleEpochError):
-            engine.toast_repairs.queue([(TABLE, (1,))])
+            engine.toast.repairs.queue([(TABLE, (1,))])
         with pytest.raises(StaleEpochError):
             engine.schema_watch.state.add_dump(DumpSpec.new(SOURCE_ID, [TABLE]))
         with pytest.raises(StaleEpochError):
