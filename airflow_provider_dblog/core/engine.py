@@ -14,7 +14,7 @@ While the captured tables are idle, a *heartbeat* (a watermark no window waits f
 through the log every ``heartbeat_interval`` so the checkpoint, and PostgreSQL's slot with
 it, keeps moving. A lost source connection (``SourceUnavailable``: server restart, killed
 session) does not stop the capture: the engine closes the source, waits with backoff, reopens
-it and reads the log again from where it was (``_reconnect``); only after
+it and reads the log again from where it was (core/log_cursor.py); only after
 ``reconnect_timeout`` does it fail.
 
 With a leader lease (invariant 7) the engine first waits as standby until it holds the lease,
@@ -37,7 +37,6 @@ from typing import Any, Callable, Optional, Sequence
 from .batch import LogRows
 from .chunk_step import ChunkStep, ChunkStepHooks
 from .dump_requests import status_key
-from .dumps import DumpControl, DumpSpec
 from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavailable, StaleEpochError
 from .events import (
     ChangeEvent,
@@ -51,13 +50,13 @@ from .events import (
 )
 from .fencing import fenced_output
 from .gc_threshold import raised_gc_threshold
+from .log_cursor import LogCursor, LogRecovery, ReconnectPolicy
 from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .pacing import PaceSignals
 from .protocols import (
     FullRowIndex,
     LeaderLease,
     Output,
-    RowTextLog,
     RowTextOutput,
     Source,
     StateStore,
@@ -140,18 +139,13 @@ class Engine:
         self.chunk_step = ChunkStep(
             source, self.window, self.scheduler, self._takes_texts, self._pace_signals, chunk_hooks
         )
-        self.durable: Optional[Position] = None  # last checkpoint stored
-        self.last_seen: Optional[Position] = None
+        self.cursor = LogCursor()  # the checkpoint, the last position seen, what to skip
         self.events_in = 0  # log change events processed (the rate in status reports)
         self.heartbeats = 0
-        self.reconnects = 0
-        self.position_recoveries = 0  # lost positions recovered by a full dump (opt-in)
         self.writer: Optional[Writer] = None  # set once the source and output are open
-        self._skip_until: Optional[Position] = None
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
         self._replica_lag: Optional[float] = None  # the source's replicas' lag (adaptive dumps)
         self._replica_lag_at = float("-inf")
-        self._last_item_at = time.monotonic()  # when the log last gave us anything
         self._unreadable: dict[str, str] = {}  # table -> why its catalog schema cannot be read
         self._resets: dict[str, TableSchema] = {}  # watermark uuid -> new schema (key changed)
         self._resetting: set[str] = set()  # tables whose reset is not durable yet
@@ -160,6 +154,22 @@ class Engine:
         self.toast = ToastStep(source, index, self.scheduler, state)
         self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
         self._warned: set[str] = set()
+        policy = ReconnectPolicy(
+            self.config.reconnect_timeout, self.config.reconnect_max_backoff, self.config.redump_on_position_lost
+        )
+        self.recovery = LogRecovery(
+            source, state, self.window, self.scheduler, self.cursor, policy, self._takes_texts, self._fence
+        )
+
+    @property
+    def reconnects(self) -> int:
+        """Lost source connections reconnected."""
+        return self.recovery.reconnects
+
+    @property
+    def position_recoveries(self) -> int:
+        """Lost positions recovered by a full dump (opt-in)."""
+        return self.recovery.position_recoveries
 
     @property
     def parallel_reads(self) -> int:
@@ -169,12 +179,12 @@ class Engine:
     # -- lifecycle -----------------------------------------------------------------------
     def _fence_state(self) -> None:
         """The lease holder's view of the state store for the engine and for every part that
-        holds the store (the scheduler, the schema watch, the TOAST repairs; a part added
+        holds the store (the scheduler, the schema watch, the TOAST step, the log recovery; a part added
         later that holds it belongs in this list): a part left with the plain store would
         write as a deposed leader."""
         assert self.lease is not None
         self.state = self.state.fenced(self.lease.fence())
-        self.scheduler.state = self.schema_watch.state = self.toast.state = self.state
+        self.scheduler.state = self.schema_watch.state = self.toast.state = self.recovery.state = self.state
 
     def run(self, stop: Optional[threading.Event] = None, max_seconds: Optional[float] = None) -> None:
         stop = stop or threading.Event()
@@ -266,14 +276,14 @@ class Engine:
                         self._dump_step(writer)
                         self._heartbeat_step()
                     except SourceUnavailable as exc:
-                        self._reconnect(exc, stop)
+                        self.recovery.reconnect(exc, stop)
                         continue
                     now = time.monotonic()
                     if now >= next_status:
                         self._report((self.events_in - n0) / max(now - t0, 1e-9))
                         t0, n0, next_status = now, self.events_in, now + self.config.status_interval
                 except PositionLostError as exc:  # the slot dropped under us, WAL removed, ...
-                    self._recover_position(exc)
+                    self.recovery.recover(exc)
             writer.close()
             self._apply_durable(writer)
             self._report(0.0)
@@ -293,24 +303,24 @@ class Engine:
             self.state.clear_checkpoint(self.source_id)
             log.warning("capture of %s: checkpoint reset, starting at the end of the log", self.source_id)
         checkpoint = self.state.get_checkpoint(self.source_id)
-        self.durable = checkpoint
+        self.cursor.durable = checkpoint
         # Events up to here are durable already (the output may be ahead of the checkpoint
         # after a crash between its commit and the checkpoint write).
         known = [p for p in (checkpoint, self.output.last_position(self.source_id)) if p is not None]
-        self._skip_until = max(known) if known else None
+        self.cursor.skip_until = max(known) if known else None
         for table in self.source.tables():
             self._schema(table, writer)
         self.toast.merge_pending()
         writer.start()
         try:
-            self._start_log(
-                checkpoint, from_end=self.config.reset_position and checkpoint is None, floor=self._skip_until
+            self.recovery.start_log(
+                checkpoint, from_end=self.config.reset_position and checkpoint is None, floor=self.cursor.skip_until
             )
         except SourceUnavailable as exc:  # e.g. a previous leader's session still holds the log
-            self._reconnect(exc, stop)
+            self.recovery.reconnect(exc, stop)
         except PositionLostError as exc:
-            self._recover_position(exc)
-        self._last_item_at = time.monotonic()
+            self.recovery.recover(exc)
+        self.cursor.last_item_at = time.monotonic()
         log.info("capture of %s started at %s", self.source_id, checkpoint or "the source's bookmark (no checkpoint)")
 
     def _schema(self, table: str, writer: Writer) -> TableSchema:
@@ -321,31 +331,6 @@ class Engine:
             schema = self.schemas[table] = self.source.table_schema(table)
             writer.put(schema)
         return schema
-
-    # -- lost positions -----------------------------------------------------------------------
-    def _recover_position(self, exc: PositionLostError) -> None:
-        """Opt-in (``redump_on_position_lost``): request a dump of every table first (a crash
-        right after asks again, as the position is still lost), then forget the checkpoint
-        and read the log from its current end. Changes in the gap reach the changelog through
-        the dump; rows deleted in it go through its key ranges."""
-        if not self.config.redump_on_position_lost:
-            raise exc
-        spec = DumpSpec.new(self.source_id, None)
-        self.state.add_dump(spec, DumpControl())
-        self.position_recoveries += 1
-        log.warning(
-            "capture of %s: %s Reading from the current end of the log; dump %s of every table restores what the gap held.",
-            self.source_id,
-            exc.cause,
-            spec.dump_id,
-        )
-        self.window.abandon()
-        self.state.clear_checkpoint(self.source_id)
-        self.durable = None
-        self.source.reset_log()
-        floor = max((p for p in (self._skip_until, self.last_seen) if p is not None), default=None)
-        self._start_log(None, from_end=True, floor=floor)
-        self.scheduler.wake()
 
     # -- schema changes -----------------------------------------------------------------------
     def _schema_step(self, writer: Writer) -> None:
@@ -414,68 +399,17 @@ class Engine:
         )
         return self._emit(self.window.process(truncate)) + [TableReset(schema)]
 
-    # -- heartbeats and reconnects ------------------------------------------------------------
+    # -- heartbeats ------------------------------------------------------------------------
     def _heartbeat_step(self) -> None:
         """An idle log still moves the checkpoint: a watermark no window waits for comes back
         through the log, and _log_step checkpoints its position like any item's (the window
         drops it). Not while a chunk is in flight: its own LW/HW are on the way anyway."""
         interval = self.config.heartbeat_interval
-        if not interval or self.window.busy or time.monotonic() - self._last_item_at < interval:
+        if not interval or self.window.busy or time.monotonic() - self.cursor.last_item_at < interval:
             return
         self.source.write_watermark(uuid.uuid4().hex)
         self.heartbeats += 1
-        self._last_item_at = time.monotonic()
-
-    def _reconnect(self, exc: SourceUnavailable, stop: threading.Event) -> None:
-        """Close the source, wait with backoff, reopen it and read the log again from the last
-        position handed to the writer. The writer keeps what it has (it does not depend on
-        the source); an open chunk window is abandoned and its chunk selected again, its
-        watermarks arriving later are stale and dropped. Events up to ``last_seen`` are
-        dropped when delivered again."""
-        self.reconnects += 1
-        self.window.abandon()
-        resume = max((p for p in (self.durable, self.last_seen) if p is not None), default=None)
-        if resume is not None:
-            self._skip_until = max(self._skip_until, resume) if self._skip_until else resume
-        log.warning("capture of %s: lost the source connection (%s); reconnecting", self.source_id, exc)
-        deadline = time.monotonic() + self.config.reconnect_timeout
-        delay, last = 0.5, exc
-        while True:
-            try:
-                self.source.close()
-            except Exception as broken:  # noqa: BLE001 - the connection is broken already
-                log.debug("closing the lost source connection: %s", broken)
-            if stop.wait(delay):
-                raise last  # stopping: nothing more to read
-            self._fence()  # the lease may have moved on while we were cut off
-            try:
-                self.source.open()
-                # Without any position yet, the source resumes from its own bookmark (the
-                # PostgreSQL slot; MySQL's first start position): nothing is skipped.
-                self._start_log(resume, floor=self._skip_until)
-            except PositionLostError as lost:  # e.g. a promoted replica without our transaction
-                self._recover_position(lost)
-            except SourceUnavailable as err:
-                last = err
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise DBLogError(
-                        f"lost the connection to source {self.source_id} and could not reconnect "
-                        f"within {self.config.reconnect_timeout:.0f} s (last error: {err.cause}).",
-                        "check that the database is up and reachable; a restarted capture resumes "
-                        "from its checkpoint without loss.",
-                    ) from err
-                # The last attempt comes at the deadline, not a whole backoff before it.
-                delay = min(delay * 2, self.config.reconnect_max_backoff, remaining)
-                continue
-            self._last_item_at = time.monotonic()
-            self.scheduler.wake()
-            log.warning(
-                "capture of %s: reconnected, reading the log after %s",
-                self.source_id,
-                resume or "the source's bookmark",
-            )
-            return
+        self.cursor.last_item_at = time.monotonic()
 
     # -- log ------------------------------------------------------------------------------
     def _log_step(self, writer: Writer) -> None:
@@ -483,12 +417,12 @@ class Engine:
         timeout = min(self.config.poll_timeout, URGENT_POLL) if writer.awaits_urgent() else self.config.poll_timeout
         items = self.source.poll(self.config.poll_batch, timeout)
         if not items:
-            self.toast.queue_unchanged([], self._skip_until)  # e.g. keys of a partition that came or went
+            self.toast.queue_unchanged([], self.cursor.skip_until)  # e.g. keys of a partition that came or went
             return
-        self._last_item_at = time.monotonic()
+        self.cursor.last_item_at = time.monotonic()
         out: list[Any] = []
         last: Optional[Position] = None
-        skip = self._skip_until
+        skip = self.cursor.skip_until
         process = self.window.process
         for block in items:
             if block.__class__ is LogRows:
@@ -529,9 +463,9 @@ class Engine:
                 else:
                     out.extend(self._emit(process(item)))
         if last is not None:
-            self.last_seen = last
+            self.cursor.last_seen = last
             out.append(LogCheckpoint(last))
-        self.toast.queue_unchanged(out, self._skip_until)
+        self.toast.queue_unchanged(out, self.cursor.skip_until)
         writer.put_many(out)
 
     def _split(self, ev: ChangeEvent) -> list[ChangeEvent]:
@@ -564,7 +498,7 @@ class Engine:
             return
         self.toast.repairs.started(plan.dump_id)
         try:
-            self.chunk_step.run(plan, self._schema(plan.table, writer), self.last_seen)
+            self.chunk_step.run(plan, self._schema(plan.table, writer), self.cursor.last_seen)
         except SourceUnavailable:
             raise  # the source is gone for a moment, the request is fine
         except SchemaChanged as exc:  # a column the SELECT named is gone: select it again
@@ -573,24 +507,13 @@ class Engine:
         except DBLogError as exc:
             self.scheduler.failed(plan, exc)  # a bad request fails that dump, not the capture
 
-    def _start_log(self, after: Optional[Position], **kwargs: Any) -> None:
-        """``source.start_log``; the log's row images as their changelog JSON text when the
-        output stores that text and the source can read them so (core/row_text.py). Nothing
-        in the engine reads a log image but a key update's ``before``, which a source gives
-        as a dict."""
-        source = self.source
-        if self._takes_texts and isinstance(source, RowTextLog) and source.logs_row_text:
-            source.start_log(after, texts=True, **kwargs)
-        else:
-            source.start_log(after, **kwargs)
-
     def _pace_signals(self, select_seconds: float, rows: int) -> PaceSignals:
         """What an adaptive dump paces itself by (core/pacing.py): the SELECT's time, the
         capture's lag behind the log (0 while the log is idle) and the replicas' lag (read
         from the source at most every ``replica_lag_interval``)."""
         now = time.monotonic()
         capture_lag = 0.0
-        if self._last_commit_ts and now - self._last_item_at < 2.0:
+        if self._last_commit_ts and now - self.cursor.last_item_at < 2.0:
             capture_lag = max(0.0, time.time() - self._last_commit_ts / 1e6)
         if now - self._replica_lag_at > self.config.replica_lag_interval:
             self._replica_lag_at = now
@@ -620,7 +543,7 @@ class Engine:
                 self.scheduler.wake()
         if last_log is not None:
             self.state.set_checkpoint(self.source_id, last_log)
-            self.durable = last_log
+            self.cursor.durable = last_log
             self.source.acknowledge(last_log)
 
     # -- reporting ---------------------------------------------------------------------------
@@ -638,8 +561,8 @@ class Engine:
             "updated_at": time.time(),
             # the next report is due this many seconds later: `dblog status` tells a silent capture
             "status_interval": self.config.status_interval,
-            "position": self.last_seen.encode() if self.last_seen else None,
-            "checkpoint": self.durable.encode() if self.durable else None,
+            "position": self.cursor.last_seen.encode() if self.cursor.last_seen else None,
+            "checkpoint": self.cursor.durable.encode() if self.cursor.durable else None,
             "events_per_s": round(rate, 1),
             "events_total": self.events_in,
             "buffered": self.writer.buffered() if self.writer else 0,
