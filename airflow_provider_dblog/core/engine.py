@@ -41,10 +41,8 @@ from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavaila
 from .events import (
     ChangeEvent,
     Op,
-    Origin,
     Position,
     SchemaEvent,
-    TableSchema,
     WatermarkEvent,
     split_key_update,
 )
@@ -62,7 +60,8 @@ from .protocols import (
     StateStore,
 )
 from .scheduler import DumpScheduler
-from .schema_watch import SchemaWatch, describe
+from .schema_step import SchemaStep
+from .schema_watch import SchemaWatch
 from .toast_step import ToastStep
 from .watermark import ChunkDone, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
@@ -133,7 +132,6 @@ class Engine:
         self.scheduler = DumpScheduler(
             state, self.source_id, source.tables, source.estimate_rows, self.config.control_interval
         )
-        self.schemas: dict[str, TableSchema] = {}
         # The output stores rows as their JSON text: chunks and the log give them so (row_text.py).
         self._takes_texts = isinstance(output, RowTextOutput) and output.takes_row_text
         self.chunk_step = ChunkStep(
@@ -146,13 +144,11 @@ class Engine:
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
         self._replica_lag: Optional[float] = None  # the source's replicas' lag (adaptive dumps)
         self._replica_lag_at = float("-inf")
-        self._unreadable: dict[str, str] = {}  # table -> why its catalog schema cannot be read
-        self._resets: dict[str, TableSchema] = {}  # watermark uuid -> new schema (key changed)
-        self._resetting: set[str] = set()  # tables whose reset is not durable yet
         # Changes that lack their full row (unchanged TOAST values) and their repair dumps.
         index = output if isinstance(output, FullRowIndex) else None  # the Delta output
         self.toast = ToastStep(source, index, self.scheduler, state)
         self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
+        self.schema_step = SchemaStep(source, self.schema_watch, self.window, self.scheduler)
         self._warned: set[str] = set()
         policy = ReconnectPolicy(
             self.config.reconnect_timeout, self.config.reconnect_max_backoff, self.config.redump_on_position_lost
@@ -272,7 +268,7 @@ class Engine:
                     try:
                         self._log_step(writer)
                         self._apply_durable(writer)
-                        self._schema_step(writer)
+                        self.schema_step.check(writer)
                         self._dump_step(writer)
                         self._heartbeat_step()
                     except SourceUnavailable as exc:
@@ -309,7 +305,7 @@ class Engine:
         known = [p for p in (checkpoint, self.output.last_position(self.source_id)) if p is not None]
         self.cursor.skip_until = max(known) if known else None
         for table in self.source.tables():
-            self._schema(table, writer)
+            self.schema_step.schema(table, writer)
         self.toast.merge_pending()
         writer.start()
         try:
@@ -322,82 +318,6 @@ class Engine:
             self.recovery.recover(exc)
         self.cursor.last_item_at = time.monotonic()
         log.info("capture of %s started at %s", self.source_id, checkpoint or "the source's bookmark (no checkpoint)")
-
-    def _schema(self, table: str, writer: Writer) -> TableSchema:
-        """The table's schema, read from the source (and handed to the writer, which registers
-        it with the output) on first use; RequestError for an unknown table."""
-        schema = self.schemas.get(table)
-        if schema is None:
-            schema = self.schemas[table] = self.source.table_schema(table)
-            writer.put(schema)
-        return schema
-
-    # -- schema changes -----------------------------------------------------------------------
-    def _schema_step(self, writer: Writer) -> None:
-        """Compare each captured table's catalog schema with the recorded one; a changed table
-        is dumped again (core/schema_watch.py). Chunks select the catalog's columns from here
-        on. Not while a chunk is in flight (its rows are in the shape it selected)."""
-        if self.window.busy or not self.schema_watch.due():
-            return
-        queued = False
-        for table in self.source.tables():
-            try:
-                schema = self.source.catalog_schema(table)
-            except SourceUnavailable:
-                raise
-            except DBLogError as exc:  # dropped, or no key any more: its dumps say why
-                if self._unreadable.get(table) != str(exc):
-                    log.warning("capture of %s: cannot read the schema of %s: %s", self.source_id, table, exc)
-                self._unreadable[table] = str(exc)
-                continue
-            self._unreadable.pop(table, None)
-            known = self.schemas.get(table)
-            if known is None or known.schema_id() != schema.schema_id():
-                self.schemas[table] = schema
-                writer.put(schema)
-            old = self.schema_watch.changed(schema)
-            if old is None or table in self._resetting:
-                continue
-            if old.key != schema.key:
-                # Old and new events name rows by different keys: clear the table's older rows
-                # with a TRUNCATE at a position of our own (a watermark); the re-dump follows
-                # once it is durable (markers.TableReset).
-                reset = uuid.uuid4().hex
-                self._resets[reset] = schema
-                self._resetting.add(table)
-                self.source.write_watermark(reset)
-                log.warning(
-                    "capture of %s: the primary key of %s changed (%s): its older rows are cleared "
-                    "(op t) and the table is dumped again under the new key",
-                    self.source_id,
-                    table,
-                    describe(old, schema),
-                )
-            else:
-                self.schema_watch.redump(schema, old)
-                queued = True
-        self.schema_watch.checked()
-        if queued:
-            self.scheduler.wake()
-
-    def _reset_table(self, wm: WatermarkEvent) -> list[Any]:
-        """The TRUNCATE for a primary-key change, at the position of its own watermark."""
-        schema = self._resets.pop(wm.uuid)
-        truncate = ChangeEvent(
-            self.source_id,
-            schema.table,
-            Op.TRUNCATE,
-            (),
-            None,
-            None,
-            wm.position,
-            None,
-            wm.txid,
-            Origin.LOG,
-            None,
-            schema.schema_id(),
-        )
-        return self._emit(self.window.process(truncate)) + [TableReset(schema)]
 
     # -- heartbeats ------------------------------------------------------------------------
     def _heartbeat_step(self) -> None:
@@ -440,9 +360,8 @@ class Engine:
                 each = (block,)
             for item in each:
                 if isinstance(item, SchemaEvent):
-                    self.schemas[item.schema.table] = item.schema
+                    self.schema_step.logged(item.schema)
                     out.append(item.schema)
-                    self.schema_watch.soon()  # maybe an ALTER TABLE: compare with the catalog
                     continue
                 pos = item.position
                 if skip is not None and pos <= skip:
@@ -458,8 +377,10 @@ class Engine:
                             out.append(ev)
                         else:
                             out.extend(self._emit(emitted))
-                elif isinstance(item, WatermarkEvent) and item.uuid in self._resets:
-                    out.extend(self._reset_table(item))
+                elif isinstance(item, WatermarkEvent) and (reset := self.schema_step.reset(item)) is not None:
+                    truncate, marker = reset  # a primary key changed: clear the table's rows
+                    out.extend(self._emit(process(truncate)))
+                    out.append(marker)
                 else:
                     out.extend(self._emit(process(item)))
         if last is not None:
@@ -472,7 +393,7 @@ class Engine:
         """A primary-key update is a delete of the old key and an upsert of the new one. (A
         ``before`` as JSON text is from a source that found the key unchanged: ``start_log``.)"""
         if ev.before is not None and not isinstance(ev.before, str):
-            schema = self.schemas.get(ev.table)
+            schema = self.schema_step.schemas.get(ev.table)
             if schema is not None and all(c in ev.before for c in schema.key):
                 old = schema.key_of(ev.before)
                 if old != ev.key:
@@ -498,7 +419,7 @@ class Engine:
             return
         self.toast.repairs.started(plan.dump_id)
         try:
-            self.chunk_step.run(plan, self._schema(plan.table, writer), self.cursor.last_seen)
+            self.chunk_step.run(plan, self.schema_step.schema(plan.table, writer), self.cursor.last_seen)
         except SourceUnavailable:
             raise  # the source is gone for a moment, the request is fine
         except SchemaChanged as exc:  # a column the SELECT named is gone: select it again
@@ -538,9 +459,7 @@ class Engine:
             elif isinstance(marker, LogCheckpoint):
                 last_log = marker.position
             elif isinstance(marker, TableReset):
-                self.schema_watch.redump(marker.schema, None)
-                self._resetting.discard(marker.schema.table)
-                self.scheduler.wake()
+                self.schema_step.reset_durable(marker.schema)
         if last_log is not None:
             self.state.set_checkpoint(self.source_id, last_log)
             self.cursor.durable = last_log
