@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -62,6 +61,7 @@ from .protocols import (
 from .scheduler import DumpScheduler
 from .schema_step import SchemaStep
 from .schema_watch import SchemaWatch
+from .status_report import StatusReport
 from .toast_step import ToastStep
 from .watermark import ChunkDone, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
@@ -149,12 +149,23 @@ class Engine:
         self.toast = ToastStep(source, index, self.scheduler, state)
         self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
         self.schema_step = SchemaStep(source, self.schema_watch, self.window, self.scheduler)
-        self._warned: set[str] = set()
         policy = ReconnectPolicy(
             self.config.reconnect_timeout, self.config.reconnect_max_backoff, self.config.redump_on_position_lost
         )
         self.recovery = LogRecovery(
             source, state, self.window, self.scheduler, self.cursor, policy, self._takes_texts, self._fence
+        )
+        self.reporter = StatusReport(
+            source,
+            self.cursor,
+            self.window,
+            self.scheduler,
+            self.schema_watch,
+            self.chunk_step,
+            self.recovery,
+            lease,
+            self.config.status_interval,
+            on_progress,
         )
 
     @property
@@ -467,49 +478,10 @@ class Engine:
 
     # -- reporting ---------------------------------------------------------------------------
     def status(self, rate: float) -> dict[str, Any]:
-        try:
-            src = self.source.log_status()
-        except PositionLostError:
-            raise  # the slot was dropped or invalidated under us: stop with the fix
-        except Exception as exc:  # noqa: BLE001 - a report must never stop the capture
-            log.warning("capture of %s: the source's log status is unavailable: %s", self.source_id, exc)
-            src = {"error": str(exc)}
-        return {
-            "source_id": self.source_id,
-            "pid": os.getpid(),
-            "updated_at": time.time(),
-            # the next report is due this many seconds later: `dblog status` tells a silent capture
-            "status_interval": self.config.status_interval,
-            "position": self.cursor.last_seen.encode() if self.cursor.last_seen else None,
-            "checkpoint": self.cursor.durable.encode() if self.cursor.durable else None,
-            "events_per_s": round(rate, 1),
-            "events_total": self.events_in,
-            "buffered": self.writer.buffered() if self.writer else 0,
-            "buffered_mb": round(self.writer.buffered_bytes() / 2**20, 1) if self.writer else 0.0,
-            "window": self.window.state.value,
-            # seconds between the newest processed commit and now (0 when the log is idle)
-            "lag_seconds": round(max(0.0, time.time() - self._last_commit_ts / 1e6), 3)
-            if self._last_commit_ts and rate > 0
-            else 0.0,
-            "lag_bytes": src.get("lag_bytes"),  # log bytes written but not yet read
-            "warnings": list(src.get("warnings") or []),
-            "heartbeats": self.heartbeats,
-            "schemas_checked_at": self.schema_watch.checked_at,
-            "reconnects": self.reconnects,
-            "position_recoveries": self.position_recoveries,
-            "parallel_reads": self.parallel_reads,
-            "dumps": self.scheduler.health(),
-            "estimates": self.scheduler.estimates,
-            "leader": {"identity": self.lease.identity, "epoch": self.config.epoch} if self.lease else None,
-            "log": src,
-        }
+        """The status report (core/status_report.py) at ``rate`` log events per second."""
+        return self.reporter.build(
+            rate, self.events_in, self.heartbeats, self._last_commit_ts, self.writer, self.config.epoch
+        )
 
     def _report(self, rate: float) -> None:
-        st = self.status(rate)
-        for w in st["warnings"]:
-            if w not in self._warned:  # once per distinct warning, not every report
-                log.warning("capture of %s: %s", self.source_id, w)
-        self._warned = set(st["warnings"])
-        self.state.put_value(status_key(self.source_id), json.dumps(st, default=str))
-        if self.on_progress:
-            self.on_progress(st)
+        self.reporter.publish(self.state, self.status(rate))
