@@ -26,7 +26,6 @@ connection (``Source.take_over``), and losing it stops the engine at once with S
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -35,7 +34,6 @@ from typing import Any, Callable, Optional, Sequence
 
 from .batch import LogRows
 from .chunk_step import ChunkStep, ChunkStepHooks
-from .dump_requests import status_key
 from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavailable, StaleEpochError
 from .events import (
     ChangeEvent,
@@ -47,6 +45,7 @@ from .events import (
 )
 from .fencing import fenced_output
 from .gc_threshold import raised_gc_threshold
+from .leadership import Leadership
 from .log_cursor import LogCursor, LogRecovery, ReconnectPolicy
 from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .pacing import PaceSignals
@@ -61,7 +60,7 @@ from .protocols import (
 from .scheduler import DumpScheduler
 from .schema_step import SchemaStep
 from .schema_watch import SchemaWatch
-from .status_report import StatusReport
+from .status_report import StatusReport, previous_log_status
 from .toast_step import ToastStep
 from .watermark import ChunkDone, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
@@ -128,6 +127,7 @@ class Engine:
         self.lease = lease
         self.on_standby = on_standby
         self.source_id = source.source_id
+        self.leadership = Leadership(lease, self.source_id)
         self.window = WatermarkWindow()
         self.scheduler = DumpScheduler(
             state, self.source_id, source.tables, source.estimate_rows, self.config.control_interval
@@ -153,7 +153,7 @@ class Engine:
             self.config.reconnect_timeout, self.config.reconnect_max_backoff, self.config.redump_on_position_lost
         )
         self.recovery = LogRecovery(
-            source, state, self.window, self.scheduler, self.cursor, policy, self._takes_texts, self._fence
+            source, state, self.window, self.scheduler, self.cursor, policy, self._takes_texts, self.leadership.check
         )
         self.reporter = StatusReport(
             source,
@@ -197,9 +197,7 @@ class Engine:
         stop = stop or threading.Event()
         deadline = time.monotonic() + max_seconds if max_seconds else None
         if self.lease is not None:
-            # Standby until we lead: only the lease holder connects to the log (invariant 7).
-            log.info("capture of %s: contending for the leader lease as %s", self.source_id, self.lease.identity)
-            epoch = self.lease.acquire(stop, self.on_standby)
+            epoch = self.leadership.acquire(stop, self.on_standby)  # standby until we lead
             if epoch is None:
                 return  # stopped while standby
             self.config = dataclasses.replace(self.config, epoch=epoch)
@@ -207,7 +205,7 @@ class Engine:
             # is refused once a newer leader exists, and the source opens no log connection.
             self.output = fenced_output(self.output, self.lease)
             self._fence_state()
-            self.source.take_over(self.lease.check, self._previous_log_status(), self.lease.domain)
+            self.source.take_over(self.lease.check, previous_log_status(self.state, self.source_id), self.lease.domain)
             log.info("capture of %s: leader with epoch %d", self.source_id, epoch)
         try:
             with raised_gc_threshold(self.config.gc_threshold):
@@ -217,44 +215,13 @@ class Engine:
         except WriterFailed as exc:
             # The output's own refusal (a newer epoch) or a lease check in the writer thread.
             cause = exc.__cause__ if isinstance(exc.__cause__, DBLogError) else exc
-            raise self._lease_error_or(cause) from cause
+            raise self.leadership.error_or(cause) from cause
         except Exception as exc:
             # A deposed leader usually fails elsewhere first (its source connection was taken
             # over, say): report the real cause, the lost lease, when that is what happened.
-            raise self._lease_error_or(exc) from exc
+            raise self.leadership.error_or(exc) from exc
         finally:
-            if self.lease is not None:
-                self.lease.release()
-
-    def _previous_log_status(self) -> Optional[dict[str, Any]]:
-        """The log status in the last report of this source's capture (the previous leader's)."""
-        report = self.state.get_value(status_key(self.source_id))
-        try:
-            log_status = json.loads(report).get("log") if report else None
-        except ValueError:  # a torn or foreign value: nothing to learn from it
-            return None
-        return log_status if isinstance(log_status, dict) else None
-
-    def _lease_error_or(self, exc: BaseException) -> BaseException:
-        if self.lease is not None:
-            try:
-                self.lease.check()
-            except StaleEpochError as lost:
-                lost.__cause__ = exc
-                return lost
-            except Exception as unreachable:  # noqa: BLE001 - logged; the original error matters more
-                log.warning(
-                    "capture of %s: could not ask the coordinator whether the lease is still "
-                    "held (%s); reporting the original error",
-                    self.source_id,
-                    unreachable,
-                )
-        return exc
-
-    def _fence(self) -> None:
-        """Raise StaleEpochError unless we still hold the lease (asks the coordinator)."""
-        if self.lease is not None:
-            self.lease.check()
+            self.leadership.release()
 
     def _run(self, stop: threading.Event, deadline: Optional[float]) -> None:
         self.source.open()
@@ -273,8 +240,7 @@ class Engine:
             next_status = time.monotonic() + self.config.status_interval
             t0, n0 = time.monotonic(), 0
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-                if self.lease is not None and not self.lease.held():
-                    self.lease.check()  # raises when lost; waits out a short suspension
+                self.leadership.keep()  # raises when the lease is lost
                 try:
                     try:
                         self._log_step(writer)

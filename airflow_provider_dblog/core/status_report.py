@@ -116,3 +116,13 @@ class StatusReport:
         state.put_value(status_key(self.source_id), json.dumps(status, default=str))
         if self.on_progress:
             self.on_progress(status)
+
+
+def previous_log_status(state: StateStore, source_id: str) -> Optional[dict[str, Any]]:
+    """The log status in the last report of this source's capture (the previous leader's)."""
+    report = state.get_value(status_key(source_id))
+    try:
+        log_status = json.loads(report).get("log") if report else None
+    except ValueError:  # a torn or foreign value: nothing to learn from it
+        return None
+    return log_status if isinstance(log_status, dict) else None
