@@ -48,7 +48,7 @@ from .gc_threshold import raised_gc_threshold
 from .leadership import Leadership
 from .log_cursor import LogCursor, LogRecovery, ReconnectPolicy
 from .markers import ChunkProgress, LogCheckpoint, TableReset
-from .pacing import PaceSignals
+from .pace_sampler import PaceSampler
 from .protocols import (
     FullRowIndex,
     LeaderLease,
@@ -134,16 +134,12 @@ class Engine:
         )
         # The output stores rows as their JSON text: chunks and the log give them so (row_text.py).
         self._takes_texts = isinstance(output, RowTextOutput) and output.takes_row_text
-        self.chunk_step = ChunkStep(
-            source, self.window, self.scheduler, self._takes_texts, self._pace_signals, chunk_hooks
-        )
         self.cursor = LogCursor()  # the checkpoint, the last position seen, what to skip
+        pace = PaceSampler(source, self.cursor, self.config.replica_lag_interval)  # adaptive dumps
+        self.chunk_step = ChunkStep(source, self.window, self.scheduler, self._takes_texts, pace, chunk_hooks)
         self.events_in = 0  # log change events processed (the rate in status reports)
         self.heartbeats = 0
         self.writer: Optional[Writer] = None  # set once the source and output are open
-        self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
-        self._replica_lag: Optional[float] = None  # the source's replicas' lag (adaptive dumps)
-        self._replica_lag_at = float("-inf")
         # Changes that lack their full row (unchanged TOAST values) and their repair dumps.
         index = output if isinstance(output, FullRowIndex) else None  # the Delta output
         self.toast = ToastStep(source, index, self.scheduler, state)
@@ -319,7 +315,8 @@ class Engine:
         self.cursor.last_item_at = time.monotonic()
         out: list[Any] = []
         last: Optional[Position] = None
-        skip = self.cursor.skip_until
+        cursor = self.cursor
+        skip = cursor.skip_until
         process = self.window.process
         for block in items:
             if block.__class__ is LogRows:
@@ -328,7 +325,7 @@ class Engine:
                 if (skip is None or block.first_position > skip) and self.window.pass_block(block.table, block.txid):
                     self.events_in += len(block)
                     if block.commit_ts is not None:
-                        self._last_commit_ts = block.commit_ts
+                        cursor.last_commit_ts = block.commit_ts
                     last = block.last_position
                     out.append(block)
                     continue
@@ -347,7 +344,7 @@ class Engine:
                 if isinstance(item, ChangeEvent):
                     self.events_in += 1
                     if item.commit_ts is not None:
-                        self._last_commit_ts = item.commit_ts
+                        cursor.last_commit_ts = item.commit_ts
                     for ev in self._split(item) if item.op is Op.UPDATE else (item,):
                         emitted = process(ev)
                         if len(emitted) == 1 and emitted[0] is ev:  # the usual case: passed on as is
@@ -405,25 +402,6 @@ class Engine:
         except DBLogError as exc:
             self.scheduler.failed(plan, exc)  # a bad request fails that dump, not the capture
 
-    def _pace_signals(self, select_seconds: float, rows: int) -> PaceSignals:
-        """What an adaptive dump paces itself by (core/pacing.py): the SELECT's time, the
-        capture's lag behind the log (0 while the log is idle) and the replicas' lag (read
-        from the source at most every ``replica_lag_interval``)."""
-        now = time.monotonic()
-        capture_lag = 0.0
-        if self._last_commit_ts and now - self.cursor.last_item_at < 2.0:
-            capture_lag = max(0.0, time.time() - self._last_commit_ts / 1e6)
-        if now - self._replica_lag_at > self.config.replica_lag_interval:
-            self._replica_lag_at = now
-            try:
-                self._replica_lag = self.source.replication_lag()
-            except SourceUnavailable:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a signal, not a reason to stop the capture
-                log.warning("capture of %s: replica lag unavailable: %s", self.source_id, exc)
-                self._replica_lag = None
-        return PaceSignals(select_seconds, rows, capture_lag, self._replica_lag)
-
     # -- durability ------------------------------------------------------------------------
     def _apply_durable(self, writer: Writer) -> None:
         done = writer.completed()
@@ -445,9 +423,7 @@ class Engine:
     # -- reporting ---------------------------------------------------------------------------
     def status(self, rate: float) -> dict[str, Any]:
         """The status report (core/status_report.py) at ``rate`` log events per second."""
-        return self.reporter.build(
-            rate, self.events_in, self.heartbeats, self._last_commit_ts, self.writer, self.config.epoch
-        )
+        return self.reporter.build(rate, self.events_in, self.heartbeats, self.writer, self.config.epoch)
 
     def _report(self, rate: float) -> None:
         self.reporter.publish(self.state, self.status(rate))

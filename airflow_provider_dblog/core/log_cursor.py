@@ -35,6 +35,7 @@ class LogCursor:
     # before a reconnect: dropped when the log gives them again.
     skip_until: Optional[Position] = None
     last_item_at: float = dataclasses.field(default_factory=time.monotonic)  # the log's last item
+    last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
 
     def resume_point(self) -> Optional[Position]:
         """Where the log is read again after a reconnect: the later of the checkpoint and the

@@ -61,13 +61,12 @@ class StatusReport:
         rate: float,
         events_in: int,
         heartbeats: int,
-        last_commit_ts: Optional[int],
         writer: Optional[Writer],
         epoch: Optional[int],
     ) -> dict[str, Any]:
         """The report, given the engine's own counters: the log events processed per second
-        and in all, the heartbeats written, the newest commit processed (µs), the writer (None
-        before the output is open) and the leader's epoch."""
+        and in all, the heartbeats written, the writer (None before the output is open) and
+        the leader's epoch."""
         try:
             src = self.source.log_status()
         except PositionLostError:
@@ -76,6 +75,7 @@ class StatusReport:
             log.warning("capture of %s: the source's log status is unavailable: %s", self.source_id, exc)
             src = {"error": str(exc)}
         cursor = self.cursor
+        last_commit_ts = cursor.last_commit_ts
         return {
             "source_id": self.source_id,
             "pid": os.getpid(),
