@@ -29,7 +29,6 @@ import dataclasses
 import logging
 import threading
 import time
-import uuid
 from typing import Any, Callable, Optional, Sequence
 
 from .batch import LogRows
@@ -41,12 +40,11 @@ from .events import (
     Position,
     SchemaEvent,
     WatermarkEvent,
-    split_key_update,
 )
 from .fencing import fenced_output
 from .gc_threshold import raised_gc_threshold
 from .leadership import Leadership
-from .log_cursor import LogCursor, LogRecovery, ReconnectPolicy
+from .log_cursor import Heartbeat, LogCursor, LogRecovery, ReconnectPolicy
 from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .pace_sampler import PaceSampler
 from .protocols import (
@@ -138,7 +136,6 @@ class Engine:
         pace = PaceSampler(source, self.cursor, self.config.replica_lag_interval)  # adaptive dumps
         self.chunk_step = ChunkStep(source, self.window, self.scheduler, self._takes_texts, pace, chunk_hooks)
         self.events_in = 0  # log change events processed (the rate in status reports)
-        self.heartbeats = 0
         self.writer: Optional[Writer] = None  # set once the source and output are open
         # Changes that lack their full row (unchanged TOAST values) and their repair dumps.
         index = output if isinstance(output, FullRowIndex) else None  # the Delta output
@@ -151,6 +148,7 @@ class Engine:
         self.recovery = LogRecovery(
             source, state, self.window, self.scheduler, self.cursor, policy, self._takes_texts, self.leadership.check
         )
+        self.heartbeat = Heartbeat(source, self.cursor, self.window, self.config.heartbeat_interval)
         self.reporter = StatusReport(
             source,
             self.cursor,
@@ -173,6 +171,11 @@ class Engine:
     def position_recoveries(self) -> int:
         """Lost positions recovered by a full dump (opt-in)."""
         return self.recovery.position_recoveries
+
+    @property
+    def heartbeats(self) -> int:
+        """Heartbeat watermarks written."""
+        return self.heartbeat.count
 
     @property
     def parallel_reads(self) -> int:
@@ -243,7 +246,7 @@ class Engine:
                         self._apply_durable(writer)
                         self.schema_step.check(writer)
                         self._dump_step(writer)
-                        self._heartbeat_step()
+                        self.heartbeat.step()
                     except SourceUnavailable as exc:
                         self.recovery.reconnect(exc, stop)
                         continue
@@ -281,28 +284,8 @@ class Engine:
             self.schema_step.schema(table, writer)
         self.toast.merge_pending()
         writer.start()
-        try:
-            self.recovery.start_log(
-                checkpoint, from_end=self.config.reset_position and checkpoint is None, floor=self.cursor.skip_until
-            )
-        except SourceUnavailable as exc:  # e.g. a previous leader's session still holds the log
-            self.recovery.reconnect(exc, stop)
-        except PositionLostError as exc:
-            self.recovery.recover(exc)
-        self.cursor.last_item_at = time.monotonic()
+        self.recovery.open_log(checkpoint, self.config.reset_position and checkpoint is None, stop)
         log.info("capture of %s started at %s", self.source_id, checkpoint or "the source's bookmark (no checkpoint)")
-
-    # -- heartbeats ------------------------------------------------------------------------
-    def _heartbeat_step(self) -> None:
-        """An idle log still moves the checkpoint: a watermark no window waits for comes back
-        through the log, and _log_step checkpoints its position like any item's (the window
-        drops it). Not while a chunk is in flight: its own LW/HW are on the way anyway."""
-        interval = self.config.heartbeat_interval
-        if not interval or self.window.busy or time.monotonic() - self.cursor.last_item_at < interval:
-            return
-        self.source.write_watermark(uuid.uuid4().hex)
-        self.heartbeats += 1
-        self.cursor.last_item_at = time.monotonic()
 
     # -- log ------------------------------------------------------------------------------
     def _log_step(self, writer: Writer) -> None:
@@ -345,7 +328,7 @@ class Engine:
                     self.events_in += 1
                     if item.commit_ts is not None:
                         cursor.last_commit_ts = item.commit_ts
-                    for ev in self._split(item) if item.op is Op.UPDATE else (item,):
+                    for ev in self.schema_step.split(item) if item.op is Op.UPDATE else (item,):
                         emitted = process(ev)
                         if len(emitted) == 1 and emitted[0] is ev:  # the usual case: passed on as is
                             out.append(ev)
@@ -362,17 +345,6 @@ class Engine:
             out.append(LogCheckpoint(last))
         self.toast.queue_unchanged(out, self.cursor.skip_until)
         writer.put_many(out)
-
-    def _split(self, ev: ChangeEvent) -> list[ChangeEvent]:
-        """A primary-key update is a delete of the old key and an upsert of the new one. (A
-        ``before`` as JSON text is from a source that found the key unchanged: ``start_log``.)"""
-        if ev.before is not None and not isinstance(ev.before, str):
-            schema = self.schema_step.schemas.get(ev.table)
-            if schema is not None and all(c in ev.before for c in schema.key):
-                old = schema.key_of(ev.before)
-                if old != ev.key:
-                    return split_key_update(ev, old)
-        return [ev]
 
     def _emit(self, emitted: list[Emitted]) -> list[Any]:
         out: list[Any] = []

@@ -5,7 +5,8 @@ recovery share: the checkpoint stored last, the position handed to the writer la
 floor below which items delivered again are dropped. ``LogRecovery`` starts the log from the
 cursor and gets it back when it is lost: a dropped connection (``reconnect``: close, back off,
 reopen, resume after the cursor) and, opt-in, a lost position (``recover``: a dump of every
-table, then the log's end). They exist so that the engine's loop only says *when* to do these,
+table, then the log's end). ``Heartbeat`` keeps the cursor moving while the captured tables
+are idle. They exist so that the engine's loop only says *when* to do these,
 and the one place that moves the positions is this module and the engine's log step.
 """
 
@@ -15,6 +16,7 @@ import dataclasses
 import logging
 import threading
 import time
+import uuid
 from typing import Any, Callable, Optional
 
 from .dumps import DumpControl, DumpSpec
@@ -88,6 +90,17 @@ class LogRecovery:
             source.start_log(after, texts=True, **kwargs)
         else:
             source.start_log(after, **kwargs)
+
+    def open_log(self, checkpoint: Optional[Position], from_end: bool, stop: threading.Event) -> None:
+        """At the start: read the log after ``checkpoint`` (None: the source's bookmark, or its
+        end with ``from_end``), reconnecting or recovering the position as the loop would."""
+        try:
+            self.start_log(checkpoint, from_end=from_end, floor=self.cursor.skip_until)
+        except SourceUnavailable as exc:  # e.g. a previous leader's session still holds the log
+            self.reconnect(exc, stop)
+        except PositionLostError as exc:
+            self.recover(exc)
+        self.cursor.last_item_at = time.monotonic()
 
     def recover(self, exc: PositionLostError) -> None:
         """Opt-in (``redump_on_position_lost``): request a dump of every table first (a crash
@@ -163,3 +176,24 @@ class LogRecovery:
                 resume or "the source's bookmark",
             )
             return
+
+
+class Heartbeat:
+    """An idle log still moves the checkpoint: a watermark no window waits for comes back
+    through the log, and the engine's log step checkpoints its position like any item's (the
+    window drops it). Not while a chunk is in flight: its own LW/HW are on the way anyway."""
+
+    def __init__(self, source: Source, cursor: LogCursor, window: WatermarkWindow, interval: Optional[float]):
+        self.source = source
+        self.cursor = cursor
+        self.window = window
+        self.interval = interval  # seconds without a log item (EngineConfig.heartbeat_interval; None: never)
+        self.count = 0  # heartbeats written
+
+    def step(self) -> None:
+        interval = self.interval
+        if not interval or self.window.busy or time.monotonic() - self.cursor.last_item_at < interval:
+            return
+        self.source.write_watermark(uuid.uuid4().hex)
+        self.count += 1
+        self.cursor.last_item_at = time.monotonic()

@@ -1,5 +1,6 @@
 """The engine's schemas: each captured table's current shape, the periodic comparison with
-the catalog, and the reset of a table whose primary key changed.
+the catalog, the split of a primary-key update by the table's key, and the reset of a table
+whose primary key changed.
 
 The log, the catalog and the chunks' reads all learn shapes; this step keeps the one
 ``schemas`` map they update, hands each new shape to the writer (which registers it with the
@@ -16,7 +17,7 @@ import uuid
 from typing import Optional
 
 from .errors import DBLogError, SourceUnavailable
-from .events import ChangeEvent, Op, Origin, TableSchema, WatermarkEvent
+from .events import ChangeEvent, Op, Origin, TableSchema, WatermarkEvent, split_key_update
 from .markers import TableReset
 from .protocols import Source
 from .scheduler import DumpScheduler
@@ -53,6 +54,17 @@ class SchemaStep:
         TABLE, so the catalog is compared soon."""
         self.schemas[schema.table] = schema
         self.watch.soon()
+
+    def split(self, ev: ChangeEvent) -> list[ChangeEvent]:
+        """A primary-key update is a delete of the old key and an upsert of the new one. (A
+        ``before`` as JSON text is from a source that found the key unchanged: ``start_log``.)"""
+        if ev.before is not None and not isinstance(ev.before, str):
+            schema = self.schemas.get(ev.table)
+            if schema is not None and all(c in ev.before for c in schema.key):
+                old = schema.key_of(ev.before)
+                if old != ev.key:
+                    return split_key_update(ev, old)
+        return [ev]
 
     def check(self, writer: Writer) -> None:
         """Compare each captured table's catalog schema with the recorded one; a changed table
