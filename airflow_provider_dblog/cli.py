@@ -26,7 +26,7 @@ from .cli_args import (
     option_names,
     refuse_credentials,
 )
-from .core import requests
+from .core import dump_requests as requests
 from .core.dumps import MAX_READERS
 from .core.errors import DBLogError
 from .core.scheduler import describe_wait

@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
+from .core.dump_requests import request_repairs
 from .core.dumps import DEFAULT_CHUNK_SIZE
 from .core.events import Key
 from .core.protocols import StateStore
 from .core.range_verify import RangeStats, check_table_by_ranges
 from .core.range_verify import describe as describe_ranges
-from .core.requests import request_repairs
 from .core.verify import Mismatch, check_table
 
 

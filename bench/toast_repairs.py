@@ -40,8 +40,8 @@ import threading
 import time
 from typing import Optional
 
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpStatus
-from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.core.toast import UNCHANGED_TOAST_KEY
 from airflow_provider_dblog.spark.lake_layout import changelog_path
 from airflow_provider_dblog.state.local import LocalStateStore

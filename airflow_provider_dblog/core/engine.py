@@ -25,9 +25,7 @@ connection (``Source.take_over``), and losing it stops the engine at once with S
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import inspect
 import json
 import logging
 import os
@@ -36,11 +34,12 @@ import time
 import uuid
 from typing import Any, Callable, Optional, Sequence
 
-from .batch import DumpRows, LogRows
-from .dumps import DumpControl, DumpSpec, TableProgress
+from .batch import LogRows
+from .chunk_step import ChunkStep, ChunkStepHooks
+from .dump_requests import status_key
+from .dumps import DumpControl, DumpSpec
 from .errors import DBLogError, PositionLostError, SchemaChanged, SourceUnavailable, StaleEpochError
 from .events import (
-    SUB_WIDTH,
     ChangeEvent,
     Key,
     Op,
@@ -51,19 +50,23 @@ from .events import (
     WatermarkEvent,
     split_key_update,
 )
-from .fencing import FencedOutput
+from .fencing import fenced_output
 from .gc_threshold import raised_gc_threshold
-from .key_types import orders_like_python
 from .markers import ChunkProgress, LogCheckpoint, TableReset
 from .pacing import PaceSignals
-from .parallel import combine, split_points
-from .protocols import ChunkResult, FullRowIndex, LeaderLease, Output, Source, StateStore
-from .requests import status_key
-from .row_text import encode_rows
-from .scheduler import ChunkPlan, DumpScheduler
+from .protocols import (
+    FullRowIndex,
+    LeaderLease,
+    Output,
+    RowTextLog,
+    RowTextOutput,
+    Source,
+    StateStore,
+)
+from .scheduler import DumpScheduler
 from .schema_watch import SchemaWatch, describe
 from .toast import ToastKnown, ToastRepairs
-from .watermark import ChunkAborted, ChunkDone, ChunkRows, Emitted, WatermarkWindow
+from .watermark import ChunkDone, Emitted, WatermarkWindow
 from .writer import Writer, WriterFailed
 
 log = logging.getLogger(__name__)
@@ -108,18 +111,6 @@ class EngineConfig:
     gc_threshold: Optional[int] = 50_000
 
 
-@dataclasses.dataclass(frozen=True)
-class _OpenChunk:
-    """The window's context: which plan the chunk in flight belongs to, the table's progress
-    once its rows are emitted (their count is added at HW), and the schema its SELECT used
-    (its rows carry that schema's id even if the log announces a new shape meanwhile)."""
-
-    plan: ChunkPlan
-    progress: TableProgress
-    schema: TableSchema
-    texts: bool = False  # the rows are their changelog JSON texts (core/row_text.py)
-
-
 class Engine:
     def __init__(
         self,
@@ -130,6 +121,7 @@ class Engine:
         on_progress: Optional[Callable[[dict[str, Any]], None]] = None,
         lease: Optional[LeaderLease] = None,
         on_standby: Optional[Callable[[Optional[dict[str, Any]]], None]] = None,
+        chunk_hooks: Optional[ChunkStepHooks] = None,
     ):
         self.source = source
         self.output = output
@@ -144,21 +136,23 @@ class Engine:
             state, self.source_id, source.tables, source.estimate_rows, self.config.control_interval
         )
         self.schemas: dict[str, TableSchema] = {}
+        # The output stores rows as their JSON text: chunks and the log give them so (row_text.py).
+        self._takes_texts = isinstance(output, RowTextOutput) and output.takes_row_text
+        self.chunk_step = ChunkStep(
+            source, self.window, self.scheduler, self._takes_texts, self._pace_signals, chunk_hooks
+        )
         self.durable: Optional[Position] = None  # last checkpoint stored
         self.last_seen: Optional[Position] = None
         self.events_in = 0  # log change events processed (the rate in status reports)
         self.heartbeats = 0
         self.reconnects = 0
         self.position_recoveries = 0  # lost positions recovered by a full dump (opt-in)
-        self.parallel_reads = 0  # chunks read by more than one connection (--readers)
         self.writer: Optional[Writer] = None  # set once the source and output are open
-        self._reads_texts: dict[str, bool] = {}  # see _source_reads_texts
         self._skip_until: Optional[Position] = None
         self._last_commit_ts: Optional[int] = None  # µs, of the newest log event processed
         self._replica_lag: Optional[float] = None  # the source's replicas' lag (adaptive dumps)
         self._replica_lag_at = float("-inf")
         self._last_item_at = time.monotonic()  # when the log last gave us anything
-        self._dating_at = 0.0  # when a watermark was last written to date a dump's bound
         self._unreadable: dict[str, str] = {}  # table -> why its catalog schema cannot be read
         self._resets: dict[str, TableSchema] = {}  # watermark uuid -> new schema (key changed)
         self._resetting: set[str] = set()  # tables whose reset is not durable yet
@@ -169,17 +163,20 @@ class Engine:
         self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
         self._warned: set[str] = set()
 
+    @property
+    def parallel_reads(self) -> int:
+        """Chunks read by more than one connection (--readers)."""
+        return self.chunk_step.parallel_reads
+
     # -- lifecycle -----------------------------------------------------------------------
     def _fence_state(self) -> None:
         """The lease holder's view of the state store for the engine and for every part that
-        holds the store (the scheduler, the schema watch, the TOAST repairs, any added later):
-        a part left with the plain store would write as a deposed leader."""
+        holds the store (the scheduler, the schema watch, the TOAST repairs; a part added
+        later that holds it belongs in this list): a part left with the plain store would
+        write as a deposed leader."""
         assert self.lease is not None
-        plain = self.state
-        self.state = plain.fenced(self.lease.fence())
-        for part in vars(self).values():
-            if getattr(part, "state", None) is plain:
-                part.state = self.state
+        self.state = self.state.fenced(self.lease.fence())
+        self.scheduler.state = self.schema_watch.state = self.toast_repairs.state = self.state
 
     def run(self, stop: Optional[threading.Event] = None, max_seconds: Optional[float] = None) -> None:
         stop = stop or threading.Event()
@@ -193,7 +190,7 @@ class Engine:
             self.config = dataclasses.replace(self.config, epoch=epoch)
             # Fenced from here on: every output commit and every state write of this process
             # is refused once a newer leader exists, and the source opens no log connection.
-            self.output = FencedOutput(self.output, self.lease)
+            self.output = fenced_output(self.output, self.lease)
             self._fence_state()
             self.source.take_over(self.lease.check, self._previous_log_status(), self.lease.domain)
             log.info("capture of %s: leader with epoch %d", self.source_id, epoch)
@@ -609,92 +606,10 @@ class Engine:
             if isinstance(em, ChangeEvent):
                 out.append(em)
             elif isinstance(em, ChunkDone):
-                out.extend(self._chunk_done(em))
+                out.extend(self.chunk_step.emit(em))
             else:  # e.g. a TRUNCATE of its table inside the window: select it again
                 self.scheduler.aborted(em.context.plan, em.reason)
         return out
-
-    # -- dump chunks ------------------------------------------------------------------------
-    def _chunk_done(self, done: ChunkDone) -> list[Any]:
-        chunk: _OpenChunk = done.context
-        plan = chunk.plan
-        # One block for the chunk's rows (subs 1..n at HW), not an event per row.
-        rows = DumpRows(
-            self.source_id,
-            plan.table,
-            plan.dump_id,
-            chunk.schema.schema_id(),
-            done.hw,
-            1,
-            done.keys,
-            done.rows,
-            chunk.texts,
-            done.key_texts,
-        )
-        out: list[Any] = [self._range_event(done, chunk)] if self._repairs(chunk) else []
-        return out + [rows, self.scheduler.emitted(plan, chunk.progress, len(rows))]
-
-    def _repairs(self, chunk: _OpenChunk) -> bool:
-        """Whether a chunk states what it covers (op k): key-list chunks always (a listed key
-        the source lacks is gone; equality needs no order); table-dump chunks when their key
-        columns order alike in the database, Python and Spark (integers); for other keys the
-        table's last chunk only, covering the whole table (``_range_event``)."""
-        plan = chunk.plan
-        if plan.keys is not None:
-            return bool(plan.keys)
-        if not plan.start.bounded or plan.where is not None:
-            return False  # a filtered chunk: keys outside the filter are not absent
-        if self._orders_like_python(chunk.schema):
-            return True
-        return chunk.progress.done and plan.start.bound_at is not None  # `since`: the bound's position
-
-    @staticmethod
-    def _orders_like_python(schema: TableSchema) -> bool:
-        by_name = {c.name: c for c in schema.columns}
-        return orders_like_python([by_name[k] for k in schema.key])
-
-    def _range_event(self, done: ChunkDone, chunk: _OpenChunk) -> ChangeEvent:
-        """What the chunk covers, at HW sub 0 (its rows follow at subs 1..n): the listed keys
-        of a key-list chunk, or the key range from the previous chunk's last key (exclusive)
-        to this chunk's last key; the table's last chunk runs to the end of the key space.
-        Keys covered, not in the chunk and whose last event is older than ``since`` are gone."""
-        plan, progress = chunk.plan, chunk.progress
-        since = done.since or done.hw  # the LW, or an event the SELECT could not see
-        body: dict[str, Any]
-        if plan.keys is not None:
-            body = {"keys": [list(k) for k in plan.keys]}
-        else:
-            low = plan.start.last_key
-            last = progress.done
-            if last and plan.start.bound_at is not None:
-                # Above the upper bound: no key older than the bound's position exists there.
-                since = min(since, Position.parse(plan.start.bound_at))
-            if not self._orders_like_python(chunk.schema):
-                # Keys whose order downstream may differ from the database's (text, decimal,
-                # uuid, dates): no key ranges, but the table's last chunk covers the whole
-                # table since the bound's position. Every key older than that position that
-                # the source still holds was selected by one of the dump's chunks (all at HW
-                # positions after it) or changed in the log after it: what is older and
-                # unchanged is gone (a gap after a lost position, rows deleted uncaptured).
-                low = None
-            high = None if last else progress.last_key
-            body = {"from": list(low) if low is not None else None, "to": list(high) if high is not None else None}
-        body["since"] = since.encode()
-        schema_id = chunk.schema.schema_id()
-        return ChangeEvent(
-            self.source_id,
-            plan.table,
-            Op.RANGE,
-            (),
-            None,
-            body,
-            done.hw.with_sub(0),
-            None,
-            None,
-            Origin.DUMP,
-            plan.dump_id,
-            schema_id,
-        )
 
     def _dump_step(self, writer: Writer) -> None:
         if self.window.busy or not writer.has_room():
@@ -704,7 +619,7 @@ class Engine:
             return
         self.toast_repairs.started(plan.dump_id)
         try:
-            self._select_chunk(plan, writer)
+            self.chunk_step.run(plan, self._schema(plan.table, writer), self.last_seen)
         except SourceUnavailable:
             raise  # the source is gone for a moment, the request is fine
         except SchemaChanged as exc:  # a column the SELECT named is gone: select it again
@@ -713,113 +628,16 @@ class Engine:
         except DBLogError as exc:
             self.scheduler.failed(plan, exc)  # a bad request fails that dump, not the capture
 
-    def _select_chunk(self, plan: ChunkPlan, writer: Writer) -> None:
-        schema = self._schema(plan.table, writer)
-        if plan.needs_bound:
-            # A table dump starts: fix its upper bound, so that it ends under a steady insert
-            # stream (later rows reach the changelog through the log anyway), and date it by
-            # the log position read so far (every key committed before it is <= the bound).
-            if self.last_seen is None:  # nothing read yet: a watermark gives a position
-                if time.monotonic() - self._dating_at > 1.0:
-                    self.source.write_watermark(uuid.uuid4().hex)
-                    self._dating_at = time.monotonic()
-                return
-            # The bound's "since": past every sub of the last coordinate read (all committed).
-            bound_at = Position(self.last_seen.coord, 10**SUB_WIDTH - 1)
-            plan = plan.bounded(self.source.max_key(schema), bound_at)
-        lw, hw = uuid.uuid4().hex, uuid.uuid4().hex
-        # Log processing is paused from here to the HW write (invariant 6).
-        self.source.write_watermark(lw)
-        selecting = time.monotonic()
-        short: Optional[bool] = None
-        texts = bool(getattr(self.output, "takes_row_text", False))
-        if plan.keys is None and plan.selects_rows and plan.readers > 1:
-            result, short = self._select_parallel(schema, plan)
-        elif plan.keys is None and plan.selects_rows and texts and self._source_reads_texts():
-            args = (schema, plan.start.last_key, plan.size, plan.upper_key, plan.where)
-            result = self.source.select_chunk(*args, texts=True)
-        elif plan.keys is None and plan.selects_rows:
-            result = self.source.select_chunk(schema, plan.start.last_key, plan.size, plan.upper_key, plan.where)
-        elif plan.keys:
-            result = self.source.select_keys(schema, plan.keys)
-        else:
-            result = None
-        select_seconds = time.monotonic() - selecting
-        self.source.write_watermark(hw)
-        selected = result.rows if result is not None else []
-        invisible = result.invisible_txids if result is not None else frozenset()
-        if result is not None and result.texts and result.keys is not None:
-            keys = result.keys
-        else:
-            keys = schema.keys_of(selected)
-            if texts:  # what waits for HW and for the writer is the rows' text (core/row_text.py)
-                selected = selected if isinstance(selected, list) else list(selected)
-                encode_rows(selected)
-        progress = plan.progress_of(len(keys), keys[-1] if keys else None, short)
-        chunk = _OpenChunk(plan, progress, schema, texts)
-        key_texts = result.key_texts if result is not None and result.keys is not None else None
-        opened = self.window.open(lw, hw, plan.table, ChunkRows(keys, selected, key_texts), invisible, chunk)
-        aborted = [em for em in opened if isinstance(em, ChunkAborted)]
-        if aborted:
-            self.scheduler.aborted(plan, aborted[0].reason)
-        else:
-            self.scheduler.opened(plan)
-            if result is not None and self.scheduler.adaptive(plan):  # signals cost a query: adaptive dumps only
-                self.scheduler.observe(plan, self._pace_signals(select_seconds, len(selected)))
-
-    def _source_reads_texts(self, method: str = "select_chunk") -> bool:
-        """Whether the source's ``method`` (``select_chunk``, ``start_log``) takes ``texts``: a
-        wrapper or subclass that overrides it without the parameter gets dicts asked for (the
-        engine encodes chunk rows itself; log rows stay dicts)."""
-        known = self._reads_texts.get(method)
-        if known is None:
-            try:
-                params = inspect.signature(getattr(self.source, method)).parameters.values()
-            except (TypeError, ValueError):  # no signature to read: dicts, as always
-                known = False
-            else:
-                known = any(p.name == "texts" or p.kind is p.VAR_KEYWORD for p in params)
-            self._reads_texts[method] = known
-        return known
-
     def _start_log(self, after: Optional[Position], **kwargs: Any) -> None:
         """``source.start_log``; the log's row images as their changelog JSON text when the
         output stores that text and the source can read them so (core/row_text.py). Nothing
         in the engine reads a log image but a key update's ``before``, which a source gives
         as a dict."""
-        if getattr(self.output, "takes_row_text", False) and self._source_reads_texts("start_log"):
-            kwargs["texts"] = True
-        self.source.start_log(after, **kwargs)
-
-    def _select_parallel(self, schema: TableSchema, plan: ChunkPlan) -> tuple[ChunkResult, bool]:
-        """The chunk of a dump with several readers (core/parallel.py): its key ranges cut
-        every ``size`` keys (one key-only SELECT), read at once on connections of their own;
-        (the rows, whether the table is done). Between LW and HW like any chunk SELECT."""
-        by_name = {c.name: c for c in schema.columns}
-        key_only = TableSchema(schema.table, tuple(by_name[k] for k in schema.key), schema.key)
-        sample = self.source.select_chunk(key_only, plan.start.last_key, plan.size * (plan.readers - 1), plan.upper_key)
-        splits = split_points(key_only.keys_of(sample.rows), plan.size, plan.readers)
-        lows, uppers = [plan.start.last_key, *splits], [*splits, plan.upper_key]
-        readers = self._chunk_readers(len(splits))
-        if len(readers) < len(splits):  # a source without parallel readers: one range at a time
-            results = [self.source.select_chunk(schema, lo, plan.size, up, plan.where) for lo, up in zip(lows, uppers)]
+        source = self.source
+        if self._takes_texts and isinstance(source, RowTextLog) and source.logs_row_text:
+            source.start_log(after, texts=True, **kwargs)
         else:
-            with concurrent.futures.ThreadPoolExecutor(len(lows), thread_name_prefix="dblog-chunk") as pool:
-                futures = [
-                    pool.submit(read, schema, lo, plan.size, up, plan.where)
-                    for read, lo, up in zip([self.source.select_chunk, *readers], lows, uppers)
-                ]
-                results = [f.result() for f in futures]  # the first error of a reader is raised
-        self.parallel_reads += len(lows) > 1
-        return combine(results, uppers, plan.size, schema.key_getter())
-
-    def _chunk_readers(self, n: int) -> list[Callable[..., ChunkResult]]:
-        """``n`` connections besides the source's own for a parallel chunk (kept open by the
-        source between chunks); none from a source that has no ``chunk_readers``."""
-        if n == 0:
-            return []
-        make = getattr(self.source, "chunk_readers", None)
-        return list(make(n)) if make is not None else []
+            source.start_log(after, **kwargs)
 
     def _pace_signals(self, select_seconds: float, rows: int) -> PaceSignals:
         """What an adaptive dump paces itself by (core/pacing.py): the SELECT's time, the

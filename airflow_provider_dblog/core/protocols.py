@@ -1,7 +1,24 @@
-"""The contracts the engine is written against: Source, Output, StateStore and LeaderLease.
+"""The contracts the engine is written against: Source, Output, StateStore and LeaderLease,
+and the optional capabilities a source or an output declares on top of them.
 
 Sources (sources/), outputs (outputs/) and state stores and leases (state/) implement these;
-the engine (core/engine.py) knows nothing else about them.
+the engine (core/engine.py) knows nothing else about them. A capability is a small protocol
+checked with ``isinstance`` (never found by probing attributes or signatures):
+
+=====================  ====================================================  ==============
+capability             what it adds                                          declared by
+=====================  ====================================================  ==============
+ParallelChunkReaders   ``chunk_readers(n)``: more connections for one chunk  both sources
+RangeDigests           ``range_digest`` and ``row_hasher`` (verify --ranges)  both sources
+RowTextChunks          ``select_chunk(..., texts=True)``: rows as JSON text  both sources
+RowTextLog             ``start_log(..., texts=True)``: log images as text    both sources
+RowTextOutput          takes a chunk's rows as their JSON text               the Delta output
+FullRowIndex           which keys of a table have a full row                 the Delta output
+=====================  ====================================================  ==============
+
+A wrapper (core/fencing.py's FencedOutput, the tests' fault injectors) declares exactly the
+capabilities of what it wraps: ``__getattr__`` delegation is invisible to ``isinstance`` on
+Python 3.12 and later.
 """
 
 from __future__ import annotations
@@ -12,7 +29,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, runtim
 
 from .batch import LogRows
 from .dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
-from .events import ChangeEvent, Key, LogItem, Position, TableSchema
+from .events import ChangeEvent, Key, LogItem, Position, Row, TableSchema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +76,7 @@ class Source(Protocol):
         """The table's schema as the catalog has it now, read afresh (no cache): the engine
         compares it with the recorded one to notice schema changes (core/schema_watch.py)."""
 
-    def start_log(
-        self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None, texts: bool = False
-    ) -> None:
+    def start_log(self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None) -> None:
         """Start reading the log so that every event with a position > ``after`` is delivered
         (some events <= ``after`` may be delivered again; the engine drops them). ``None``:
         from the source's own bookmark (PostgreSQL: the slot; MySQL: where this source object
@@ -69,12 +84,7 @@ class Source(Protocol):
         (a reset). PositionLostError when the log is gone. ``floor``: the highest position
         already in the changelog; a source whose positions could start lower on a new server
         (MySQL GTID positions after a failover that lost transactions) starts above it.
-
-        ``texts`` (passed only to a ``start_log`` whose signature has it, when the output
-        ``takes_row_text``): the source may give a change's ``before``/``after`` as their
-        changelog JSON text instead of dicts (core/row_text.py), except the ``before`` of an
-        update that changes the key, which stays a dict (the engine splits it); and it may
-        give changes of one table, op and transaction as one ``LogRows`` block (core/batch.py)."""
+        (``RowTextLog``: a source that can also give the log's images as JSON text.)"""
 
     def reset_log(self) -> None:
         """Make the log readable again from its current end after PositionLostError (the
@@ -117,16 +127,12 @@ class Source(Protocol):
         limit: int,
         upper_key: Optional[Key] = None,
         where: Optional[str] = None,
-        texts: bool = False,
     ) -> ChunkResult:
         """``WHERE key > after_key AND key <= upper_key ORDER BY key LIMIT limit`` as its own
         autocommit statement (None: no such bound); with ``where`` also ``AND (where)``, in a
         read-only transaction. RequestError when the table or a column is gone or no longer
-        readable, or the filter fails (that dump fails, the capture goes on).
-
-        ``texts`` is passed only to a ``select_chunk`` whose signature has it: the source
-        may then return the rows as their JSON texts with their keys (``ChunkResult.texts``),
-        made a few thousand rows at a time (core/row_text.py)."""
+        readable, or the filter fails (that dump fails, the capture goes on). (``RowTextChunks``:
+        a source that can also give the rows as their JSON text.)"""
 
     def max_key(self, schema: TableSchema) -> Optional[Key]:
         """The table's greatest key now (``ORDER BY key DESC LIMIT 1``), canonical like the
@@ -169,14 +175,86 @@ class Output(Protocol):
 
         The engine's writer passes a ``core.batch.EventBatch``: iterate it like any sequence
         of ChangeEvents (dump rows are made into events on the fly), or read its
-        ``segments`` to handle a chunk's rows as one block. An output whose class says
-        ``takes_row_text = True`` gets those blocks' rows as their changelog JSON text
-        (``DumpRows.texts``, core/row_text.py), which is what it stores anyway."""
+        ``segments`` to handle a chunk's rows as one block. A ``RowTextOutput`` gets those
+        blocks' rows as their changelog JSON text (``DumpRows.texts``, core/row_text.py)."""
 
     def last_position(self, source_id: str) -> Optional[Position]:
         """The highest durable position of this source (None when nothing is written)."""
 
     def close(self) -> None: ...
+
+
+# -- capabilities a source or an output may declare ------------------------------------------
+
+ChunkReader = Callable[..., ChunkResult]  # select_chunk's signature, without ``texts``
+
+
+@runtime_checkable
+class ParallelChunkReaders(Protocol):
+    """A source that reads one chunk's key ranges on several connections at once (a dump's
+    ``--readers``, core/parallel.py); without it the ranges are read one after another."""
+
+    def chunk_readers(self, n: int) -> list[ChunkReader]:
+        """``n`` more ways to run ``select_chunk`` (without ``texts``), each on a connection of
+        its own, opened on first use and kept for the next chunks (closed with the source)."""
+
+
+@runtime_checkable
+class RangeDigests(Protocol):
+    """A source that digests a key range where the rows are (``dblog verify --ranges``,
+    core/range_verify.py); without it a table is compared whole."""
+
+    def range_digest(self, schema: TableSchema, after_key: Optional[Key], upper_key: Optional[Key]) -> tuple[int, int]:
+        """(rows, sum of row hashes) of the key range (after_key, upper_key], computed by the
+        database: only the two numbers leave the server."""
+
+    def row_hasher(self, schema: TableSchema) -> Callable[[Row], int]:
+        """The hash ``range_digest`` sums, computed in Python from a row's canonical values."""
+
+
+@runtime_checkable
+class RowTextChunks(Protocol):
+    """A source whose ``select_chunk`` can give the rows as their changelog JSON text with
+    their keys (``ChunkResult.texts``), made a few thousand rows at a time (core/row_text.py):
+    asked for when the output is a ``RowTextOutput``. ``selects_row_text`` is the declaration
+    (a wrapper answers for what it wraps); without it the engine encodes the rows itself."""
+
+    selects_row_text: bool
+
+    def select_chunk(
+        self,
+        schema: TableSchema,
+        after_key: Optional[Key],
+        limit: int,
+        upper_key: Optional[Key] = None,
+        where: Optional[str] = None,
+        texts: bool = False,
+    ) -> ChunkResult: ...
+
+
+@runtime_checkable
+class RowTextLog(Protocol):
+    """A source whose ``start_log`` takes ``texts``: a change's ``before``/``after`` may then
+    come as their changelog JSON text instead of dicts (core/row_text.py), except the
+    ``before`` of an update that changes the key, which stays a dict (the engine splits it),
+    and changes of one table, op and transaction may come as one ``LogRows`` block
+    (core/batch.py). Asked for when the output is a ``RowTextOutput``; ``logs_row_text`` is
+    the declaration, as for ``RowTextChunks``."""
+
+    logs_row_text: bool
+
+    def start_log(
+        self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None, texts: bool = False
+    ) -> None: ...
+
+
+@runtime_checkable
+class RowTextOutput(Protocol):
+    """An output that stores rows as their changelog JSON text anyway (the Delta changelog):
+    a chunk's rows wait for HW and for the writer as that text (``DumpRows.texts``), which
+    costs a fraction of the memory of dicts. ``takes_row_text`` is the declaration."""
+
+    takes_row_text: bool
 
 
 class ReadableOutput(Output, Protocol):

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from .events import Key, Row, TableSchema
 from .key_types import orders_like_python
+from .protocols import RangeDigests
 from .verify import Mismatch, TableCheck, check_table, compare, replay
 
 Bound = Optional[Key]  # None: no bound on that side
@@ -41,9 +42,11 @@ def describe(stats: Optional[RangeStats]) -> str:
 
 
 def supports_ranges(source: Any, schema: TableSchema) -> bool:
+    """Whether ``source`` digests key ranges (protocols.RangeDigests) and this table's key
+    sorts alike in the database and in Python."""
     by_name = {c.name: c for c in schema.columns}
     keys = [by_name[k] for k in schema.key if k in by_name]
-    return hasattr(source, "range_digest") and len(keys) == len(schema.key) and orders_like_python(keys)
+    return isinstance(source, RangeDigests) and len(keys) == len(schema.key) and orders_like_python(keys)
 
 
 def _inside(key: Key, low: Bound, high: Bound) -> bool:

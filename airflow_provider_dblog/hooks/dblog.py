@@ -15,7 +15,7 @@ Three things to locate, each from a connection or an argument:
 The dicts built here are exactly what ``airflow_provider_dblog.config`` takes (and what the
 ``dblog`` command reads from its TOML file), so the Airflow layer adds no second way to
 configure the engine. That is all the hook does: requesting, controlling and reading dumps
-is ``core/requests.py``, shared with the ``dblog`` command. The password never enters those dicts: in this process it reaches the
+is ``core/dump_requests.py``, shared with the ``dblog`` command. The password never enters those dicts: in this process it reaches the
 source object in memory, and the capture child gets it through its environment (invariant 8).
 """
 

@@ -15,8 +15,8 @@ from typing import Any, Optional, Sequence, Union
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from ..core.dump_requests import control_dump, request_dump
 from ..core.errors import RequestError
-from ..core.requests import control_dump, request_dump
 from ..hooks.connections import STATE_ONLY, DBLogConnections
 from ..hooks.dblog import DBLogHook
 from ..triggers.dump import DumpTrigger, progress_line

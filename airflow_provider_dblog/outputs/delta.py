@@ -29,6 +29,7 @@ import pyarrow.dataset as pds
 from ..core.batch import DumpRows, EventBatch, LogRows
 from ..core.errors import ConfigurationError
 from ..core.events import SUB_WIDTH, ChangeEvent, Op, Origin, TableSchema
+from ..core.protocols import FullRowIndex, RowTextOutput
 from ..core.text_column import TextColumn
 from ..spark.lake_layout import changelog_path, schemas_path
 from ._common import (
@@ -95,8 +96,9 @@ def _deltalake():
     return deltalake
 
 
-class DeltaChangelogOutput:
-    """``Output``/``ReadableOutput`` over a Delta changelog table (see module docstring)."""
+class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
+    """``Output``/``ReadableOutput`` over a Delta changelog table (see module docstring); it
+    declares ``RowTextOutput`` and ``FullRowIndex`` (core/protocols.py)."""
 
     reload_every = 100  # commits between fresh loads of the changelog table (see _catch_up)
     # A chunk's rows may come as their JSON text (core/row_text.py): that is what is stored.

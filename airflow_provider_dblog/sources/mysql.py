@@ -43,7 +43,7 @@ from ..core.batch import LogRows
 from ..core.chunks import MYSQL, chunk_query, key_range, keys_query, max_key_query
 from ..core.errors import ConfigurationError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position, Row, TableSchema
-from ..core.protocols import ChunkResult
+from ..core.protocols import ChunkResult, ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog
 from ..core.row_text import PART_ROWS, ChunkTexts
 from . import mysql_catalog as catalog
 from . import mysql_digest
@@ -120,8 +120,13 @@ def default_server_id(source_id: str) -> int:
     return 10000 + digest % (2**31 - 10000)
 
 
-class MySQLSource:
+class MySQLSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog):
     """A DBLog source for MySQL 8 and MariaDB 10.5+ (binlog_format=ROW, row image FULL)."""
+
+    # Capabilities (core/protocols.py): parallel chunk readers, range digests, and rows as
+    # their JSON text from chunk SELECTs and from the log.
+    selects_row_text = True
+    logs_row_text = True
 
     def __init__(
         self,

@@ -55,7 +55,7 @@ from ..core.batch import LogRows
 from ..core.chunks import POSTGRES, chunk_query, key_range, keys_query, max_key_query
 from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
 from ..core.events import Key, LogItem, Position, Row, TableSchema
-from ..core.protocols import ChunkResult
+from ..core.protocols import ChunkResult, ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog
 from ..core.row_text import PART_ROWS, ChunkTexts
 from .connection_loss import on_connection_loss
 from .dump_errors import filter_errors, postgres_dump_errors
@@ -132,7 +132,12 @@ def wal2json_table_filter(tables: Sequence[str]) -> str:
     return ",".join(f"{esc(s)}.{esc(t)}" for s, t in map(names.split_table, tables))
 
 
-class PostgresSource:
+class PostgresSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog):
+    # Capabilities (core/protocols.py): parallel chunk readers, range digests, and rows as
+    # their JSON text from chunk SELECTs and from the log.
+    selects_row_text = True
+    logs_row_text = True
+
     def __init__(
         self,
         *,

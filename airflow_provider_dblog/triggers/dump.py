@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ..core.requests import control_dump, dump_status
+from ..core.dump_requests import control_dump, dump_status
 from ..hooks.connections import STATE_ONLY, DBLogConnections
 from ..hooks.dblog import DBLogHook
 

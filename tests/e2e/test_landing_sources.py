@@ -20,7 +20,7 @@ import uuid
 import pytest
 from pyspark.sql import functions as F
 
-from airflow_provider_dblog.core.requests import status_key
+from airflow_provider_dblog.core.dump_requests import status_key
 from tests.e2e.test_landing import spark  # noqa: F401 - the shared SparkSession fixture
 from tests.integration.databases import ADAPTERS
 

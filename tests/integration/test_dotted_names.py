@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from airflow_provider_dblog.config import make_source
-from airflow_provider_dblog.core import requests
+from airflow_provider_dblog.core import dump_requests
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.names import split_table
 
@@ -44,7 +44,7 @@ def test_a_dotted_table_is_captured_and_dumped_under_its_quoted_name(db, tmp_pat
             c.commit()
         source = make_source(config)  # the request's own connection, as `dblog dump` has
         # a request names it as the changelog does (a needless quote of the schema is dropped)
-        spec = requests.request_dump(source, r.state, f'"{db.ns}"."dot.ted"')
+        spec = dump_requests.request_dump(source, r.state, f'"{db.ns}"."dot.ted"')
         assert list(spec.tables) == [db.dotted]
         wait(lambda: r.status(spec.dump_id).status is DumpStatus.DONE, 120, "the dump", r)
     finally:

@@ -13,11 +13,11 @@ import uuid
 import pytest
 
 from airflow_provider_dblog.config import make_source
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import PositionLostError
 from airflow_provider_dblog.core.events import Op, Origin
-from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.core.verify import replay
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
@@ -553,7 +553,7 @@ def test_a_filtered_dump_reads_only_its_rows_in_read_only_chunks(db, tmp_path):
     recorded (an unknown column or a second statement: refused, nothing recorded); the dump
     emits exactly the rows the filter accepts (a '%' in it included) and no key ranges; a
     filter that would write runs into the read-only chunk transaction and fails only its dump."""
-    from airflow_provider_dblog.core import requests
+    from airflow_provider_dblog.core import dump_requests
     from airflow_provider_dblog.core.errors import RequestError
 
     db.seed(random.Random(21), 90)
@@ -562,14 +562,14 @@ def test_a_filtered_dump_reads_only_its_rows_in_read_only_chunks(db, tmp_path):
     r = Running(db, tmp_path, db.source_id).start()
     try:
         with pytest.raises(RequestError) as err:
-            requests.request_dump(make_source(cfg), r.state, accounts, where="no_such_column > 1")
+            dump_requests.request_dump(make_source(cfg), r.state, accounts, where="no_such_column > 1")
         assert "no_such_column" in err.value.cause and "filter" in err.value.fix
         with pytest.raises(RequestError, match="';'"):
-            requests.request_dump(make_source(cfg), r.state, accounts, where=f"id > 1; DELETE FROM {accounts}")
+            dump_requests.request_dump(make_source(cfg), r.state, accounts, where=f"id > 1; DELETE FROM {accounts}")
         assert r.state.list_dumps(db.source_id) == []
 
         where = "id % 3 = 0 AND name LIKE '%'"
-        spec = requests.request_dump(make_source(cfg), r.state, accounts, where=where, chunk_size=7)
+        spec = dump_requests.request_dump(make_source(cfg), r.state, accounts, where=where, chunk_size=7)
         wait(lambda: r.status(spec.dump_id).status is DumpStatus.DONE, 60, "the filtered dump", r)
         dumped = [e for e in r.events(accounts) if e.dump_id == spec.dump_id]
         expected = {k for k, row in source_rows(db, db.source_id, accounts).items() if k[0] % 3 == 0}
@@ -590,7 +590,7 @@ def test_a_filtered_dump_reads_only_its_rows_in_read_only_chunks(db, tmp_path):
                 writing = f"{db.ns}.probe_write() = 1"
             c.commit()
         try:
-            bad = requests.request_dump(make_source(cfg), r.state, accounts, where=writing).dump_id
+            bad = dump_requests.request_dump(make_source(cfg), r.state, accounts, where=writing).dump_id
         except RequestError as refused:  # the database may already refuse it when planning
             assert "read" in refused.cause.lower(), refused.cause
         else:
@@ -614,7 +614,7 @@ def test_an_adaptive_dump_paces_itself_and_converges(db, tmp_path):
     chunk size, delay, the signal that set them), grows its chunks while the source is healthy,
     finishes, and the replay equals the source. Without standbys or configured replicas the
     source reports no replica lag."""
-    from airflow_provider_dblog.core import requests
+    from airflow_provider_dblog.core import dump_requests
 
     db.seed(random.Random(31), 150)
     accounts = f"{db.ns}.accounts"
@@ -631,12 +631,12 @@ def test_an_adaptive_dump_paces_itself_and_converges(db, tmp_path):
     r = Running(db, tmp_path, db.source_id).start()
     paces = []
     try:
-        spec = requests.request_dump(
+        spec = dump_requests.request_dump(
             make_source(db.source_config(db.source_id)), r.state, accounts, chunk_size=10, delay_ms=300, adaptive=True
         )
 
         def done():
-            live = (requests.read_status(r.state, db.source_id)["dumps"] or [{}])[0]
+            live = (dump_requests.read_status(r.state, db.source_id)["dumps"] or [{}])[0]
             if live.get("pace"):
                 paces.append(live["pace"])
             return r.status(spec.dump_id).status is DumpStatus.DONE
@@ -692,7 +692,7 @@ def test_verify_finds_drift_and_a_repair_dump_reads_only_the_drifted_keys(db, tm
     verify names exactly those keys, and the repair (a key-list dump of them, requested by
     `dblog verify --repair` and the VerifyOperator) reads < 1 % of the table and makes the
     replay equal to the source again: extra rows deleted, missing and stale rows re-read."""
-    from airflow_provider_dblog.core import requests
+    from airflow_provider_dblog.core import dump_requests
     from airflow_provider_dblog.core.verify import check_table
 
     db.seed(random.Random(51), 100)
@@ -719,7 +719,7 @@ def test_verify_finds_drift_and_a_repair_dump_reads_only_the_drifted_keys(db, tm
         kinds = {m.kind for c in drift.values() for m in c.mismatches}
         assert kinds == {"missing", "different", "extra"}, kinds
         source_total = drift[accounts].source_rows
-        repairs = requests.request_repairs(make_source(db.source_config(db.source_id)), r.state, keys)
+        repairs = dump_requests.request_repairs(make_source(db.source_config(db.source_id)), r.state, keys)
         assert set(repairs) == {t for t, k in keys.items() if k}
         for spec in repairs.values():
             wait(lambda spec=spec: r.status(spec.dump_id).status is DumpStatus.DONE, 60, "a repair dump", r)

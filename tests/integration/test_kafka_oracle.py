@@ -22,8 +22,8 @@ import uuid
 
 import pytest
 
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpStatus
-from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.outputs.kafka_format import BROADCAST_OPS, header_map
 from airflow_provider_dblog.state.local import LocalStateStore

@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from airflow_provider_dblog.core.requests import status_key
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.state.local import LocalStateStore
 
 from .capture_proc import REPO, Capture, wait_for, write_config

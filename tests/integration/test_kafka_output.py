@@ -10,10 +10,10 @@ import uuid
 
 import pytest
 
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.errors import StaleEpochError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema
-from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.outputs.kafka import KafkaOutput, parse_url
 from airflow_provider_dblog.outputs.kafka_format import header_map
 from airflow_provider_dblog.outputs.kafka_tail import read_all

@@ -19,10 +19,10 @@ import uuid
 import pytest
 
 from airflow_provider_dblog.config import make_source
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import Op, Origin
-from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.core.verify import replay
 
 from .databases import PostgresAdapter

@@ -20,11 +20,11 @@ import pymysql
 import pytest
 
 from airflow_provider_dblog.config import make_source
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import PositionLostError
 from airflow_provider_dblog.core.events import Position
-from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.sources.mysql_log import decode_coord
 from airflow_provider_dblog.sources.postgres_log import commit_lsn_of, parse_lsn

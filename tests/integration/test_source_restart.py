@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.config import make_source
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
-from airflow_provider_dblog.core.requests import status_key
 from airflow_provider_dblog.core.verify import replay
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore

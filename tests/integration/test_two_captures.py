@@ -16,7 +16,7 @@ from typing import Optional
 
 import pytest
 
-from airflow_provider_dblog.core.requests import status_key
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.sources.mysql_reader_claim import ReaderClaim
 from airflow_provider_dblog.state.local import LocalStateStore
 

@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("airflow.sdk")
 
 from airflow_provider_dblog.config import load_config, make_source  # noqa: E402
+from airflow_provider_dblog.core.dump_requests import status_key  # noqa: E402
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress  # noqa: E402
-from airflow_provider_dblog.core.requests import status_key  # noqa: E402
 from airflow_provider_dblog.state.local import LocalStateStore  # noqa: E402
 from airflow_provider_dblog.triggers.capture import CaptureTrigger  # noqa: E402
 from airflow_provider_dblog.triggers.dump import DumpTrigger, progress_line  # noqa: E402

@@ -596,7 +596,7 @@ def test_an_adaptive_dump_backs_off_while_a_replica_lags_and_grows_again(db, sta
     """Issue 15 part 3: a dump with ``adaptive`` halves its chunks while the source reports a
     lagging replica and grows them again once the replica caught up; the status shows the
     pace and the signal that set it; the dump still converges."""
-    from airflow_provider_dblog.core.requests import status_key
+    from airflow_provider_dblog.core.dump_requests import status_key
 
     for i in range(201, 3001):
         db.upsert(TABLE, {"id": i, "v": f"more {i}"})
@@ -695,6 +695,8 @@ class _TextChangelog(_BlockChangelog):
 class _TextSource(MemorySource):
     """A source that reads chunks as texts itself, a part at a time (core/row_text.py)."""
 
+    selects_row_text = True  # declares protocols.RowTextChunks
+
     def select_chunk(self, schema, after_key, limit, upper_key=None, where=None, texts=False):
         result = super().select_chunk(schema, after_key, limit, upper_key, where)
         if not texts:
@@ -740,6 +742,7 @@ class _TextLogSource(MemorySource):
     """A source that gives the log's images as their JSON text when asked (start_log's
     ``texts``), and a key update's as dicts, as the real sources do."""
 
+    logs_row_text = True  # declares protocols.RowTextLog
     log_texts: bool | None = None
 
     def start_log(self, after, from_end=False, floor=None, texts=False):

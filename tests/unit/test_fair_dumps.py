@@ -7,9 +7,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
+from airflow_provider_dblog.core.dump_requests import read_status
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
 from airflow_provider_dblog.core.events import Op
-from airflow_provider_dblog.core.requests import read_status
 from airflow_provider_dblog.core.verify import replay
 
 from .memory_capture import SOURCE_ID, TABLE, MemoryChangelog, MemoryDatabase, MemorySource

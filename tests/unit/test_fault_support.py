@@ -16,7 +16,7 @@ class Recorder:
     def __init__(self):
         self.calls = []
 
-    def select_chunk(self, schema, after_key, limit):
+    def select_chunk(self, schema, after_key, limit, upper_key=None, where=None, texts=False):
         self.calls.append(("chunk", after_key, limit))
         return "rows"
 
@@ -69,3 +69,17 @@ def test_faulty_dblog_runs_the_dblog_command(tmp_path, capsys):
     assert '"source_id": "s"' in capsys.readouterr().out
     assert faulty_dblog.main(["--", "pause", "--state", str(state), "nope"]) == 2
     assert "no dump with id" in capsys.readouterr().err
+
+
+def test_wide_window_source_declares_the_capabilities_of_the_source_it_wraps():
+    from airflow_provider_dblog.config import make_source
+    from airflow_provider_dblog.core.protocols import ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog
+
+    wrapped = WideWindowSource(make_source({"type": "postgres", "id": "s"}), 0.01)
+    for capability in (ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog):
+        assert isinstance(wrapped, capability), capability
+    assert wrapped.selects_row_text and wrapped.logs_row_text
+    # Around a source that gives no texts, the wrapper says so and never asks for them.
+    plain = WideWindowSource(Recorder(), 0.0)
+    assert not plain.selects_row_text and not plain.logs_row_text
+    assert plain.select_chunk(None, (1,), 10, None, None, texts=True) == "rows"

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from airflow_provider_dblog import cli
-from airflow_provider_dblog.core.requests import read_status, status_key
+from airflow_provider_dblog.core.dump_requests import read_status, status_key
 from airflow_provider_dblog.state.lease import make_lease
 
 

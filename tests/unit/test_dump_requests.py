@@ -1,4 +1,4 @@
-"""core/requests.py: recording dump requests, controlling dumps, the status report.
+"""core/dump_requests.py: recording dump requests, controlling dumps, the status report.
 
 A fake source stands in for the database (only its catalog is used); the state store is the
 real local one.
@@ -11,10 +11,7 @@ import time
 
 import pytest
 
-from airflow_provider_dblog.core.dumps import DumpControl, DumpStatus, TableProgress
-from airflow_provider_dblog.core.errors import RequestError
-from airflow_provider_dblog.core.events import Column, Position, TableSchema
-from airflow_provider_dblog.core.requests import (
+from airflow_provider_dblog.core.dump_requests import (
     control_dump,
     dump_status,
     parse_tables,
@@ -22,6 +19,9 @@ from airflow_provider_dblog.core.requests import (
     request_dump,
     status_key,
 )
+from airflow_provider_dblog.core.dumps import DumpControl, DumpStatus, TableProgress
+from airflow_provider_dblog.core.errors import RequestError
+from airflow_provider_dblog.core.events import Column, Position, TableSchema
 
 SCHEMAS = {
     "s.one": TableSchema("s.one", (Column("id", "int"), Column("v", "text")), ("id",)),
