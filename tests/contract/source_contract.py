@@ -369,6 +369,41 @@ class SourceContract:
             assert seen(rest) == seen([i for i in first if i.position > checkpoint]), checkpoint
             again.close()
 
+    def test_start_log_from_the_end_skips_what_came_before(self, harness):
+        """A reset (``--reset-position``): ``from_end`` reads only what commits afterwards."""
+        items = harness.create_table("sc_from_end", ITEMS)
+        src = harness.source([items])
+        src.start_log(None)
+        before, start, end = _mark(), _mark(), _mark()
+        harness.write(items, insert(id=1, v="a"))
+        src.write_watermark(before)
+        read_log(src, before)
+        src.close()
+        again = harness.source([items])
+        again.start_log(None, from_end=True)
+        again.write_watermark(start)
+        harness.write(items, insert(id=2, v="b"))
+        again.write_watermark(end)
+        got = between(read_log(again, end), None, end)
+        assert [(i.op, i.key) if isinstance(i, ChangeEvent) else i.uuid for i in got] == [start, (Op.CREATE, (2,))]
+
+    def test_status_estimates_and_acknowledgements(self, harness):
+        """What the engine asks besides the log and the chunks: cheap answers of the right kind."""
+        items = harness.create_table("sc_status", ITEMS)
+        harness.write(items, *[insert(**r) for r in items_rows(5)])
+        src = harness.source([items])
+        src.start_log(None)
+        mark = _mark()
+        src.write_watermark(mark)
+        last = read_log(src, mark)[-1]
+        src.acknowledge(last.position)
+        n = src.estimate_rows(items)
+        assert isinstance(n, int) and n >= 0
+        assert isinstance(src.log_status(), dict)
+        assert src.take_unchanged_toast() == []
+        lag = src.replication_lag()
+        assert lag is None or isinstance(lag, float)
+
     # -- capabilities, when declared ---------------------------------------------------------------
     def test_parallel_readers_cover_the_ranges_exactly_once(self, harness):
         items = harness.create_table("sc_parallel", ITEMS)
