@@ -91,6 +91,7 @@ class SqlHarness(SourceHarness):
     def close(self) -> None:
         for src in self.sources:
             src.close()
+        self._run("DELETE FROM dblog.watermarks WHERE source_id = %s", (self.source_id,))  # keep it small
         self.conn.close()
         # The schema or database, and the replication slot and publication (PostgreSQL); a
         # closed walsender may take a moment to let go of its slot.
