@@ -1,6 +1,6 @@
-"""The Source contract (tests/contract/source_contract.py) against PostgreSQL and MariaDB
-(scripts/services up pg mysql): the sources made from their configuration as the CLI and the
-operators make them (config.make_source), over tables in a schema/database of each test."""
+"""The Source contract (tests/contract/source_contract.py) against PostgreSQL (pgoutput and
+wal2json) and MariaDB (scripts/services up pg mysql): the sources made from their configuration
+as the CLI and the operators make them (config.make_source), over tables of each test's own."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ class SqlHarness(SourceHarness):
 
     bad_filter = "no_such_column = 1"
 
-    def __init__(self, adapter: Adapter):
+    def __init__(self, adapter: Adapter, **config: Any):
         self.adapter = adapter
+        self.config = config  # source configuration besides the adapter's (e.g. the plugin)
         self.ns = adapter.ns
         self.source_id = f"{self.ns}_contract"  # also a valid replication slot name
         self.missing_table = f"{self.ns}.no_such_table"
@@ -83,7 +84,7 @@ class SqlHarness(SourceHarness):
         return f"{column} = '{value}'"
 
     def source(self, tables: Sequence[str]) -> Any:
-        src = make_source({**self.adapter.source_config(self.source_id), "tables": list(tables)})
+        src = make_source({**self.adapter.source_config(self.source_id), **self.config, "tables": list(tables)})
         self.sources.append(src)
         src.open()
         return src
@@ -107,12 +108,13 @@ class SqlHarness(SourceHarness):
             return cur.fetchone() is not None
 
 
-@pytest.fixture(params=["postgres", "mysql"])
+@pytest.fixture(params=["postgres", "postgres-wal2json", "mysql"])
 def harness(request):
-    adapter = ADAPTERS[request.param]()  # skips the test when the server is not configured
+    kind, _, plugin = request.param.partition("-")
+    adapter = ADAPTERS[kind]()  # skips the test when the server is not configured
     adapter.ns = f"sc_{uuid.uuid4().hex[:10]}"
-    env("DBLOG_PG_SUPERUSER" if request.param == "postgres" else "DBLOG_MYSQL_USER")
-    h = SqlHarness(adapter)
+    env("DBLOG_PG_SUPERUSER" if kind == "postgres" else "DBLOG_MYSQL_USER")
+    h = SqlHarness(adapter, **({"plugin": plugin} if plugin else {}))
     yield h
     h.close()
 
