@@ -9,9 +9,10 @@ logic is tested here, the real databases in tests/integration.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from airflow_provider_dblog.core.errors import PositionLostError, RequestError, SchemaChanged, SourceUnavailable
 from airflow_provider_dblog.core.events import (
@@ -41,10 +42,25 @@ class MemoryDatabase:
         self.log: list[LogItem] = []
         self._lock = threading.Lock()
         self._seq = 0
+        self._tx = threading.local()  # the open transaction's id, per thread (transaction())
 
     def _position(self) -> Position:
         self._seq += 1
         return Position(f"{self._seq:012d}")
+
+    def _txid(self) -> str:
+        """The open transaction's id, else this change's own (one change, one transaction)."""
+        return getattr(self._tx, "txid", None) or str(self._seq)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """The changes made inside (by this thread) share one transaction id."""
+        with self._lock:
+            self._tx.txid = str(self._seq + 1)
+        try:
+            yield
+        finally:
+            self._tx.txid = None
 
     def upsert(self, table: str, row: Row) -> Position:
         with self._lock:
@@ -53,14 +69,29 @@ class MemoryDatabase:
             self.rows[table][key] = dict(row)
             op = Op.CREATE if before is None else Op.UPDATE
             pos = self._position()
-            self.log.append(ChangeEvent(SOURCE_ID, table, op, key, before, dict(row), pos, txid=str(self._seq)))
+            self.log.append(ChangeEvent(SOURCE_ID, table, op, key, before, dict(row), pos, txid=self._txid()))
+            return pos
+
+    def update(self, table: str, key: Key, values: Row) -> Position:
+        """UPDATE .. SET ``values`` of the row with ``key``, which may change its key (the
+        event has the new key, ``before`` the old row)."""
+        with self._lock:
+            schema = self.schemas[table]
+            before = self.rows[table].pop(key)
+            after = {**before, **values}
+            new_key = schema.key_of(after)
+            self.rows[table][new_key] = after
+            pos = self._position()
+            self.log.append(
+                ChangeEvent(SOURCE_ID, table, Op.UPDATE, new_key, before, dict(after), pos, txid=self._txid())
+            )
             return pos
 
     def delete(self, table: str, key: Key) -> Position:
         with self._lock:
             before = self.rows[table].pop(key)
             pos = self._position()
-            self.log.append(ChangeEvent(SOURCE_ID, table, Op.DELETE, key, before, None, pos, txid=str(self._seq)))
+            self.log.append(ChangeEvent(SOURCE_ID, table, Op.DELETE, key, before, None, pos, txid=self._txid()))
             return pos
 
     def truncate(self, table: str) -> Position:
@@ -68,7 +99,7 @@ class MemoryDatabase:
         with self._lock:
             self.rows[table].clear()
             pos = self._position()
-            self.log.append(ChangeEvent(SOURCE_ID, table, Op.TRUNCATE, (), None, None, pos, txid=str(self._seq)))
+            self.log.append(ChangeEvent(SOURCE_ID, table, Op.TRUNCATE, (), None, None, pos, txid=self._txid()))
             return pos
 
     def alter(self, schema: TableSchema, fill: Callable[[Row], Row]) -> None:
@@ -84,8 +115,22 @@ class MemoryDatabase:
             pos = self._position()
             self.log.append(WatermarkEvent(uuid, pos, str(self._seq)))
 
-    def snapshot(self, table: str) -> dict[Key, Row]:
+    def create(self, schema: TableSchema) -> None:
+        """CREATE TABLE: a new, empty table."""
         with self._lock:
+            self.schemas[schema.table] = schema
+            self.rows[schema.table] = {}
+
+    def drop(self, table: str) -> None:
+        """DROP TABLE (nothing in the log)."""
+        with self._lock:
+            del self.schemas[table], self.rows[table]
+
+    def snapshot(self, table: str) -> dict[Key, Row]:
+        """The table's rows; RequestError when there is no such table (as a chunk SELECT's)."""
+        with self._lock:
+            if table not in self.rows:
+                raise RequestError(f"table {table} does not exist (test).", "dump it again once it exists.")
             return {k: dict(r) for k, r in self.rows[table].items()}
 
 
@@ -174,7 +219,17 @@ class MemorySource:
         return self.replica_lag
 
     def check_predicate(self, schema: TableSchema, where: str) -> None:
-        compile(where, "<where>", "eval")  # the fake's filters are Python expressions over the row
+        try:
+            compile(where, "<where>", "eval")  # the fake's filters are Python expressions over the row
+        except SyntaxError as exc:
+            raise RequestError(f"the row filter {where!r} is not valid: {exc} (test).", "fix the filter.") from None
+
+    @staticmethod
+    def _matches(where: str, row: Row) -> bool:
+        try:
+            return bool(eval(where, {}, dict(row)))  # noqa: S307 - test fake
+        except Exception as exc:  # a filter the "database" refuses fails that dump
+            raise RequestError(f"the row filter {where!r} failed: {exc} (test).", "fix the filter.") from None
 
     def select_chunk(
         self,
@@ -192,7 +247,7 @@ class MemorySource:
             for k in snap
             if (after_key is None or k > after_key)
             and (upper_key is None or k <= upper_key)
-            and (where is None or eval(where, {}, dict(snap[k])))  # noqa: S307 - test fake
+            and (where is None or self._matches(where, snap[k]))
         )[:limit]
         return self._result(schema, [snap[k] for k in keys])
 
