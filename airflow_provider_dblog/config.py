@@ -221,7 +221,7 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
         tls=tls_settings(src),
     )
     if kind in ("postgres", "postgresql", "pg"):
-        from .sources.postgres import PostgresSource
+        from .sources.postgres.source import PostgresSource
 
         extra = {k: src[k] for k in ("plugin", "slot_name", "publication") if src.get(k)}
         return PostgresSource(
@@ -232,7 +232,7 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
             **common,
         )
     if kind in ("mysql", "mariadb"):
-        from .sources.mysql import MySQLSource
+        from .sources.mysql.source import MySQLSource
 
         mysql_extra: dict[str, Any] = {"server_id": int(src["server_id"])} if src.get("server_id") else {}
         if src.get("use_gtid") is not None:

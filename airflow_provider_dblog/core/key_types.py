@@ -6,7 +6,7 @@ fail the chunk, MySQL/MariaDB would cast it silently (``'abc'`` compares equal t
 PostgreSQL's casts round a decimal or truncate a ``varchar(n)`` to the column's size. So no
 value is cast here either: a value is accepted only if it is exactly a value of the column's
 type, and then passed on in the form the chunk SELECT converts to a query parameter
-(sources/postgres.py ``_to_param`` with its ``%s::type`` placeholder, sources/mysql_values.py
+(sources/postgres/source.py ``_to_param`` with its ``%s::type`` placeholder, sources/mysql/values.py
 ``to_param``).
 
 The type family comes from ``Column.type``, the source's lower-case type name: PostgreSQL's

@@ -30,11 +30,11 @@ from airflow_provider_dblog.spark import mirror_commits as mc
 from airflow_provider_dblog.spark.lake_layout import absolute, changelog_path, mirrors_root
 
 # Width of a position coordinate and of its transaction's part, per source family:
-# PostgreSQL: commit LSN (16 hex) + index in the transaction (10 digits), sources/postgres_log.py;
+# PostgreSQL: commit LSN (16 hex) + index in the transaction (10 digits), sources/postgres/log.py;
 # MySQL/MariaDB: binlog file (6) + transaction start (12) + event offset (12) + row (6),
-# sources/mysql_log.py. tests/unit/test_consistent_cut.py holds these to the sources.
+# sources/mysql/log.py. tests/unit/test_consistent_cut.py holds these to the sources.
 TRANSACTION_PREFIX = {26: 16, 36: 18}
-# MySQL/MariaDB in GTID mode (sources/mysql_gtid.py): "g" + era (2) + counter (20) + row
+# MySQL/MariaDB in GTID mode (sources/mysql/gtid.py): "g" + era (2) + counter (20) + row
 # number (10), then "/<gtid>"; the transaction is the part before the row number.
 GTID_HEAD, GTID_TRANSACTION = 33, 23
 

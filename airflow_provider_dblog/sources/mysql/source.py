@@ -1,9 +1,9 @@
 """MySQL / MariaDB source: binlog capture, watermark writes and chunk SELECTs (DBLog paper).
 
-The log is read by mysql-replication in a background thread (sources/mysql_log.py); chunk
+The log is read by mysql-replication in a background thread (sources/mysql/log.py); chunk
 SELECTs, watermark writes and catalog reads go through a plain PyMySQL connection that is
-autocommit, READ COMMITTED and UTC (sources/mysql_catalog.py). Values of both paths are
-made canonical by sources/mysql_values.py.
+autocommit, READ COMMITTED and UTC (sources/mysql/catalog.py). Values of both paths are
+made canonical by sources/mysql/values.py.
 
 Connection loss: mysql-replication itself reconnects the binlog stream after a lost
 connection (error 2013) at the event where it was; anything else (server down, restart)
@@ -11,8 +11,8 @@ is raised as ``SourceUnavailable`` (``lost`` classifies the driver's errors, see
 sources/connection_loss.py), and the engine reopens the source.
 
 GTID positions (``use_gtid``): positions are built from each transaction's GTID
-(sources/mysql_gtid.py) and a start looks the transaction up in the server's binlog by its GTID
-(sources/mysql_gtid_resume.py), so the capture resumes on a promoted replica. ``host`` may list
+(sources/mysql/gtid.py) and a start looks the transaction up in the server's binlog by its GTID
+(sources/mysql/gtid_resume.py), so the capture resumes on a promoted replica. ``host`` may list
 several servers (``a:3306,b:3306``): the source opens the first one that is writable (not
 ``read_only``), and reopens the list when the connection is lost, which follows a failover.
 
@@ -38,26 +38,26 @@ from typing import Any, Callable, Optional, Sequence
 
 import pymysql
 
-from ..core import names
-from ..core.batch import LogRows
-from ..core.chunks import MYSQL, chunk_query, key_range, keys_query, max_key_query
-from ..core.errors import ConfigurationError, PositionLostError, RequestError, SourceUnavailable
-from ..core.events import Key, LogItem, Position, Row, TableSchema
-from ..core.protocols import ChunkResult, ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog
-from ..core.row_text import PART_ROWS, ChunkTexts
-from . import mysql_catalog as catalog
-from . import mysql_digest
-from .connection_loss import on_connection_loss
-from .dump_errors import filter_errors, mysql_dump_errors
-from .mysql_catalog import ConnectionSettings, Session
-from .mysql_checks import StartupChecks
-from .mysql_gtid import History, decode_gtid_coord, era_after, is_gtid_coord
-from .mysql_gtid_resume import history_at, resume_point, server_history
-from .mysql_log import BinlogReader, Failure, decode_coord, file_number
-from .mysql_reader_claim import ReaderClaim
-from .mysql_select_native import NativeSelect, pymysql_rows, query_texts
-from .mysql_values import select_converters, select_expression, to_param
-from .tls import TLSSettings
+from ...core import names
+from ...core.batch import LogRows
+from ...core.chunks import MYSQL, chunk_query, key_range, keys_query, max_key_query
+from ...core.errors import ConfigurationError, PositionLostError, RequestError, SourceUnavailable
+from ...core.events import Key, LogItem, Position, Row, TableSchema
+from ...core.protocols import ChunkResult, ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog
+from ...core.row_text import PART_ROWS, ChunkTexts
+from ..connection_loss import on_connection_loss
+from ..dump_errors import filter_errors, mysql_dump_errors
+from ..tls import TLSSettings
+from . import catalog
+from . import digest as mysql_digest
+from .catalog import ConnectionSettings, Session
+from .checks import StartupChecks
+from .gtid import History, decode_gtid_coord, era_after, is_gtid_coord
+from .gtid_resume import history_at, resume_point, server_history
+from .log import BinlogReader, Failure, decode_coord, file_number
+from .reader_claim import ReaderClaim
+from .select_native import NativeSelect, pymysql_rows, query_texts
+from .values import select_converters, select_expression, to_param
 
 log = logging.getLogger(__name__)
 

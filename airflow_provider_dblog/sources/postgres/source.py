@@ -12,7 +12,7 @@ point) and the engine drops what it already has. ``acknowledge(P)`` confirms the
 P's commit LSN and never further, so that restart point stays available. A slot confirmed
 beyond a checkpoint therefore means the transactions in between are gone: PositionLostError.
 
-psycopg2 caveat, without the compiled extension (with it, sources/pq_stream.py reads the
+psycopg2 caveat, without the compiled extension (with it, sources/postgres/pq_stream.py reads the
 stream and psycopg2 never sees a keepalive): when the client confirmed a position at or after
 the start LSN of the last message it received and a keepalive then arrives, psycopg2 itself
 moves the flush position to the keepalive's WAL end. In the middle of a transaction that
@@ -50,17 +50,17 @@ import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 
-from ..core import names
-from ..core.batch import LogRows
-from ..core.chunks import POSTGRES, chunk_query, key_range, keys_query, max_key_query
-from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
-from ..core.events import Key, LogItem, Position, Row, TableSchema
-from ..core.protocols import ChunkResult, ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog
-from ..core.row_text import PART_ROWS, ChunkTexts
-from .connection_loss import on_connection_loss
-from .dump_errors import filter_errors, postgres_dump_errors
-from .pgoutput_native import NativePgRows
-from .postgres_catalog import (
+from ...core import names
+from ...core.batch import LogRows
+from ...core.chunks import POSTGRES, chunk_query, key_range, keys_query, max_key_query
+from ...core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
+from ...core.events import Key, LogItem, Position, Row, TableSchema
+from ...core.protocols import ChunkResult, ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog
+from ...core.row_text import PART_ROWS, ChunkTexts
+from ..connection_loss import on_connection_loss
+from ..dump_errors import filter_errors, postgres_dump_errors
+from ..tls import TLSSettings, tls_error_fix
+from .catalog import (
     TableInfo,
     captured_ancestor,
     check_partitions,
@@ -73,15 +73,15 @@ from .postgres_catalog import (
     server_version,
     type_names,
 )
-from .postgres_copy import ChunkCopy
-from .postgres_digest import digest_sql, row_hasher
-from .postgres_errors import ErrorContext, first_line, translate
-from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, make_position, parse_lsn
-from .postgres_partitions import Partitions
-from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
-from .postgres_values import RAW_TEXT_OIDS, converter, pg_kind
+from .chunk_copy import ChunkCopy
+from .digest import digest_sql, row_hasher
+from .errors import ErrorContext, first_line, translate
+from .log import LogDecoder, commit_lsn_of, format_lsn, make_position, parse_lsn
+from .partitions import Partitions
+from .pgoutput_native import NativePgRows
 from .pq_stream import ReplicationStream
-from .tls import TLSSettings, tls_error_fix
+from .server_setup import check_server, ensure_publication, ensure_watermark_table
+from .values import RAW_TEXT_OIDS, converter, pg_kind
 
 # Seconds between two terminations of a previous leader's walsender that still holds the slot.
 TERMINATE_AGAIN = 0.5
@@ -795,7 +795,7 @@ class PostgresSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextL
         also takes an xid of its own, N: every transaction running at the snapshot has an
         xid below N, and [xmax, N) covers them. ``conn``: a parallel reader's connection.
         ``texts``: the rows as JSON texts, read by COPY in the same transaction
-        (sources/postgres_copy.py) or, where that path cannot, made a part at a time
+        (sources/postgres/chunk_copy.py) or, where that path cannot, made a part at a time
         (core/row_text.py) from a cursor of it; either way the chunk is never in memory all at
         once as the server's result, tuples or dicts (only its texts are)."""
         with (conn or self._conn).cursor() as cur:
@@ -838,7 +838,7 @@ class PostgresSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextL
         return ChunkResult(self._canonical(schema, raw, oids), invisible)
 
     def _copy_chunk(self, conn, cur, schema, sql: str, params: list) -> Optional[tuple[list, Any, Any]]:
-        """(keys, row texts, key texts) of the chunk by COPY (sources/postgres_copy.py), or
+        """(keys, row texts, key texts) of the chunk by COPY (sources/postgres/chunk_copy.py), or
         None: read it with the cursor."""
         if not self._copy.on:
             return None
