@@ -19,12 +19,13 @@ from ..core import names
 from ..core.events import ChangeEvent, Op, Origin, TableSchema
 from ..core.row_text import as_row
 from ..core.toast import is_unchanged_toast, unchanged_toast_value
+from ..sources import descriptors
 from ._common import dumps, micros_to_iso
 from .jsonl import _event as jsonl_event
 from .jsonl import _record as jsonl_record
 
 FORMATS = ("dblog", "debezium")
-CONNECTORS = ("postgresql", "mysql")
+CONNECTORS = tuple(d.kafka_connector for d in descriptors())  # each source's (sources/<db>/descriptor.py)
 # Debezium's stand-in for a value the log did not carry (an unchanged TOASTed column).
 DEBEZIUM_UNAVAILABLE = "__debezium_unavailable_value"
 

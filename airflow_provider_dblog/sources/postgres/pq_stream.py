@@ -27,7 +27,7 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 
-from .. import native
+import airflow_provider_dblog.sources.native as native
 
 log = logging.getLogger(__name__)
 
