@@ -42,65 +42,26 @@ KAFKA_CONN_TYPE = "kafka"  # apache-airflow-providers-apache-kafka's connection 
 # The variable that carries the source password into the capture child (see triggers/capture.py).
 PASSWORD_ENV = dblog_config.DEFAULT_PASSWORD_ENV
 
-# Extras copied verbatim into the [source] table (make_source knows them).
+# Extras copied verbatim into the [source] table (make_source knows them): each database's
+# own (its descriptor's conn_extras) and these.
 _SOURCE_EXTRAS = (
-    "slot_name",
-    "publication",
-    "plugin",
-    "server_id",
-    "use_gtid",
+    *(key for d in sources.descriptors() for key in d.conn_extras),
     "watermark_schema",
-    "databases",
     "sslpassword_env",  # the client key's passphrase: a variable of the worker's environment
     "sslpassword_file",  # or a file on the worker
 )
 # DBLog's options in a source connection's extras: these and nothing else.
-DBLOG_SOURCE_EXTRAS = ("source_id", "tables", "key_columns", "dbname", *_SOURCE_EXTRAS)
-# Extras Airflow's own Postgres / MySQL connections and their drivers define (docs/airflow.md):
-# they may be there for other tasks on the same connection; DBLog does not use them.
-AIRFLOW_SOURCE_EXTRAS = frozenset(
-    (
-        # postgres provider / psycopg2
-        "sslmode",
-        "sslcert",
-        "sslkey",
-        "sslrootcert",
-        "sslcrl",
-        "application_name",
-        "keepalives",
-        "keepalives_idle",
-        "keepalives_interval",
-        "keepalives_count",
-        "connect_timeout",
-        "options",
-        "client_encoding",
-        "cursor",
-        "iam",
-        "redshift",
-        "redshift-serverless",
-        "aws_conn_id",
-        "cluster-identifier",
-        "workgroup-name",
-        "enable_log_db_messages",
-        "sqlalchemy_scheme",
-        "sqlalchemy_options",
-        "sqlalchemy_query",
-        "azure_conn_id",
-        # mysql provider / drivers
-        "charset",
-        "unix_socket",
-        "ssl",
-        "ssl_mode",
-        "local_infile",
-        "client",
-        "init_command",
-        "compress",
-        "named_pipe",
-        "conv",
-        "use_pure",
-        "allow_local_infile",
-    )
+DBLOG_SOURCE_EXTRAS = (
+    "source_id",
+    "tables",
+    "key_columns",
+    *(d.conn_database_extra for d in sources.descriptors() if d.conn_database_extra),
+    *_SOURCE_EXTRAS,
 )
+# Extras Airflow's own source connections and their drivers define (docs/airflow.md), from
+# each database's descriptor: they may be there for other tasks on the same connection;
+# DBLog does not use them.
+AIRFLOW_SOURCE_EXTRAS = frozenset(key for d in sources.descriptors() for key in d.conn_driver_extras)
 # An extra this close to a DBLog option (difflib ratio) is taken for a misspelt one.
 _MISSPELT = 0.75
 

@@ -53,6 +53,10 @@ class SourceDescriptor:
     # transaction, or None if the position is not one of this database's.
     transaction_of: Callable[[str], Optional[str]]
     conn_database_extra: Optional[str] = None  # e.g. PostgreSQL's "dbname"
+    # DBLog options in the connection's extras copied into [source] as they are (e.g. slot_name),
+    # and the extras Airflow's provider and the drivers define for this connection type.
+    conn_extras: tuple[str, ...] = ()
+    conn_driver_extras: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         unknown = set(self.mirror_types.values()) - set(MIRROR_FAMILIES)

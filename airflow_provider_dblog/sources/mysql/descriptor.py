@@ -91,6 +91,24 @@ DESCRIPTOR = SourceDescriptor(
         " (it builds mysqlclient: needs pkg-config and the MariaDB/MySQL client headers, e.g. Debian's libmariadb-dev)",
     ),
     tls_extras=tls_extras,
+    conn_extras=("server_id", "use_gtid", "databases"),
+    # the mysql provider's / drivers' own
+    conn_driver_extras=frozenset(
+        (
+            "charset",
+            "unix_socket",
+            "ssl",
+            "ssl_mode",
+            "local_infile",
+            "client",
+            "init_command",
+            "compress",
+            "named_pipe",
+            "conv",
+            "use_pure",
+            "allow_local_infile",
+        )
+    ),
     dialect=MYSQL,
     key_types=MYSQL_KEY_TYPES,
     mirror_types={
