@@ -25,6 +25,10 @@ from ..core.key_types import KeyTypes
 
 # The families of source column types a mirror column has (spark/mirror_types.py maps each
 # to its Spark type); a type in none of them is a decimal, boolean, date or string there.
+# Debezium's ``source`` fields naming the table and the transaction of an event of table
+# ``first.rest`` (``database``: the kafka:// URL's, ``txid``: the event's), as its connector
+# writes them (outputs/kafka_format.py).
+DebeziumSource = Callable[[str, str, Optional[str], Optional[str]], dict[str, Any]]
 MIRROR_FAMILIES = ("byte", "short", "int", "long", "double", "binary", "json", "timestamp_ntz", "timestamp")
 
 
@@ -49,6 +53,7 @@ class SourceDescriptor:
     key_types: KeyTypes  # the type families a key value is checked against (core/key_types.py)
     mirror_types: Mapping[str, str]  # type base name -> one of MIRROR_FAMILIES (spark/mirror_types.py)
     kafka_connector: str  # the Debezium connector this source's kafka:// messages imitate
+    debezium_source: DebeziumSource  # its naming of table and transaction in ``source``
     # The part of an encoded position (``<coordinate>.<sub>``) shared by every event of its
     # transaction, or None if the position is not one of this database's.
     transaction_of: Callable[[str], Optional[str]]

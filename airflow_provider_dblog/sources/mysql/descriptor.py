@@ -65,6 +65,14 @@ def tls_extras(conn_id: str, extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def debezium_source(first: str, rest: str, database: Optional[str], txid: Optional[str]) -> dict[str, Any]:
+    """Debezium's MySQL connector: db (the table's database), table and gtid (GTID mode)."""
+    out: dict[str, Any] = {"db": first, "table": rest}
+    if txid is not None and ":" in txid:
+        out["gtid"] = txid
+    return out
+
+
 def transaction_of(position: str) -> Optional[str]:
     coord = position.rpartition(".")[0]
     if coord.startswith("g"):
@@ -123,5 +131,6 @@ DESCRIPTOR = SourceDescriptor(
         "timestamp": "timestamp",
     },
     kafka_connector="mysql",
+    debezium_source=debezium_source,
     transaction_of=transaction_of,
 )

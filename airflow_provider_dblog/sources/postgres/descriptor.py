@@ -33,6 +33,14 @@ def tls_extras(conn_id: str, extra: dict[str, Any]) -> dict[str, Any]:
     return {k: extra[k] for k in TLS_EXTRAS if extra.get(k) not in (None, "")}
 
 
+def debezium_source(first: str, rest: str, database: Optional[str], txid: Optional[str]) -> dict[str, Any]:
+    """Debezium's PostgreSQL connector: db (the URL's database), schema, table and txId."""
+    out: dict[str, Any] = {"db": database, "schema": first, "table": rest}
+    if txid is not None and txid.isdigit():
+        out["txId"] = int(txid)
+    return out
+
+
 def transaction_of(position: str) -> Optional[str]:
     coord = position.rpartition(".")[0]
     return coord[:TRANSACTION_WIDTH] if len(coord) == COORDINATE_WIDTH and not coord.startswith("g") else None
@@ -92,5 +100,6 @@ DESCRIPTOR = SourceDescriptor(
         **dict.fromkeys(("timestamp with time zone", "timestamptz"), "timestamp"),
     },
     kafka_connector="postgresql",
+    debezium_source=debezium_source,
     transaction_of=transaction_of,
 )
