@@ -15,7 +15,7 @@ import threading
 import traceback
 from typing import Any, Callable, Optional
 
-from . import config, verification
+from . import config, sources, verification
 from .cli_args import (
     CHUNK_SIZE,
     DELAY_MS,
@@ -37,7 +37,7 @@ log = logging.getLogger("dblog")
 
 def _source_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("source (overrides the config file's [source])")
-    g.add_argument("--source-type", choices=["postgres", "mysql", "mariadb"])
+    g.add_argument("--source-type", choices=[name for d in sources.descriptors() for name in (d.kind, *d.aliases)])
     g.add_argument("--source-id")
     g.add_argument("--host")
     g.add_argument("--port", type=number(int, 1, 65535))

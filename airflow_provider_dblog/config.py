@@ -51,6 +51,7 @@ import sys
 import tempfile
 from typing import Any, Optional
 
+from . import sources
 from .config_keys import KEYS, SECONDS, SECTIONS, check_keys, closest, number_option
 from .core import names
 from .core.errors import ConfigurationError, RequestError, without_userinfo
@@ -220,36 +221,13 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
         else None,
         tls=tls_settings(src),
     )
-    if kind in ("postgres", "postgresql", "pg"):
-        from .sources.postgres import PostgresSource
-
-        extra = {k: src[k] for k in ("plugin", "slot_name", "publication") if src.get(k)}
-        return PostgresSource(
-            port=int(src.get("port", 5432)),
-            dbname=src.get("database", "postgres"),
-            watermark_schema=src.get("watermark_schema", "dblog"),
-            **extra,
-            **common,
+    source = sources.descriptor(kind)
+    if source is None:
+        raise ConfigurationError(
+            f"unknown source type {src.get('type')!r}.",
+            f"set [source] type (or --source-type) to {' or '.join(d.kind for d in sources.descriptors())}.",
         )
-    if kind in ("mysql", "mariadb"):
-        from .sources.mysql import MySQLSource
-
-        mysql_extra: dict[str, Any] = {"server_id": int(src["server_id"])} if src.get("server_id") else {}
-        if src.get("use_gtid") is not None:
-            mysql_extra["use_gtid"] = src["use_gtid"]
-        if src.get("replicas"):
-            mysql_extra["replicas"] = list(src["replicas"])
-        return MySQLSource(
-            port=int(src.get("port", 3306)),
-            databases=src.get("databases")
-            or ([src["database"]] if src.get("database") and not src.get("tables") else None),
-            watermark_database=src.get("watermark_schema", "dblog"),
-            **mysql_extra,
-            **common,
-        )
-    raise ConfigurationError(
-        f"unknown source type {src.get('type')!r}.", "set [source] type (or --source-type) to postgres or mysql."
-    )
+    return source.make(src, common)
 
 
 def read_state_auth(state: dict[str, Any]):

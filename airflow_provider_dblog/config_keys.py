@@ -10,85 +10,27 @@ a host or URL with credentials in it (``user:password@``) is refused without rep
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import math
-import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from .config_kinds import (
+    ENV_NAME,
+    HOST,
+    KEY_COLUMNS,
+    PATH,
+    SECONDS,
+    SECRET,
+    TEXT,
+    URL,
+    Kind,
+    choice,
+    integer,
+    text_list,
+)
 from .core.errors import ConfigurationError, has_userinfo
+from .sources import descriptors
 from .sources.tls import MODES as TLS_MODES
 from .sources.tls import TLS_KEYS
-
-
-@dataclasses.dataclass(frozen=True)
-class Kind:
-    """What a key's value must be. ``expected`` completes "[section] key must be ...";
-    ``example`` is a valid value in TOML; ``hint`` adds to the fix."""
-
-    expected: str
-    example: str
-    accepts: Callable[[Any], bool]
-    hint: str = ""
-    no_credentials: bool = False  # a host or URL: refuse ``user:password@`` in it
-    secret: bool = False  # the value is never checked or shown here: its builder refuses it
-
-
-def _text(v: Any) -> bool:
-    return isinstance(v, str) and v.strip() != ""
-
-
-def _number(v: Any) -> bool:
-    return type(v) in (int, float) and math.isfinite(v)
-
-
-def integer(lo: int, hi: int, example: int) -> Kind:
-    # type() and not isinstance(): a TOML true is a bool, which is an int to Python
-    return Kind(f"an integer from {lo} to {hi}", str(example), lambda v: type(v) is int and lo <= v <= hi)
-
-
-def choice(*values: str) -> Kind:
-    return Kind(
-        "one of " + ", ".join(repr(v) for v in values),
-        f'"{values[0]}"',
-        lambda v: isinstance(v, str) and v.lower() in values,
-    )
-
-
-def text_list(what: str, example: str, hint: str = "") -> Kind:
-    return Kind(
-        f"a non-empty list of {what}",
-        example,
-        lambda v: isinstance(v, list) and bool(v) and all(map(_text, v)),
-        hint,
-    )
-
-
-TEXT = Kind("a non-empty string", '"..."', _text)
-PATH = Kind("a non-empty string (a file path)", '"/path/to/file"', _text)
-HOST = Kind(
-    "a host name or address (host:port,host:port for a MySQL/MariaDB GTID list)",
-    '"db.internal"',
-    _text,
-    no_credentials=True,
-)
-URL = Kind("a non-empty string (a URL or path)", '"delta:///data/lake"', _text, no_credentials=True)
-ENV_NAME = Kind(
-    "the name of an environment variable",
-    '"DBLOG_SOURCE_PASSWORD"',
-    lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) is not None,
-)
-BOOL = Kind("true or false", "true", lambda v: isinstance(v, bool), "a TOML boolean, no quotes")
-SECONDS = Kind("a number of seconds above 0", "10", lambda v: _number(v) and v > 0)
-SECRET = Kind("", "", lambda v: True, secret=True)
-KEY_COLUMNS = Kind(
-    'a table of "schema.table" = ["column", ...]',
-    '{ "public.events" = ["event_id"] }',
-    lambda v: (
-        isinstance(v, dict)
-        and all(_text(t) and isinstance(c, list) and bool(c) and all(map(_text, c)) for t, c in v.items())
-    ),
-)
 
 _TLS_KINDS = {
     "sslmode": choice(*TLS_MODES),
@@ -107,24 +49,19 @@ assert set(_TLS_KINDS) == set(TLS_KEYS), "every TLS key needs its kind"
 # their own fix (put the password into a variable or a file).
 KEYS: dict[str, dict[str, Kind]] = {
     "source": {
-        "type": choice("postgres", "postgresql", "pg", "mysql", "mariadb"),
+        "type": choice(*(name for d in descriptors() for name in (d.kind, *d.aliases))),
         "id": TEXT,
         "host": HOST,
         "port": integer(1, 65535, 5432),
         "user": TEXT,
         "database": TEXT,
-        "databases": text_list("database names", '["shop"]'),
         "password_env": ENV_NAME,
         "password_file": PATH,
         "password": SECRET,
         "tables": text_list('"schema.table" names', '["public.orders"]', "leave tables out to capture every table"),
         "key_columns": KEY_COLUMNS,
-        "plugin": choice("pgoutput", "wal2json"),
-        "slot_name": TEXT,
-        "publication": TEXT,
-        "server_id": integer(1, 2**32 - 1, 4242),  # MySQL's server_id is 32-bit; 0 cannot replicate
-        "use_gtid": BOOL,
-        "replicas": text_list('"host:port" strings', '["db2:3306"]'),
+        # each database's own keys (its descriptor: sources/<db>/descriptor.py)
+        **{key: kind for d in descriptors() for key, kind in d.config_keys.items()},
         "watermark_schema": TEXT,
         **_TLS_KINDS,
     },

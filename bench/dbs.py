@@ -290,7 +290,7 @@ class PostgresBench(BenchDB):
         return "; ".join(f"pid {p} ({u}@{d}) idle in transaction for {age}" for p, d, u, age in rows)
 
     def cleanup(self, source_ids: list[str]) -> None:
-        from airflow_provider_dblog.sources.postgres import slot_name_for
+        from airflow_provider_dblog.sources.postgres.source import slot_name_for
 
         slots = [self.raw_name, f"{self.raw_name}_py"] + [slot_name_for(s) for s in source_ids]
         c = self.connect()

@@ -268,7 +268,7 @@ def select_list(kind: str, schema) -> list[str]:
     if kind == "pg":
         return [POSTGRES.quote(c.name) for c in schema.columns]
     try:
-        from airflow_provider_dblog.sources.mysql_values import select_expression
+        from airflow_provider_dblog.sources.mysql.values import select_expression
     except ImportError:  # renamed by an engine change: plain quoted names are equivalent here
         return [MYSQL.quote(c.name) for c in schema.columns]
     return [select_expression(MYSQL.quote, c) for c in schema.columns]

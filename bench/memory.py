@@ -69,7 +69,7 @@ WRITER_SETTINGS = (
 class MemoryPostgresBench(PostgresBench):
     def load(self, lo: int, hi: int, per_txn: int) -> Position:
         """Rows lo..hi in transactions of per_txn rows; returns the log position after them."""
-        from airflow_provider_dblog.sources.postgres_log import make_position, parse_lsn
+        from airflow_provider_dblog.sources.postgres.log import make_position, parse_lsn
 
         c = self.connect()
         try:
@@ -99,7 +99,7 @@ class MemoryMariaDBBench(MariaDBBench):
 
     def load(self, lo: int, hi: int, per_txn: int) -> Position:
         """Rows lo..hi in transactions of per_txn rows; returns the log position after them."""
-        from airflow_provider_dblog.sources.mysql_log import encode_coord, file_number
+        from airflow_provider_dblog.sources.mysql.log import encode_coord, file_number
 
         self.insert_seq(self.event_table, lo, hi, per_txn)
         name, offset = self._master_status()  # where the next transaction starts

@@ -28,8 +28,8 @@ import pyarrow as pa
 from airflow_provider_dblog.core.batch import EventBatch, LogRows
 from airflow_provider_dblog.core.events import Column, Op, Position, TableSchema
 from airflow_provider_dblog.outputs.delta import changelog_batch
-from airflow_provider_dblog.sources.postgres_catalog import TableInfo
-from airflow_provider_dblog.sources.postgres_log import LogDecoder
+from airflow_provider_dblog.sources.postgres.catalog import TableInfo
+from airflow_provider_dblog.sources.postgres.log import LogDecoder
 
 COLUMNS = [("id", 20, "bigint"), ("v", 23, "integer"), ("s", 25, "text")]
 TABLE = "public.ev"

@@ -6,7 +6,7 @@ fail the chunk, MySQL/MariaDB would cast it silently (``'abc'`` compares equal t
 PostgreSQL's casts round a decimal or truncate a ``varchar(n)`` to the column's size. So no
 value is cast here either: a value is accepted only if it is exactly a value of the column's
 type, and then passed on in the form the chunk SELECT converts to a query parameter
-(sources/postgres.py ``_to_param`` with its ``%s::type`` placeholder, sources/mysql_values.py
+(sources/postgres/source.py ``_to_param`` with its ``%s::type`` placeholder, sources/mysql/values.py
 ``to_param``).
 
 The type family comes from ``Column.type``, the source's lower-case type name: PostgreSQL's
@@ -18,43 +18,49 @@ families below keep the general rule: a number or a string (docs/cli.md, "Keys")
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import json
 import uuid
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from .errors import RequestError
 from .events import Column
 
-# Bits of the integer types (PostgreSQL and MySQL/MariaDB names).
-_INT_BITS = {
-    "smallint": 16,
-    "int2": 16,
-    "integer": 32,
-    "int": 32,
-    "int4": 32,
-    "bigint": 64,
-    "int8": 64,
-    "tinyint": 8,
-    "mediumint": 24,
-}
-_DECIMAL = {"numeric", "decimal", "dec", "fixed"}
-_TEXT = {
-    "text",
-    "character varying",
-    "varchar",
-    "character",
-    "char",
-    "bpchar",
-    "citext",
-    "name",
-    "tinytext",
-    "mediumtext",
-    "longtext",
-}
-_FLOAT = {"real", "double precision", "double", "float", "float4", "float8"}
-_BOOL = {"boolean", "bool"}
+
+@dataclasses.dataclass(frozen=True)
+class KeyTypes:
+    """One database's type names by family, as ``check_key_value`` checks a key value: the
+    integers with their bits, the decimals, texts, floats and booleans. Each source's
+    descriptor (sources/<db>/descriptor.py) names its database's; the check uses them all
+    (a ``Column`` carries its type name, not its database)."""
+
+    int_bits: Mapping[str, int]
+    decimals: frozenset[str]
+    texts: frozenset[str]
+    floats: frozenset[str]
+    bools: frozenset[str] = frozenset({"boolean", "bool"})
+
+
+POSTGRES_KEY_TYPES = KeyTypes(
+    int_bits={"smallint": 16, "int2": 16, "integer": 32, "int4": 32, "bigint": 64, "int8": 64},
+    decimals=frozenset({"numeric", "decimal"}),
+    texts=frozenset({"text", "character varying", "varchar", "character", "char", "bpchar", "citext", "name"}),
+    floats=frozenset({"real", "double precision", "float4", "float8"}),
+)
+MYSQL_KEY_TYPES = KeyTypes(
+    int_bits={"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64},
+    decimals=frozenset({"decimal", "dec", "fixed", "numeric"}),
+    texts=frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}),
+    floats=frozenset({"float", "double", "double precision", "real"}),
+)
+_FAMILIES = (POSTGRES_KEY_TYPES, MYSQL_KEY_TYPES)
+_INT_BITS = {name: bits for f in _FAMILIES for name, bits in f.int_bits.items()}
+_DECIMAL = frozenset().union(*(f.decimals for f in _FAMILIES))
+_TEXT = frozenset().union(*(f.texts for f in _FAMILIES))
+_FLOAT = frozenset().union(*(f.floats for f in _FAMILIES))
+_BOOL = frozenset().union(*(f.bools for f in _FAMILIES))
 
 
 def _parse(col_type: str) -> tuple[str, list[int], str]:

@@ -31,85 +31,37 @@ from typing import Any, Optional
 from airflow.sdk import BaseHook
 
 from .. import config as dblog_config
+from .. import sources
 from ..config_keys import SECONDS, number_option
 from ..core.errors import ConfigurationError
 from ..get_provider_info import STATE_CONN_FIELDS, STATE_UI_FIELD_BEHAVIOUR
+from ..sources.source_descriptor import extra_object
 
 KAFKA_CONN_TYPE = "kafka"  # apache-airflow-providers-apache-kafka's connection type (hooks/kafka.py)
 
 # The variable that carries the source password into the capture child (see triggers/capture.py).
 PASSWORD_ENV = dblog_config.DEFAULT_PASSWORD_ENV
 
-_SOURCE_TYPES = {"postgres": "postgres", "postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
-# Extras copied verbatim into the [source] table (make_source knows them).
+# Extras copied verbatim into the [source] table (make_source knows them): each database's
+# own (its descriptor's conn_extras) and these.
 _SOURCE_EXTRAS = (
-    "slot_name",
-    "publication",
-    "plugin",
-    "server_id",
-    "use_gtid",
+    *(key for d in sources.descriptors() for key in d.conn_extras),
     "watermark_schema",
-    "databases",
     "sslpassword_env",  # the client key's passphrase: a variable of the worker's environment
     "sslpassword_file",  # or a file on the worker
 )
-# TLS: a Postgres connection's own extras (libpq names) are used as they are; a MySQL
-# connection's ``ssl`` object (ca, cert, key, check_hostname) and ``ssl_mode`` are mapped.
-_PG_TLS_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey")
-_MYSQL_SSL_MODES = {
-    "disabled": "disable",
-    "preferred": "prefer",
-    "required": "require",
-    "verify_ca": "verify-ca",
-    "verify_identity": "verify-full",
-}
 # DBLog's options in a source connection's extras: these and nothing else.
-DBLOG_SOURCE_EXTRAS = ("source_id", "tables", "key_columns", "dbname", *_SOURCE_EXTRAS)
-# Extras Airflow's own Postgres / MySQL connections and their drivers define (docs/airflow.md):
-# they may be there for other tasks on the same connection; DBLog does not use them.
-AIRFLOW_SOURCE_EXTRAS = frozenset(
-    (
-        # postgres provider / psycopg2
-        "sslmode",
-        "sslcert",
-        "sslkey",
-        "sslrootcert",
-        "sslcrl",
-        "application_name",
-        "keepalives",
-        "keepalives_idle",
-        "keepalives_interval",
-        "keepalives_count",
-        "connect_timeout",
-        "options",
-        "client_encoding",
-        "cursor",
-        "iam",
-        "redshift",
-        "redshift-serverless",
-        "aws_conn_id",
-        "cluster-identifier",
-        "workgroup-name",
-        "enable_log_db_messages",
-        "sqlalchemy_scheme",
-        "sqlalchemy_options",
-        "sqlalchemy_query",
-        "azure_conn_id",
-        # mysql provider / drivers
-        "charset",
-        "unix_socket",
-        "ssl",
-        "ssl_mode",
-        "local_infile",
-        "client",
-        "init_command",
-        "compress",
-        "named_pipe",
-        "conv",
-        "use_pure",
-        "allow_local_infile",
-    )
+DBLOG_SOURCE_EXTRAS = (
+    "source_id",
+    "tables",
+    "key_columns",
+    *(d.conn_database_extra for d in sources.descriptors() if d.conn_database_extra),
+    *_SOURCE_EXTRAS,
 )
+# Extras Airflow's own source connections and their drivers define (docs/airflow.md), from
+# each database's descriptor: they may be there for other tasks on the same connection;
+# DBLog does not use them.
+AIRFLOW_SOURCE_EXTRAS = frozenset(key for d in sources.descriptors() for key in d.conn_driver_extras)
 # An extra this close to a DBLog option (difflib ratio) is taken for a misspelt one.
 _MISSPELT = 0.75
 
@@ -150,20 +102,7 @@ def _as_list(value: Any) -> Optional[list[str]]:
     return [str(v) for v in value]
 
 
-def _as_dict(value: Any, name: str) -> Optional[dict]:
-    if value in (None, "", {}):
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            raise ConfigurationError(
-                f"the connection extra {name} is not valid JSON.",
-                'write it as an object, e.g. {"shop.events": ["event_id"]}.',
-            ) from None
-    if not isinstance(value, dict):
-        raise ConfigurationError(f"the connection extra {name} is not an object.", "write it as a JSON object.")
-    return value
+_as_dict = extra_object  # the source packages read their object extras (e.g. MySQL's ssl) the same way
 
 
 def default_source_id(conn_id: str) -> str:
@@ -171,11 +110,8 @@ def default_source_id(conn_id: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", conn_id.lower())[:48] or "dblog"
 
 
-# Which package registers each source connection type, and how to install it.
-SOURCE_PROVIDERS = {
-    "mysql": ("apache-airflow-providers-mysql", "pip install 'airflow-provider-dblog[mysql]'"),
-    "postgres": ("apache-airflow-providers-postgres", "pip install apache-airflow-providers-postgres"),
-}
+# Which package registers each source connection type, how to install it, and a note for the fix.
+SOURCE_PROVIDERS = {d.conn_types[0]: d.airflow_provider for d in sources.descriptors()}
 
 
 def _provider_installed(distribution: str) -> bool:
@@ -192,7 +128,7 @@ def _not_a_source(conn_id: str, conn_type: Optional[str]) -> tuple[str, str]:
     stores the type as ``generic`` with only a warning, so the fix names the missing package."""
     cause = f"connection {conn_id} has type {conn_type!r}, not a DBLog source."
     fix = "use a Postgres or MySQL connection (MariaDB: the MySQL type)."
-    missing = {t: how for t, (dist, how) in SOURCE_PROVIDERS.items() if not _provider_installed(dist)}
+    missing = {t: (how, note) for t, (dist, how, note) in SOURCE_PROVIDERS.items() if not _provider_installed(dist)}
     if (conn_type or "generic").lower() != "generic" or not missing:
         return cause, fix
     types = " / ".join(f"--conn-type {t}" for t in missing)
@@ -201,14 +137,9 @@ def _not_a_source(conn_id: str, conn_type: Optional[str]) -> tuple[str, str]:
         f"registers the type, and {', '.join(SOURCE_PROVIDERS[t][0] for t in missing)} is not installed."
     )
     fix = (
-        f"{'; '.join(missing.values())} on every Airflow machine, then `airflow connections delete {conn_id}` "
-        "and add it again"
-        + (
-            " (it builds mysqlclient: needs pkg-config and the MariaDB/MySQL client headers, e.g. Debian's "
-            "libmariadb-dev)"
-            if "mysql" in missing
-            else ""
-        )
+        f"{'; '.join(how for how, _ in missing.values())} on every Airflow machine, then "
+        f"`airflow connections delete {conn_id}` and add it again"
+        + "".join(note for _, note in missing.values())
         + '; or, without the provider, `airflow connections import FILE.json` with "conn_type": '
         f'"{next(iter(missing))}" keeps the type (docs/airflow.md).'
     )
@@ -279,12 +210,12 @@ class DBLogHook(BaseHook):
         if not self.source_conn_id:
             raise ConfigurationError("no source connection is configured.", "pass source_conn_id.")
         conn = self._connection(self.source_conn_id)
-        kind = _SOURCE_TYPES.get((conn.conn_type or "").lower())
-        if kind is None:
+        source = sources.for_connection(conn.conn_type or "")
+        if source is None:
             raise ConfigurationError(*_not_a_source(self.source_conn_id, conn.conn_type))
         extra = conn.extra_dejson
         check_source_extras(self.source_conn_id, extra)
-        src: dict[str, Any] = {"type": kind, "id": self.source_id, "password_env": PASSWORD_ENV}
+        src: dict[str, Any] = {"type": source.kind, "id": self.source_id, "password_env": PASSWORD_ENV}
         for key, value in (("host", conn.host), ("port", conn.port), ("user", conn.login), ("database", conn.schema)):
             if value not in (None, ""):
                 src[key] = value
@@ -293,38 +224,18 @@ class DBLogHook(BaseHook):
                 src[key] = _as_list(extra[key]) if key == "databases" else extra[key]
         if isinstance(src.get("server_id"), str) and src["server_id"].strip().isdigit():
             src["server_id"] = int(src["server_id"])  # the UI's text field; anything else is refused as it is
-        if kind == "postgres" and "database" not in src and extra.get("dbname"):
-            src["database"] = extra["dbname"]
+        database_extra = source.conn_database_extra
+        if database_extra and "database" not in src and extra.get(database_extra):
+            src["database"] = extra[database_extra]
         tables = _as_list(extra.get("tables"))
         if tables:
             src["tables"] = tables
         key_columns = _as_dict(extra.get("key_columns"), "key_columns")
         if key_columns:
             src["key_columns"] = {t: _as_list(c) for t, c in key_columns.items()}
-        src.update(self._tls_extras(kind, extra))
+        # the connection's own TLS extras as the [source] TLS keys (sources/tls.py)
+        src.update(source.tls_extras(self.source_conn_id, extra))
         return src
-
-    def _tls_extras(self, kind: str, extra: dict[str, Any]) -> dict[str, Any]:
-        """The [source] TLS keys (sources/tls.py) from the connection's own TLS extras."""
-        if kind == "postgres":
-            return {k: extra[k] for k in _PG_TLS_EXTRAS if extra.get(k) not in (None, "")}
-        out: dict[str, Any] = {}
-        ssl = (_as_dict(extra.get("ssl"), "ssl") if extra.get("ssl") not in (None, "", False) else None) or {}
-        for ours, theirs in (("sslrootcert", "ca"), ("sslcert", "cert"), ("sslkey", "key")):
-            if ssl.get(theirs):
-                out[ours] = ssl[theirs]
-        mode = str(extra.get("ssl_mode") or "").lower()
-        if mode:
-            if mode not in _MYSQL_SSL_MODES:
-                raise ConfigurationError(
-                    f"connection {self.source_conn_id} has ssl_mode {extra['ssl_mode']!r}.",
-                    f"use one of {', '.join(m.upper() for m in _MYSQL_SSL_MODES)}.",
-                )
-            out["sslmode"] = _MYSQL_SSL_MODES[mode]
-        elif ssl:  # an ssl object without ssl_mode: verify as far as it allows
-            verify = "verify-full" if ssl.get("check_hostname", True) else "verify-ca"
-            out["sslmode"] = verify if ssl.get("ca") else "require"
-        return out
 
     def source_password(self) -> Optional[str]:
         return self._connection(self.source_conn_id).password if self.source_conn_id else None

@@ -19,12 +19,14 @@ from ..core import names
 from ..core.events import ChangeEvent, Op, Origin, TableSchema
 from ..core.row_text import as_row
 from ..core.toast import is_unchanged_toast, unchanged_toast_value
+from ..sources import descriptors
+from ..sources.source_descriptor import DebeziumSource
 from ._common import dumps, micros_to_iso
 from .jsonl import _event as jsonl_event
 from .jsonl import _record as jsonl_record
 
 FORMATS = ("dblog", "debezium")
-CONNECTORS = ("postgresql", "mysql")
+CONNECTORS = tuple(d.kafka_connector for d in descriptors())  # each source's (sources/<db>/descriptor.py)
 # Debezium's stand-in for a value the log did not carry (an unchanged TOASTed column).
 DEBEZIUM_UNAVAILABLE = "__debezium_unavailable_value"
 
@@ -93,11 +95,22 @@ class Message:
     partition_key: Optional[bytes]
 
 
+def _table_only(first: str, rest: str, database: Optional[str], txid: Optional[str]) -> dict[str, Any]:
+    """No connector: "database.table" as MySQL's names it, no transaction field."""
+    return {"db": first, "table": rest}
+
+
 @dataclasses.dataclass
 class Formatter:
     fmt: str = "dblog"
     connector: Optional[str] = None  # postgresql | mysql: how ``source`` names db/schema/table
     database: Optional[str] = None  # PostgreSQL: the database (table names lack it)
+    # The connector's table and transaction fields of ``source`` (its source's descriptor).
+    _debezium_source: DebeziumSource = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        imitated = {d.kafka_connector: d.debezium_source for d in descriptors()}
+        self._debezium_source = imitated.get(self.connector or "", _table_only)
 
     def message(
         self, e: ChangeEvent, epoch: Optional[int], written_at: int, schema: Optional[TableSchema]
@@ -146,15 +159,7 @@ class Formatter:
             # DBLog's dumps are what Debezium calls incremental snapshots (the same paper).
             "snapshot": "incremental" if e.origin is Origin.DUMP else "false",
         }
-        if self.connector == "postgresql":
-            source.update(db=self.database, schema=first, table=rest)
-        else:  # MySQL/MariaDB: "database.table"
-            source.update(db=first, table=rest)
-        if e.txid is not None:
-            if self.connector == "postgresql" and e.txid.isdigit():
-                source["txId"] = int(e.txid)
-            elif self.connector == "mysql" and ":" in e.txid:
-                source["gtid"] = e.txid
+        source.update(self._debezium_source(first, rest, self.database, e.txid))
         source.update(position=e.position.encode(), txid=e.txid, dump_id=e.dump_id, schema_id=e.schema_id)
         return {
             "before": _debezium_row(as_row(e.before)),

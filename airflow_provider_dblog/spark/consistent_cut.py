@@ -26,17 +26,9 @@ import json
 import sys
 from typing import Any, Callable, Optional
 
+from airflow_provider_dblog import sources
 from airflow_provider_dblog.spark import mirror_commits as mc
 from airflow_provider_dblog.spark.lake_layout import absolute, changelog_path, mirrors_root
-
-# Width of a position coordinate and of its transaction's part, per source family:
-# PostgreSQL: commit LSN (16 hex) + index in the transaction (10 digits), sources/postgres_log.py;
-# MySQL/MariaDB: binlog file (6) + transaction start (12) + event offset (12) + row (6),
-# sources/mysql_log.py. tests/unit/test_consistent_cut.py holds these to the sources.
-TRANSACTION_PREFIX = {26: 16, 36: 18}
-# MySQL/MariaDB in GTID mode (sources/mysql_gtid.py): "g" + era (2) + counter (20) + row
-# number (10), then "/<gtid>"; the transaction is the part before the row number.
-GTID_HEAD, GTID_TRANSACTION = 33, 23
 
 
 class NoConsistentCut(RuntimeError):
@@ -46,17 +38,12 @@ class NoConsistentCut(RuntimeError):
 def transaction_of(position: str) -> str:
     """The part of an encoded position (``<coordinate>.<sub>``) shared by every event of its
     source transaction (dump rows share their high watermark's)."""
-    coord = position.rpartition(".")[0]
-    if coord.startswith("g"):
-        coord = coord.partition("/")[0]
-        width = GTID_TRANSACTION if len(coord) == GTID_HEAD else None
-    else:
-        width = TRANSACTION_PREFIX.get(len(coord))
-    if width is None:
+    transaction = sources.transaction_of(position)  # each source's descriptor knows its positions
+    if transaction is None:
         raise ValueError(
             f"cannot tell the transaction of position {position!r}: not a PostgreSQL, MySQL or MariaDB position"
         )
-    return coord[:width]
+    return transaction
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,18 +37,25 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..core.events import TableSchema
+from ..sources import descriptors
 
 B64 = "$b64"
 
-_BYTE = {"tinyint"}
-_SHORT = {"smallint", "int2", "year"}
-_INT = {"integer", "int", "int4", "mediumint", "serial"}
-_LONG = {"bigint", "int8", "oid", "xid", "bigserial"}
-_DOUBLE = {"real", "double precision", "double", "float", "float4", "float8"}
-_BINARY = {"bytea", "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
-_JSON = {"json", "jsonb"}
-_NTZ = {"timestamp without time zone", "datetime"}
-_TZ = {"timestamp with time zone", "timestamp", "timestamptz"}
+
+def _family(name: str) -> frozenset[str]:
+    """The source type names of a mirror type family, from every source's descriptor."""
+    return frozenset(t for d in descriptors() for t, family in d.mirror_types.items() if family == name)
+
+
+_BYTE = _family("byte")
+_SHORT = _family("short")
+_INT = _family("int")
+_LONG = _family("long")
+_DOUBLE = _family("double")
+_BINARY = _family("binary")
+_JSON = _family("json")
+_NTZ = _family("timestamp_ntz")
+_TZ = _family("timestamp")
 
 
 class IncompatibleSchemaChange(Exception):

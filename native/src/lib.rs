@@ -1,9 +1,9 @@
 //! Decodes the row images of MySQL/MariaDB binlog rows events (WRITE/UPDATE/DELETE, v1 and
-//! v2) straight into DBLog's canonical values (airflow_provider_dblog/sources/mysql_values.py).
+//! v2) straight into DBLog's canonical values (airflow_provider_dblog/sources/mysql/values.py).
 //!
 //! mysql-replication keeps the connection, the event framing and the table maps; Python hands
 //! over the event's packet bytes with the offsets of the row images, and a `Plan` built once per
-//! table map (airflow_provider_dblog/sources/mysql_rows_native.py says what each column spec
+//! table map (airflow_provider_dblog/sources/mysql/rows_native.py says what each column spec
 //! means). Decoding runs in two phases: the images are parsed into `Cell`s without the GIL
 //! (released for large events only), then the Python dicts are built with it.
 //!

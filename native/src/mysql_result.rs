@@ -3,7 +3,7 @@
 //!
 //! PyMySQL reads each packet in Python (two reads, a header parse and a sequence check per
 //! row), with the GIL held. Here Python hands over what the socket gives, a block at a time
-//! (sources/mysql_select_native.py: PyMySQL has read the column definitions); this splits the
+//! (sources/mysql/select_native.py: PyMySQL has read the column definitions); this splits the
 //! blocks into packets, checks their sequence numbers as PyMySQL does, and writes each row
 //! through `MyTextPlan`'s value rules with the GIL released. It stops at the result's EOF or
 //! ERR packet: the connection is then where PyMySQL's own reading would have left it.

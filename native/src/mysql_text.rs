@@ -1,7 +1,7 @@
 //! Makes the rows of a MySQL/MariaDB chunk SELECT (text protocol) canonical, straight from
-//! the row packets PyMySQL read (sources/mysql_select_native.py hands them over), as
+//! the row packets PyMySQL read (sources/mysql/select_native.py hands them over), as
 //! `from_select` would make them from PyMySQL's converted values
-//! (airflow_provider_dblog/sources/mysql_values.py).
+//! (airflow_provider_dblog/sources/mysql/values.py).
 //!
 //! Each row packet is one length-coded string per column (0xFB: NULL). What this does not
 //! reproduce exactly (a value of unexpected shape) raises `Unsupported`, and the chunk is

@@ -1,7 +1,7 @@
 //! Decodes the row changes of pgoutput (protocol version 1) messages, Insert, Update and
 //! Delete, straight into DBLog's canonical values (airflow_provider_dblog/sources/
 //! postgres_values.py: the column kinds are `pg_kind`'s, the Python glue is
-//! sources/pgoutput_native.py).
+//! sources/postgres/pgoutput_native.py).
 //!
 //! Python keeps the stream, the transactions, the Relation messages and every other message;
 //! for a row change of a relation it hands over the message and gets (tag, before, after)

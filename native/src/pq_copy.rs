@@ -8,7 +8,7 @@
 //! texts and the key tuples only, a part at a time, so that the writer thread runs meanwhile.
 //!
 //! The transaction around it (snapshot, xid), the SQL and the fallback stay in Python
-//! (sources/postgres_copy.py).
+//! (sources/postgres/chunk_copy.py).
 
 use crate::pgoutput::PgRowPlan;
 use crate::pq_stream::{Conn, LibPq, PGRES_COPY_OUT};

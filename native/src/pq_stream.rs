@@ -9,7 +9,7 @@
 //!
 //! It hands back the XLogData payloads and what the keepalives said; replying to keepalives,
 //! sending status updates and raising errors as psycopg2's exceptions stay in Python
-//! (sources/pq_stream.py).
+//! (sources/postgres/pq_stream.py).
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;

@@ -21,7 +21,7 @@ import pytest
 
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.outputs import make_output
-from airflow_provider_dblog.sources.mysql_gtid import decode_gtid_coord, is_gtid_coord
+from airflow_provider_dblog.sources.mysql.gtid import decode_gtid_coord, is_gtid_coord
 from airflow_provider_dblog.state.local import LocalStateStore
 
 from .capture_proc import Capture, dblog, wait_for, write_config

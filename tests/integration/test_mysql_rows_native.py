@@ -26,10 +26,10 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from airflow_provider_dblog.core import row_text  # noqa: E402
 from airflow_provider_dblog.core.batch import LogRows  # noqa: E402
-from airflow_provider_dblog.sources import mysql_rows_native  # noqa: E402
-from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
-from airflow_provider_dblog.sources.mysql_rows_native import NativeRows  # noqa: E402
-from airflow_provider_dblog.sources.mysql_values import binlog_converters  # noqa: E402
+from airflow_provider_dblog.sources.mysql import rows_native as mysql_rows_native  # noqa: E402
+from airflow_provider_dblog.sources.mysql.rows_native import NativeRows  # noqa: E402
+from airflow_provider_dblog.sources.mysql.source import MySQLSource  # noqa: E402
+from airflow_provider_dblog.sources.mysql.values import binlog_converters  # noqa: E402
 
 pytestmark = [
     pytest.mark.integration,
@@ -484,7 +484,7 @@ def test_reader_uses_the_native_decoder_and_falls_back_per_table(env, root, db, 
     with a type it does not handle through mysql-replication, both with canonical values."""
     sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v varchar(10), d decimal(6,2))")
     sql(root, f"CREATE TABLE `{db}`.o (id int PRIMARY KEY, u uuid)")
-    caplog.set_level("INFO", logger="airflow_provider_dblog.sources.mysql_rows_native")
+    caplog.set_level("INFO", logger="airflow_provider_dblog.sources.mysql.rows_native")
     items = read_log(
         env,
         root,

@@ -27,9 +27,9 @@ from airflow_provider_dblog.core.errors import ConfigurationError, PositionLostE
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, SchemaEvent, WatermarkEvent  # noqa: E402
 from airflow_provider_dblog.core.row_text import dumps, loads_row  # noqa: E402
 from airflow_provider_dblog.core.text_column import TextColumn  # noqa: E402
-from airflow_provider_dblog.sources import mysql as mysql_module  # noqa: E402
-from airflow_provider_dblog.sources import mysql_select_native  # noqa: E402
-from airflow_provider_dblog.sources.mysql import MySQLSource  # noqa: E402
+from airflow_provider_dblog.sources.mysql import select_native as mysql_select_native  # noqa: E402
+from airflow_provider_dblog.sources.mysql import source as mysql_module  # noqa: E402
+from airflow_provider_dblog.sources.mysql.source import MySQLSource  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -293,7 +293,7 @@ def test_timestamp_is_utc_whatever_the_process_time_zone(root, db, env):
     script = textwrap.dedent(f"""
         import time, pymysql
         from airflow_provider_dblog.core.events import ChangeEvent, WatermarkEvent
-        from airflow_provider_dblog.sources.mysql import MySQLSource
+        from airflow_provider_dblog.sources.mysql.source import MySQLSource
         assert time.localtime(0).tm_hour != 0, "TZ not applied"
         src = MySQLSource(source_id="tz-{db}", host="{env["DBLOG_MYSQL_HOST"]}",
                           port={env["DBLOG_MYSQL_PORT"]}, user="{env["DBLOG_MYSQL_USER"]}",
@@ -350,7 +350,7 @@ def test_schema_change_emits_a_schema_event_and_replays_old_rows(root, db, make_
 
 def test_a_table_map_is_parsed_once_per_definition(root, db, make_source, monkeypatch):
     """Each one-row transaction carries the table's map: the library parses it once per table
-    id and definition (sources/mysql_table_maps.py); the map of an ALTER TABLE is parsed, and
+    id and definition (sources/mysql/table_maps.py); the map of an ALTER TABLE is parsed, and
     every row decodes with its own columns."""
     parsed: list[str] = []
     real = TableMapEvent._sync_column_info  # the last step of the library's parse
@@ -580,7 +580,7 @@ def test_reader_errors_are_raised_by_poll(root, db, make_source):
 
 # -- GTID positions (use_gtid) ------------------------------------------------------------------
 def test_gtid_positions_resume_mid_transaction_with_the_same_positions(root, db, make_source):
-    from airflow_provider_dblog.sources.mysql_gtid import decode_gtid_coord
+    from airflow_provider_dblog.sources.mysql.gtid import decode_gtid_coord
 
     sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY, v varchar(20))")
     src = started(make_source(tables=[f"{db}.t"], use_gtid=True))
@@ -610,7 +610,7 @@ def test_gtid_positions_resume_mid_transaction_with_the_same_positions(root, db,
 
 
 def test_a_server_without_the_checkpoints_transaction_stops_with_the_fix(root, db, make_source):
-    from airflow_provider_dblog.sources.mysql_gtid import encode_gtid_coord
+    from airflow_provider_dblog.sources.mysql.gtid import encode_gtid_coord
 
     sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
     src = make_source(tables=[f"{db}.t"], use_gtid=True)
@@ -654,7 +654,7 @@ NATIVE_ROWS = [
 
 
 def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, caplog, monkeypatch):
-    caplog.set_level("INFO", logger="airflow_provider_dblog.sources.mysql_select_native")
+    caplog.set_level("INFO", logger="airflow_provider_dblog.sources.mysql.select_native")
     sql(root, f"CREATE TABLE `{db}`.t ({NATIVE_TYPES})")
     src = started(make_source(tables=[f"{db}.t"]))
     schema = src.table_schema(f"{db}.t")
@@ -664,7 +664,7 @@ def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, ca
     src.write_watermark("done")
     logged = {e.key[0]: e.after for e in changes(collect(src, has_watermark("done")))}
     assert src._native_select.on and src._native_select.plan(schema) is not None
-    with caplog.at_level("INFO", logger="airflow_provider_dblog.sources.mysql_select_native"):
+    with caplog.at_level("INFO", logger="airflow_provider_dblog.sources.mysql.select_native"):
         native = src.select_chunk(schema, None, 100).rows
     assert not [r for r in caplog.records if "converted in Python" in r.getMessage()]
     src._native_select.on = False
@@ -794,7 +794,7 @@ def test_connections_without_tls_settings_share_one_preferred_tls_context(env, d
     each connection, loading the system's CA bundle (about 0.3 s) that the unverified context
     never reads; a new leader's takeover paid it for every connection it opened. One context
     per process now, and the connections are still encrypted when the server offers TLS."""
-    from airflow_provider_dblog.sources.mysql_catalog import Session
+    from airflow_provider_dblog.sources.mysql.catalog import Session
 
     src = make_source(tables=[f"{db}.t"])
     first, second = Session(src._settings).conn(), Session(src._settings).conn()

@@ -23,10 +23,11 @@ from airflow_provider_dblog.core.errors import (  # noqa: E402
 from airflow_provider_dblog.core.events import ChangeEvent, Op, SchemaEvent, WatermarkEvent  # noqa: E402
 from airflow_provider_dblog.core.row_text import dumps, loads_row  # noqa: E402
 from airflow_provider_dblog.core.text_column import TextColumn  # noqa: E402
-from airflow_provider_dblog.sources import native, postgres_copy  # noqa: E402
-from airflow_provider_dblog.sources import postgres as postgres_module  # noqa: E402
-from airflow_provider_dblog.sources.postgres import PostgresSource  # noqa: E402
-from airflow_provider_dblog.sources.postgres_log import commit_lsn_of, parse_lsn  # noqa: E402
+from airflow_provider_dblog.sources import native  # noqa: E402
+from airflow_provider_dblog.sources.postgres import chunk_copy as postgres_copy  # noqa: E402
+from airflow_provider_dblog.sources.postgres import source as postgres_module  # noqa: E402
+from airflow_provider_dblog.sources.postgres.log import commit_lsn_of, parse_lsn  # noqa: E402
+from airflow_provider_dblog.sources.postgres.source import PostgresSource  # noqa: E402
 
 from .pg_tmpcluster import TmpCluster, has_setting  # noqa: E402
 
@@ -298,7 +299,7 @@ def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns
         assert logged[(row["id"],)] == row, f"log and chunk differ for id {row['id']}"
     # As JSON texts (the Delta output's chunks, core/row_text.py), fetched two rows at a time
     # from a cursor: the same rows and keys, also for a filtered chunk.
-    # Read by COPY into the texts (sources/postgres_copy.py) two rows a part when the extension
+    # Read by COPY into the texts (sources/postgres/chunk_copy.py) two rows a part when the extension
     # is there, and byte for byte the texts the cursor gives.
     monkeypatch.setattr(postgres_module, "PART_ROWS", 2)
     monkeypatch.setattr(postgres_copy, "PART_ROWS", 2)

@@ -1,4 +1,4 @@
-"""sources/pq_stream.py against a real PostgreSQL 15: the compiled batch reader gives what
+"""sources/postgres/pq_stream.py against a real PostgreSQL 15: the compiled batch reader gives what
 psycopg2's read_message gives, answers keepalives, and fails as psycopg2 fails."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 psycopg2 = pytest.importorskip("psycopg2")
 extras = pytest.importorskip("psycopg2.extras")
 
-from airflow_provider_dblog.sources import pq_stream  # noqa: E402
-from airflow_provider_dblog.sources.pq_stream import ReplicationStream, compiled_reader  # noqa: E402
+from airflow_provider_dblog.sources.postgres import pq_stream  # noqa: E402
+from airflow_provider_dblog.sources.postgres.pq_stream import ReplicationStream, compiled_reader  # noqa: E402
 
 from .test_postgres_source import drop_slot, run  # noqa: E402
 

@@ -19,7 +19,8 @@ from airflow_provider_dblog.core.range_verify import check_table_by_ranges
 from airflow_provider_dblog.core.row_digest import NULL
 from airflow_provider_dblog.core.verify import check_table, replay
 from airflow_provider_dblog.outputs import make_output
-from airflow_provider_dblog.sources import mysql_digest, postgres_digest
+from airflow_provider_dblog.sources.mysql import digest as mysql_digest
+from airflow_provider_dblog.sources.postgres import digest as postgres_digest
 
 from .capture_proc import dblog, write_config
 from .databases import ADAPTERS

@@ -26,8 +26,8 @@ from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import PositionLostError
 from airflow_provider_dblog.core.events import Position
 from airflow_provider_dblog.outputs import make_output
-from airflow_provider_dblog.sources.mysql_log import decode_coord
-from airflow_provider_dblog.sources.postgres_log import commit_lsn_of, parse_lsn
+from airflow_provider_dblog.sources.mysql.log import decode_coord
+from airflow_provider_dblog.sources.postgres.log import commit_lsn_of, parse_lsn
 from airflow_provider_dblog.state.local import LocalStateStore
 from tests.support.faults import WideWindowSource
 
@@ -305,7 +305,7 @@ def test_status_json_reports_health(db, tmp_path):
 def test_postgres_warns_before_a_slot_loses_its_wal(tmp_path):
     """A throw-away cluster whose slots may keep only 32 MB of WAL: a slot ~28 MB behind has
     less than 20% left, and the status says so before the slot is invalidated."""
-    from airflow_provider_dblog.sources.postgres import PostgresSource
+    from airflow_provider_dblog.sources.postgres.source import PostgresSource
 
     from .pg_tmpcluster import TmpCluster
 

@@ -17,7 +17,7 @@ from typing import Optional
 import pytest
 
 from airflow_provider_dblog.core.dump_requests import status_key
-from airflow_provider_dblog.sources.mysql_reader_claim import ReaderClaim
+from airflow_provider_dblog.sources.mysql.reader_claim import ReaderClaim
 from airflow_provider_dblog.state.local import LocalStateStore
 
 from .capture_proc import Capture, dblog, wait_for, write_config
@@ -60,7 +60,7 @@ def _status(state_path: Path, source_id: str) -> dict:
 
 def _reader_session(db) -> Optional[str]:
     """What identifies the first capture's log reader on the server: the slot's walsender
-    pid, or the connection holding the binlog reader's claim (sources/mysql_reader_claim.py)."""
+    pid, or the connection holding the binlog reader's claim (sources/mysql/reader_claim.py)."""
     c = db.connect()
     try:
         cur = c.cursor()

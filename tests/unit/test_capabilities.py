@@ -13,8 +13,8 @@ from airflow_provider_dblog.core.protocols import (
     RowTextLog,
     RowTextOutput,
 )
-from airflow_provider_dblog.sources.mysql import MySQLSource
-from airflow_provider_dblog.sources.postgres import PostgresSource
+from airflow_provider_dblog.sources.mysql.source import MySQLSource
+from airflow_provider_dblog.sources.postgres.source import PostgresSource
 
 
 class _Lease:

@@ -14,7 +14,7 @@ from airflow_provider_dblog.spark.consistent_cut import MirrorHistory, NoConsist
 
 def pos(lsn: int, index: int, sub: int = 0) -> str:
     """A PostgreSQL position: transaction = commit LSN, ``index`` = change in it."""
-    from airflow_provider_dblog.sources.postgres_log import make_position
+    from airflow_provider_dblog.sources.postgres.log import make_position
 
     return make_position(lsn, index).with_sub(sub).encode()
 
@@ -26,7 +26,7 @@ def meta(first: str, last: str, batch: int, landing: str = "L1", source: str = "
 
 def test_transaction_of_matches_each_source_family():
     from airflow_provider_dblog.core.events import Position
-    from airflow_provider_dblog.sources.mysql_log import encode_coord
+    from airflow_provider_dblog.sources.mysql.log import encode_coord
 
     assert transaction_of(pos(0x1A, 1)) == transaction_of(pos(0x1A, 2, sub=5)) != transaction_of(pos(0x1B, 1))
     my = [Position(encode_coord(3, txn, event, row)).encode() for txn, event, row in ((100, 150, 0), (100, 300, 2))]
@@ -37,7 +37,7 @@ def test_transaction_of_matches_each_source_family():
 
 
 def test_transaction_of_gtid_positions():
-    gtid = pytest.importorskip("airflow_provider_dblog.sources.mysql_gtid")
+    gtid = pytest.importorskip("airflow_provider_dblog.sources.mysql.gtid")
     from airflow_provider_dblog.core.events import Position
 
     a, b = (Position(gtid.encode_gtid_coord(0, 17, row, "0-1-17")).encode() for row in (1, 2))

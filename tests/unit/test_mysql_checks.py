@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("pymysqlreplication")
 
 from airflow_provider_dblog.core.errors import ConfigurationError  # noqa: E402
-from airflow_provider_dblog.sources.mysql_catalog import ConnectionSettings  # noqa: E402
-from airflow_provider_dblog.sources.mysql_checks import StartupChecks  # noqa: E402
+from airflow_provider_dblog.sources.mysql.catalog import ConnectionSettings  # noqa: E402
+from airflow_provider_dblog.sources.mysql.checks import StartupChecks  # noqa: E402
 
 
 class StubSession:
@@ -56,7 +56,7 @@ def test_binlog_off_is_refused():
 
 def test_source_satisfies_the_protocol_and_ids_are_stable():
     from airflow_provider_dblog.core.protocols import Source
-    from airflow_provider_dblog.sources.mysql import MySQLSource, default_server_id
+    from airflow_provider_dblog.sources.mysql.source import MySQLSource, default_server_id
 
     src = MySQLSource(source_id="shop", host="h", port=1, user="u", password="s3cr3t-pw")
     assert isinstance(src, Source)

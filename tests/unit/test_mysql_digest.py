@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_dblog.core.events import Column
-from airflow_provider_dblog.sources.mysql_digest import column_renderer, double_text
+from airflow_provider_dblog.sources.mysql.digest import column_renderer, double_text
 
 # (the double, the server's CAST(d AS CHAR))
 DOUBLES = [

@@ -1,4 +1,4 @@
-"""GTID positions of the MySQL/MariaDB source (sources/mysql_gtid.py, the reader's use of them).
+"""GTID positions of the MySQL/MariaDB source (sources/mysql/gtid.py, the reader's use of them).
 
 MySQL 8 cannot be installed here, so its side is covered on protocol bytes: GTID events laid
 out as MySQL writes them (Gtid_log_event: commit flag, 16-byte source UUID, 8-byte number,
@@ -18,8 +18,8 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 
 from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import Position
-from airflow_provider_dblog.sources.mysql_catalog import ConnectionSettings
-from airflow_provider_dblog.sources.mysql_gtid import (
+from airflow_provider_dblog.sources.mysql.catalog import ConnectionSettings
+from airflow_provider_dblog.sources.mysql.gtid import (
     GtidOrderError,
     MariaDBHistory,
     MySQLHistory,
@@ -31,7 +31,7 @@ from airflow_provider_dblog.sources.mysql_gtid import (
     locate,
     parse_gtid,
 )
-from airflow_provider_dblog.sources.mysql_log import BinlogReader, encode_coord
+from airflow_provider_dblog.sources.mysql.log import BinlogReader, encode_coord
 
 UUID_A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 UUID_B = "5a5a5a5a-0000-4000-8000-000000000001"

@@ -10,7 +10,7 @@ pymysql = pytest.importorskip("pymysql")
 
 from airflow_provider_dblog.core.row_text import dumps  # noqa: E402
 from airflow_provider_dblog.core.text_column import TextColumn  # noqa: E402
-from airflow_provider_dblog.sources.mysql_select_native import TEXT_KINDS  # noqa: E402
+from airflow_provider_dblog.sources.mysql.select_native import TEXT_KINDS  # noqa: E402
 
 EOF_OK = b"\xfe" + (0).to_bytes(2, "little") + (0x0002).to_bytes(2, "little")  # autocommit status
 

@@ -22,8 +22,8 @@ orjson = pytest.importorskip("orjson")
 from pymysqlreplication.constants import FIELD_TYPE  # noqa: E402
 
 from airflow_provider_dblog.core.events import Column  # noqa: E402
-from airflow_provider_dblog.sources import mysql_rows_native as mrn  # noqa: E402
-from airflow_provider_dblog.sources.mysql_rows_native import (  # noqa: E402
+from airflow_provider_dblog.sources.mysql import rows_native as mrn  # noqa: E402
+from airflow_provider_dblog.sources.mysql.rows_native import (  # noqa: E402
     AS_BINARY,
     AS_JSON,
     AS_TEXT,
@@ -383,7 +383,7 @@ FLOAT_BITS = [
 def test_a_float_is_its_stored_single_precision_value_exactly(bits, value, text):
     """Both decoders (the Python one reads mysql-replication's float, which is struct's) give
     the float32's own value, and the row text writes it so that it reads back the same."""
-    from airflow_provider_dblog.sources.mysql_values import from_binlog
+    from airflow_provider_dblog.sources.mysql.values import from_binlog
 
     raw = struct.pack("<I", bits)
     (python,) = struct.unpack("<f", raw)

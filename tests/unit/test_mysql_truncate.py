@@ -1,10 +1,10 @@
-"""Recognising a TRUNCATE statement of a captured table in MariaDB's binlog (sources/mysql_log.py)."""
+"""Recognising a TRUNCATE statement of a captured table in MariaDB's binlog (sources/mysql/log.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dblog.sources.mysql_log import truncated_table
+from airflow_provider_dblog.sources.mysql.log import truncated_table
 
 CAPTURED = {"shop.orders", "shop.we`ird", "Other.T1"}
 

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("pymysqlreplication")
 
 from airflow_provider_dblog.core.events import Column  # noqa: E402
-from airflow_provider_dblog.sources.mysql_log import decode_coord, encode_coord, file_number  # noqa: E402
-from airflow_provider_dblog.sources.mysql_values import (  # noqa: E402
+from airflow_provider_dblog.sources.mysql.log import decode_coord, encode_coord, file_number  # noqa: E402
+from airflow_provider_dblog.sources.mysql.values import (  # noqa: E402
     column_kind,
     from_binlog,
     from_select,

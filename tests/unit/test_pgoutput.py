@@ -9,19 +9,19 @@ import pytest
 
 from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, SchemaEvent, TableSchema, WatermarkEvent
-from airflow_provider_dblog.sources import pgoutput
-from airflow_provider_dblog.sources.pgoutput import UNCHANGED_TOAST, DecodeError, decode
-from airflow_provider_dblog.sources.postgres import invisible_xids, wal2json_table_filter
-from airflow_provider_dblog.sources.postgres_catalog import TableInfo
-from airflow_provider_dblog.sources.postgres_log import (
+from airflow_provider_dblog.sources.postgres import pgoutput
+from airflow_provider_dblog.sources.postgres.catalog import TableInfo
+from airflow_provider_dblog.sources.postgres.log import (
     LogDecoder,
     commit_lsn_of,
     format_lsn,
     make_position,
     parse_lsn,
 )
-from airflow_provider_dblog.sources.postgres_setup import plugin_allowed, plugin_not_allowed_error
-from airflow_provider_dblog.sources.postgres_values import from_pg_text, parse_wal2json, timestamp_us, wal2json_text
+from airflow_provider_dblog.sources.postgres.pgoutput import UNCHANGED_TOAST, DecodeError, decode
+from airflow_provider_dblog.sources.postgres.server_setup import plugin_allowed, plugin_not_allowed_error
+from airflow_provider_dblog.sources.postgres.source import invisible_xids, wal2json_table_filter
+from airflow_provider_dblog.sources.postgres.values import from_pg_text, parse_wal2json, timestamp_us, wal2json_text
 
 PG_EPOCH = 946_684_800 * 1_000_000
 

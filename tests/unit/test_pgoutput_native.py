@@ -11,10 +11,10 @@ import pytest
 
 from airflow_provider_dblog.core.batch import LogRows
 from airflow_provider_dblog.core.events import ChangeEvent, Column, TableSchema
-from airflow_provider_dblog.sources import pgoutput, pgoutput_native
-from airflow_provider_dblog.sources.pgoutput import UNCHANGED_TOAST
-from airflow_provider_dblog.sources.postgres_catalog import TableInfo
-from airflow_provider_dblog.sources.postgres_log import LogDecoder
+from airflow_provider_dblog.sources.postgres import pgoutput, pgoutput_native
+from airflow_provider_dblog.sources.postgres.catalog import TableInfo
+from airflow_provider_dblog.sources.postgres.log import LogDecoder
+from airflow_provider_dblog.sources.postgres.pgoutput import UNCHANGED_TOAST
 
 from .test_pgoutput import begin, commit, delete, insert, relation, update
 
@@ -261,7 +261,7 @@ def test_a_binary_value_is_refused_by_the_python_path_as_before(monkeypatch):
 
 
 def test_chunk_rows_equal_the_python_converters_and_hand_back_what_they_cannot_make():
-    from airflow_provider_dblog.sources.postgres_values import converter, pg_kind
+    from airflow_provider_dblog.sources.postgres.values import converter, pg_kind
 
     names = [n for n, _, _ in COLUMNS]
     types = [t for _, _, t in COLUMNS]
@@ -292,7 +292,7 @@ def test_a_real_is_the_float32_its_text_names_on_both_paths():
     import random
     import struct
 
-    from airflow_provider_dblog.sources.postgres_values import from_pg_text
+    from airflow_provider_dblog.sources.postgres.values import from_pg_text
 
     def shortest(x: float) -> str:  # the fewest digits that read back as the float32 x
         for p in range(1, 10):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg2
 import pytest
 
-from airflow_provider_dblog.sources.postgres import PostgresSource
+from airflow_provider_dblog.sources.postgres.source import PostgresSource
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ decoder names a partition's changes and truncates (issue 10 part 3)."""
 from __future__ import annotations
 
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, SchemaEvent, TableSchema
-from airflow_provider_dblog.sources.postgres_catalog import TableInfo
-from airflow_provider_dblog.sources.postgres_log import LogDecoder, make_position
-from airflow_provider_dblog.sources.postgres_partitions import Partitions, diff_leaves
+from airflow_provider_dblog.sources.postgres.catalog import TableInfo
+from airflow_provider_dblog.sources.postgres.log import LogDecoder, make_position
+from airflow_provider_dblog.sources.postgres.partitions import Partitions, diff_leaves
 
 from .test_pgoutput import begin, commit, delete, insert, relation, truncate
 
@@ -151,7 +151,7 @@ def test_listed_keys_come_in_batches_each_at_a_position_of_its_own(monkeypatch):
     """Every key of a partition that joined gets its own position (the engine tells hits
     apart by position), after the log's end and unlike any log event's (index 0); a
     partition with more keys than a batch is listed over several steps."""
-    monkeypatch.setattr("airflow_provider_dblog.sources.postgres_partitions.KEY_BATCH", 3)
+    monkeypatch.setattr("airflow_provider_dblog.sources.postgres.partitions.KEY_BATCH", 3)
     keys = [(i, 30) for i in range(1, 8)]
     calls = []
 

@@ -13,7 +13,7 @@ import contextlib
 import pytest
 
 from airflow_provider_dblog.core.errors import ConfigurationError
-from airflow_provider_dblog.sources.postgres import PostgresSource
+from airflow_provider_dblog.sources.postgres.source import PostgresSource
 
 
 class StuckWalsender(PostgresSource):

@@ -1,4 +1,4 @@
-"""sources/pq_stream.py: the compiled reader's ends become the exceptions psycopg2 raises."""
+"""sources/postgres/pq_stream.py: the compiled reader's ends become the exceptions psycopg2 raises."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 psycopg2 = pytest.importorskip("psycopg2")
 
-from airflow_provider_dblog.sources.postgres import PostgresSource  # noqa: E402
-from airflow_provider_dblog.sources.pq_stream import _failure  # noqa: E402
+from airflow_provider_dblog.sources.postgres.pq_stream import _failure  # noqa: E402
+from airflow_provider_dblog.sources.postgres.source import PostgresSource  # noqa: E402
 
 
 def lost(exc: BaseException) -> bool:

@@ -1,7 +1,7 @@
 """The log-retention warning decisions of both sources, with numbers (no servers)."""
 
-from airflow_provider_dblog.sources.mysql import _expire_seconds, binlog_expiry_warning
-from airflow_provider_dblog.sources.postgres import retention_warning
+from airflow_provider_dblog.sources.mysql.source import _expire_seconds, binlog_expiry_warning
+from airflow_provider_dblog.sources.postgres.source import retention_warning
 
 MB = 1 << 20
 

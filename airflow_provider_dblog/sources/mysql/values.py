@@ -34,7 +34,7 @@ import re
 import uuid
 from typing import Any, Callable, Optional, Sequence
 
-from ..core.events import Column
+from ...core.events import Column
 
 _INT = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 _DECIMAL = {"decimal", "numeric", "dec", "fixed"}

@@ -12,7 +12,7 @@ import dataclasses
 import struct
 from typing import Optional, Union
 
-from ..core import names
+from ...core import names
 
 # pgoutput timestamps count microseconds from 2000-01-01 00:00:00 UTC.
 PG_EPOCH_OFFSET_US = 946_684_800 * 1_000_000

@@ -30,11 +30,11 @@ from pymysql import err
 from pymysql.connections import MysqlPacket, MySQLResult
 from pymysql.constants import COMMAND, CR
 
-from ..core.events import Column
-from ..core.row_text import PART_ROWS, ChunkTexts
-from ..core.text_column import TextColumn
-from .mysql_values import column_kind
-from .native import LogOnce, enabled, extension
+from ...core.events import Column
+from ...core.row_text import PART_ROWS, ChunkTexts
+from ...core.text_column import TextColumn
+from ..native import LogOnce, enabled, extension
+from .values import column_kind
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ import re
 import struct
 from typing import Any, Callable, Optional
 
-from ..core.toast import UNCHANGED_TOAST_KEY
+from ...core.toast import UNCHANGED_TOAST_KEY
 
 # The value that replaces a TOASTed column an UPDATE did not change: PostgreSQL does not send
 # such a value (with REPLICA IDENTITY FULL the decoder takes it from the old row instead).

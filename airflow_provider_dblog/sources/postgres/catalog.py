@@ -1,7 +1,7 @@
 """What PostgreSQL's catalog says about captured tables: columns, key, replica identity,
 partitions.
 
-Plain functions over a psycopg2 cursor, used by sources/postgres.py. A table's key is its
+Plain functions over a psycopg2 cursor, used by sources/postgres/source.py. A table's key is its
 primary key, or the user's ``key_columns`` for a table without one; either way the table's
 replica identity must carry those columns, or deletes would reach the log without a key.
 A partitioned table is captured as one table under its own name; its rows live in its leaf
@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Optional, Sequence
 
-from ..core import names
-from ..core.errors import ConfigurationError, RequestError
-from ..core.events import Column, TableSchema
+from ...core import names
+from ...core.errors import ConfigurationError, RequestError
+from ...core.events import Column, TableSchema
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,8 +32,8 @@ from typing import Any, Callable, Optional
 
 import psycopg2.errors
 
-from ..core.events import SUB_WIDTH, Key, Position
-from .postgres_catalog import captured_ancestor, leaf_partitions, table_name_of
+from ...core.events import SUB_WIDTH, Key, Position
+from .catalog import captured_ancestor, leaf_partitions, table_name_of
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Union
 
-from ..core.errors import ConfigurationError
+from ...core.errors import ConfigurationError
 
 _ERA_W, _COUNTER_W, _ROWNO_W = 2, 20, 10
 _HEAD_W = 1 + _ERA_W + _COUNTER_W + _ROWNO_W

@@ -32,10 +32,10 @@ import re
 import struct
 from typing import Any, Callable
 
-from ..core import row_digest
-from ..core.chunks import POSTGRES
-from ..core.events import Row, TableSchema
-from .postgres_values import _base_name as _base  # the type name without its modifiers
+from ...core import row_digest
+from ...core.chunks import POSTGRES
+from ...core.events import Row, TableSchema
+from .values import _base_name as _base  # the type name without its modifiers
 
 _FRACTION = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,6}))?(\+00:00)?$")
 

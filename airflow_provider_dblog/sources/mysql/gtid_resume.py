@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from ..core.errors import PositionLostError
-from . import mysql_catalog as catalog
-from .mysql_catalog import Session
-from .mysql_gtid import (
+from ...core.errors import PositionLostError
+from . import catalog
+from .catalog import Session
+from .gtid import (
     Gtid,
     History,
     MariaDBHistory,

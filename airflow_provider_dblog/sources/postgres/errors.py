@@ -12,9 +12,9 @@ from typing import Callable, Optional
 
 import psycopg2
 
-from ..core.errors import ConfigurationError, PositionLostError
-from .postgres_catalog import quote_ident, quote_table
-from .postgres_setup import plugin_not_allowed_error
+from ...core.errors import ConfigurationError, PositionLostError
+from .catalog import quote_ident, quote_table
+from .server_setup import plugin_not_allowed_error
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ binlog file (table ids are reused after a server restart, which always starts a 
 so nothing outlives it.
 
 Only streams whose control connection carries ``CACHE_MARK`` (the capture's own,
-sources/mysql_log.py) are affected: the library's class is shared by the whole process.
+sources/mysql/log.py) are affected: the library's class is shared by the whole process.
 """
 
 from __future__ import annotations

@@ -38,16 +38,16 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from ..core import names
-from ..core.batch import LogRows
-from ..core.errors import ConfigurationError, PositionLostError
-from ..core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
-from ..core.row_text import loads_row
-from . import mysql_table_maps
-from .mysql_catalog import ConnectionSettings, library_connect, library_connection_settings
-from .mysql_gtid import History, encode_gtid_coord, gtid_coord_prefix, parse_gtid
-from .mysql_rows_native import NativeRows
-from .mysql_values import binlog_converters
+from ...core import names
+from ...core.batch import LogRows
+from ...core.errors import ConfigurationError, PositionLostError
+from ...core.events import ChangeEvent, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
+from ...core.row_text import loads_row
+from . import table_maps as mysql_table_maps
+from .catalog import ConnectionSettings, library_connect, library_connection_settings
+from .gtid import History, encode_gtid_coord, gtid_coord_prefix, parse_gtid
+from .rows_native import NativeRows
+from .values import binlog_converters
 
 log = logging.getLogger(__name__)
 mysql_table_maps.install()

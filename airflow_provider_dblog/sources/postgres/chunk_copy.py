@@ -1,7 +1,7 @@
 """A dump chunk read by ``COPY (SELECT ...) TO STDOUT`` into the changelog's row texts, by the
 compiled extension (native/src/pq_copy.rs), as Arrow string arrays (core/text_column.py).
 
-The other way, a cursor (sources/postgres.py ``_select``), makes a tuple per row in psycopg2,
+The other way, a cursor (sources/postgres/source.py ``_select``), makes a tuple per row in psycopg2,
 a dict of canonical values from it, and its JSON text, all with the GIL held; the COPY makes
 only the text and the key, from the same server text the log carries, through the log
 decoder's value rules, with the GIL released while libpq reads (the writer thread runs
@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from ..core.events import Key
-from ..core.row_text import PART_ROWS
-from ..core.text_column import TextColumn
-from .native import LogOnce
+from ...core.events import Key
+from ...core.row_text import PART_ROWS
+from ...core.text_column import TextColumn
+from ..native import LogOnce
 from .pgoutput_native import NativePgRows
 from .pq_stream import compiled, libpq_error, server_error
 

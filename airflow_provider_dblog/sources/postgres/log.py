@@ -32,17 +32,17 @@ from collections import deque
 from itertools import repeat
 from typing import Any, Callable, Optional
 
-from ..core import names
-from ..core.batch import LogRows
-from ..core.errors import ConfigurationError
-from ..core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
-from ..core.row_text import loads_row
-from ..core.toast import fill_from_before, unchanged_columns
+from ...core import names
+from ...core.batch import LogRows
+from ...core.errors import ConfigurationError
+from ...core.events import ChangeEvent, Column, Op, Origin, Position, SchemaEvent, TableSchema, WatermarkEvent
+from ...core.row_text import loads_row
+from ...core.toast import fill_from_before, unchanged_columns
 from . import pgoutput
+from .catalog import TableInfo, quote_table, type_label
 from .pgoutput import Relation  # annotations: the name `pgoutput` is also a method below
 from .pgoutput_native import NativePgRows
-from .postgres_catalog import TableInfo, quote_table, type_label
-from .postgres_values import (
+from .values import (
     UNCHANGED_TOAST_VALUE,
     converter,
     from_pg_text,

@@ -12,11 +12,11 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import RotateEvent
 
-from ..core.chunks import MYSQL
-from ..core.errors import ConfigurationError
-from ..core.names import table_name
-from . import mysql_catalog as catalog
-from .mysql_catalog import ConnectionSettings, Session
+from ...core.chunks import MYSQL
+from ...core.errors import ConfigurationError
+from ...core.names import table_name
+from . import catalog
+from .catalog import ConnectionSettings, Session
 
 _ACCESS_DENIED = (1044, 1045, 1142, 1143, 1227)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..core import names
-from ..core.errors import ConfigurationError
-from .postgres_catalog import captured_ancestor, quote_ident, quote_table, server_version
+from ...core import names
+from ...core.errors import ConfigurationError
+from .catalog import captured_ancestor, quote_ident, quote_table, server_version
 
 
 def check_server(cur, user: str, plugin: str) -> None:

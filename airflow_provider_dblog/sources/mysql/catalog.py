@@ -18,11 +18,11 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import pymysql
 
-from ..core import names
-from ..core.errors import ConfigurationError, RequestError, SourceUnavailable
-from ..core.events import Column, TableSchema
-from .mysql_select_native import query_packets
-from .tls import TLSSettings, tls_error_fix
+from ...core import names
+from ...core.errors import ConfigurationError, RequestError, SourceUnavailable
+from ...core.events import Column, TableSchema
+from ..tls import TLSSettings, tls_error_fix
+from .select_native import query_packets
 
 # Connection lost / server gone away: safe to reconnect and retry a read or an idempotent write.
 _LOST = (2006, 2013, 2055)

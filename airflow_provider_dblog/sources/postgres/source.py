@@ -12,7 +12,7 @@ point) and the engine drops what it already has. ``acknowledge(P)`` confirms the
 P's commit LSN and never further, so that restart point stays available. A slot confirmed
 beyond a checkpoint therefore means the transactions in between are gone: PositionLostError.
 
-psycopg2 caveat, without the compiled extension (with it, sources/pq_stream.py reads the
+psycopg2 caveat, without the compiled extension (with it, sources/postgres/pq_stream.py reads the
 stream and psycopg2 never sees a keepalive): when the client confirmed a position at or after
 the start LSN of the last message it received and a keepalive then arrives, psycopg2 itself
 moves the flush position to the keepalive's WAL end. In the middle of a transaction that
@@ -37,7 +37,6 @@ terminated backend or walsender); the public methods raise those as ``SourceUnav
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import logging
 import re
@@ -50,17 +49,18 @@ import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 
-from ..core import names
-from ..core.batch import LogRows
-from ..core.chunks import POSTGRES, chunk_query, key_range, keys_query, max_key_query
-from ..core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
-from ..core.events import Key, LogItem, Position, Row, TableSchema
-from ..core.protocols import ChunkResult, ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog
-from ..core.row_text import PART_ROWS, ChunkTexts
-from .connection_loss import on_connection_loss
-from .dump_errors import filter_errors, postgres_dump_errors
-from .pgoutput_native import NativePgRows
-from .postgres_catalog import (
+from ...core import names
+from ...core.batch import LogRows
+from ...core.chunks import POSTGRES, chunk_query
+from ...core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
+from ...core.events import Key, LogItem, Position, Row, TableSchema
+from ...core.protocols import ChunkResult, RowTextChunks, RowTextLog
+from ...core.row_text import PART_ROWS, ChunkTexts
+from ..connection_loss import on_connection_loss
+from ..dump_errors import filter_errors, postgres_dump_errors
+from ..keyset_reader import KeysetChunkReader
+from ..tls import TLSSettings, tls_error_fix
+from .catalog import (
     TableInfo,
     captured_ancestor,
     check_partitions,
@@ -73,15 +73,15 @@ from .postgres_catalog import (
     server_version,
     type_names,
 )
-from .postgres_copy import ChunkCopy
-from .postgres_digest import digest_sql, row_hasher
-from .postgres_errors import ErrorContext, first_line, translate
-from .postgres_log import LogDecoder, commit_lsn_of, format_lsn, make_position, parse_lsn
-from .postgres_partitions import Partitions
-from .postgres_setup import check_server, ensure_publication, ensure_watermark_table
-from .postgres_values import RAW_TEXT_OIDS, converter, pg_kind
+from .chunk_copy import ChunkCopy
+from .digest import digest_sql, row_hasher
+from .errors import ErrorContext, first_line, translate
+from .log import LogDecoder, commit_lsn_of, format_lsn, make_position, parse_lsn
+from .partitions import Partitions
+from .pgoutput_native import NativePgRows
 from .pq_stream import ReplicationStream
-from .tls import TLSSettings, tls_error_fix
+from .server_setup import check_server, ensure_publication, ensure_watermark_table
+from .values import RAW_TEXT_OIDS, converter, pg_kind
 
 # Seconds between two terminations of a previous leader's walsender that still holds the slot.
 TERMINATE_AGAIN = 0.5
@@ -132,9 +132,9 @@ def wal2json_table_filter(tables: Sequence[str]) -> str:
     return ",".join(f"{esc(s)}.{esc(t)}" for s, t in map(names.split_table, tables))
 
 
-class PostgresSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog):
-    # Capabilities (core/protocols.py): parallel chunk readers, range digests, and rows as
-    # their JSON text from chunk SELECTs and from the log.
+class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
+    # Capabilities (core/protocols.py): rows as their JSON text from chunk SELECTs and from the
+    # log; parallel chunk readers and range digests come with the keyset reader.
     selects_row_text = True
     logs_row_text = True
 
@@ -688,56 +688,6 @@ class PostgresSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextL
             )
 
     @on_connection_loss
-    def select_chunk(
-        self,
-        schema,
-        after_key: Optional[Key],
-        limit: int,
-        upper_key: Optional[Key] = None,
-        where: Optional[str] = None,
-        texts: bool = False,
-    ) -> ChunkResult:
-        return self._select_chunk_on(None, schema, after_key, limit, upper_key, where, texts)
-
-    @on_connection_loss
-    def range_digest(self, schema, after_key: Optional[Key], upper_key: Optional[Key]) -> tuple[int, int]:
-        """(rows, sum of row hashes) of the key range (after_key, upper_key] for ``dblog
-        verify --ranges`` (core/range_verify.py, postgres_digest.py): one autocommit
-        statement, only the two numbers leave the server."""
-        preds, params = key_range(POSTGRES, schema, after_key, upper_key)
-        sql = f"SELECT {digest_sql(schema)} FROM {POSTGRES.table(schema.table)}"
-        if preds:
-            sql += " WHERE " + " AND ".join(preds)
-        with postgres_dump_errors(schema.table, self._dsn["user"]), self._cur() as cur:
-            cur.execute(sql, params)
-            rows, total = cur.fetchone()
-        return int(rows), int(total)
-
-    def row_hasher(self, schema) -> Callable[[Row], int]:
-        """The hash ``range_digest`` sums, from a row's canonical values."""
-        return row_hasher(schema)
-
-    def chunk_readers(self, n: int) -> list[Callable[..., ChunkResult]]:
-        """``n`` more ways to run ``select_chunk``, each on a connection of its own (opened
-        on first use, kept for the next chunks, closed with the source): a dump with several
-        readers selects disjoint key ranges in parallel inside one watermark window."""
-        while len(self._reader_conns) < n:
-            self._reader_conns.append(self._connect())
-        return [functools.partial(self._read_on, conn) for conn in self._reader_conns[:n]]
-
-    @on_connection_loss
-    def _read_on(self, conn, schema, after_key, limit, upper_key=None, where=None) -> ChunkResult:
-        return self._select_chunk_on(conn, schema, after_key, limit, upper_key, where)
-
-    def _select_chunk_on(self, conn, schema, after_key, limit, upper_key, where, texts=False) -> ChunkResult:
-        sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), after_key, limit, upper_key, where)
-        if where is not None:
-            with filter_errors(schema.table, where, self.lost):
-                return self._select(schema, sql, params, read_only=True, conn=conn, texts=texts)
-        with postgres_dump_errors(schema.table, self._dsn["user"]):
-            return self._select(schema, sql, params, conn=conn, texts=texts)
-
-    @on_connection_loss
     def replication_lag(self) -> Optional[float]:
         """The worst ``replay_lag`` of the standbys streaming from this server (pg_stat_replication
         shows every standby to superusers and members of pg_monitor / pg_read_all_stats, else
@@ -749,40 +699,55 @@ class PostgresSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextL
             n, lag = cur.fetchone()
         return float(lag) if n else None
 
-    @on_connection_loss
-    def check_predicate(self, schema, where: str) -> None:
-        sql, params = chunk_query(POSTGRES, schema, self._select_list(schema), None, 1, None, where)
-        with filter_errors(schema.table, where, self.lost), self._cur() as cur:
+    # -- chunks: the keyset reader (sources/keyset_reader.py) runs them through these -------
+    dialect = POSTGRES
+
+    def _select_list(self, schema) -> list[str]:
+        return [POSTGRES.quote(c.name) for c in schema.columns]
+
+    def _key_params(self, schema, key: Key) -> Key:
+        return key  # cast by the dialect's %s::type placeholders; _to_param when run
+
+    def _run_chunk(self, conn, schema, sql: str, params: list, where: Optional[str], texts: bool) -> ChunkResult:
+        if where is not None:
+            with filter_errors(schema.table, where, self.lost):
+                return self._select(schema, sql, params, read_only=True, conn=conn, texts=texts)
+        with postgres_dump_errors(schema.table, self._dsn["user"]):
+            return self._select(schema, sql, params, conn=conn, texts=texts)
+
+    def _run_statement(self, schema, sql: str, params: list) -> list[Row]:
+        with postgres_dump_errors(schema.table, self._dsn["user"]), self._cur() as cur:
+            psycopg2.extensions.register_type(_RAW_TEXT, cur)
+            cur.execute(sql, params or None)
+            raw = cur.fetchall()
+            oids = [d.type_code for d in cur.description]
+        return self._canonical(schema, raw, oids)
+
+    def _digest_sql(self, schema) -> str:
+        return digest_sql(schema)
+
+    def _run_digest(self, schema, sql: str, params: list) -> Sequence[Any]:
+        with postgres_dump_errors(schema.table, self._dsn["user"]), self._cur() as cur:
+            cur.execute(sql, params)
+            return cur.fetchone()
+
+    def row_hasher(self, schema) -> Callable[[Row], int]:
+        """The hash ``range_digest`` sums, from a row's canonical values."""
+        return row_hasher(schema)
+
+    def _explain(self, schema, sql: str, params: list) -> None:
+        with self._cur() as cur:
             cur.execute("BEGIN READ ONLY")
             try:
                 cur.execute("EXPLAIN " + sql, [_to_param(p) for p in params])  # a list: %% is formatted
             finally:
                 cur.execute("ROLLBACK")
 
-    @on_connection_loss
-    def select_keys(self, schema, keys: Sequence[Key]) -> ChunkResult:
-        if not keys:
-            return ChunkResult([])
-        sql, params = keys_query(POSTGRES, schema, self._select_list(schema), keys)
-        with postgres_dump_errors(schema.table, self._dsn["user"]):
-            return self._select(schema, sql, params)
+    def _open_reader(self):
+        return self._connect()
 
-    @on_connection_loss
-    def max_key(self, schema) -> Optional[Key]:
-        """One autocommit statement (the bound needs no snapshot of its own: whatever commits
-        after it reaches the changelog through the log)."""
-        sql, params = max_key_query(POSTGRES, schema, self._select_list(schema))
-        with postgres_dump_errors(schema.table, self._dsn["user"]), self._cur() as cur:
-            psycopg2.extensions.register_type(_RAW_TEXT, cur)
-            cur.execute(sql, params or None)
-            raw = cur.fetchall()
-            oids = [d.type_code for d in cur.description]
-        rows = self._canonical(schema, raw, oids)
-        return schema.key_of(rows[0]) if rows else None
-
-    @staticmethod
-    def _select_list(schema) -> list[str]:
-        return [POSTGRES.quote(c.name) for c in schema.columns]
+    def _readers(self) -> list:
+        return self._reader_conns
 
     def _select(self, schema, sql: str, params: list, read_only: bool = False, conn=None, texts=False) -> ChunkResult:
         """One REPEATABLE READ snapshot for the chunk, plus the transactions it cannot see.
@@ -795,7 +760,7 @@ class PostgresSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextL
         also takes an xid of its own, N: every transaction running at the snapshot has an
         xid below N, and [xmax, N) covers them. ``conn``: a parallel reader's connection.
         ``texts``: the rows as JSON texts, read by COPY in the same transaction
-        (sources/postgres_copy.py) or, where that path cannot, made a part at a time
+        (sources/postgres/chunk_copy.py) or, where that path cannot, made a part at a time
         (core/row_text.py) from a cursor of it; either way the chunk is never in memory all at
         once as the server's result, tuples or dicts (only its texts are)."""
         with (conn or self._conn).cursor() as cur:
@@ -838,7 +803,7 @@ class PostgresSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextL
         return ChunkResult(self._canonical(schema, raw, oids), invisible)
 
     def _copy_chunk(self, conn, cur, schema, sql: str, params: list) -> Optional[tuple[list, Any, Any]]:
-        """(keys, row texts, key texts) of the chunk by COPY (sources/postgres_copy.py), or
+        """(keys, row texts, key texts) of the chunk by COPY (sources/postgres/chunk_copy.py), or
         None: read it with the cursor."""
         if not self._copy.on:
             return None

@@ -11,7 +11,7 @@ Psycopg2 then never sees a keepalive, so this module does what ``read_message`` 
 it answers the ones that ask for a reply and sends a status update every ``status_interval``
 seconds, both with the positions acknowledged so far (psycopg2's ``send_feedback``). Unlike
 psycopg2 it never moves the flush position to a keepalive's WAL end on its own (see
-sources/postgres.py). Failures are raised as the psycopg2 exceptions ``read_message`` raises,
+sources/postgres/source.py). Failures are raised as the psycopg2 exceptions ``read_message`` raises,
 with the server's SQLSTATE as ``pgcode``.
 """
 
@@ -27,7 +27,7 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 
-from . import native
+import airflow_provider_dblog.sources.native as native
 
 log = logging.getLogger(__name__)
 

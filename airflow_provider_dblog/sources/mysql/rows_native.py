@@ -23,9 +23,9 @@ from typing import Any, Optional, Sequence
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import RowsEvent
 
-from ..core.events import Column
-from .mysql_values import column_kind, set_members
-from .native import IMPORT_ERROR, LogOnce, enabled, extension
+from ...core.events import Column
+from ..native import IMPORT_ERROR, LogOnce, enabled, extension
+from .values import column_kind, set_members
 
 log = logging.getLogger(__name__)
 

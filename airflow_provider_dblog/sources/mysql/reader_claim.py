@@ -22,8 +22,8 @@ from typing import Callable, Optional
 
 import pymysql
 
-from ..core.errors import ConfigurationError, SourceUnavailable
-from .mysql_catalog import ConnectionSettings, Session, connect
+from ...core.errors import ConfigurationError, SourceUnavailable
+from .catalog import ConnectionSettings, Session, connect
 
 log = logging.getLogger(__name__)
 

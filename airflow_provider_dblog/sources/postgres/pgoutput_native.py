@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Optional
 
-from .native import LogOnce, enabled, extension
+from ..native import LogOnce, enabled, extension
 from .pgoutput import Relation
-from .postgres_values import PG_KINDS, pg_kind
+from .values import PG_KINDS, pg_kind
 
 log = logging.getLogger(__name__)
 

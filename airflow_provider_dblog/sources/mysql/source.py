@@ -1,9 +1,9 @@
 """MySQL / MariaDB source: binlog capture, watermark writes and chunk SELECTs (DBLog paper).
 
-The log is read by mysql-replication in a background thread (sources/mysql_log.py); chunk
+The log is read by mysql-replication in a background thread (sources/mysql/log.py); chunk
 SELECTs, watermark writes and catalog reads go through a plain PyMySQL connection that is
-autocommit, READ COMMITTED and UTC (sources/mysql_catalog.py). Values of both paths are
-made canonical by sources/mysql_values.py.
+autocommit, READ COMMITTED and UTC (sources/mysql/catalog.py). Values of both paths are
+made canonical by sources/mysql/values.py.
 
 Connection loss: mysql-replication itself reconnects the binlog stream after a lost
 connection (error 2013) at the event where it was; anything else (server down, restart)
@@ -11,8 +11,8 @@ is raised as ``SourceUnavailable`` (``lost`` classifies the driver's errors, see
 sources/connection_loss.py), and the engine reopens the source.
 
 GTID positions (``use_gtid``): positions are built from each transaction's GTID
-(sources/mysql_gtid.py) and a start looks the transaction up in the server's binlog by its GTID
-(sources/mysql_gtid_resume.py), so the capture resumes on a promoted replica. ``host`` may list
+(sources/mysql/gtid.py) and a start looks the transaction up in the server's binlog by its GTID
+(sources/mysql/gtid_resume.py), so the capture resumes on a promoted replica. ``host`` may list
 several servers (``a:3306,b:3306``): the source opens the first one that is writable (not
 ``read_only``), and reopens the list when the connection is lost, which follows a failover.
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import hashlib
 import logging
 import queue
@@ -38,26 +37,27 @@ from typing import Any, Callable, Optional, Sequence
 
 import pymysql
 
-from ..core import names
-from ..core.batch import LogRows
-from ..core.chunks import MYSQL, chunk_query, key_range, keys_query, max_key_query
-from ..core.errors import ConfigurationError, PositionLostError, RequestError, SourceUnavailable
-from ..core.events import Key, LogItem, Position, Row, TableSchema
-from ..core.protocols import ChunkResult, ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog
-from ..core.row_text import PART_ROWS, ChunkTexts
-from . import mysql_catalog as catalog
-from . import mysql_digest
-from .connection_loss import on_connection_loss
-from .dump_errors import filter_errors, mysql_dump_errors
-from .mysql_catalog import ConnectionSettings, Session
-from .mysql_checks import StartupChecks
-from .mysql_gtid import History, decode_gtid_coord, era_after, is_gtid_coord
-from .mysql_gtid_resume import history_at, resume_point, server_history
-from .mysql_log import BinlogReader, Failure, decode_coord, file_number
-from .mysql_reader_claim import ReaderClaim
-from .mysql_select_native import NativeSelect, pymysql_rows, query_texts
-from .mysql_values import select_converters, select_expression, to_param
-from .tls import TLSSettings
+from ...core import names
+from ...core.batch import LogRows
+from ...core.chunks import MYSQL
+from ...core.errors import ConfigurationError, PositionLostError, RequestError, SourceUnavailable
+from ...core.events import Key, LogItem, Position, Row, TableSchema
+from ...core.protocols import ChunkResult, RowTextChunks, RowTextLog
+from ...core.row_text import PART_ROWS, ChunkTexts
+from ..connection_loss import on_connection_loss
+from ..dump_errors import filter_errors, mysql_dump_errors
+from ..keyset_reader import KeysetChunkReader
+from ..tls import TLSSettings
+from . import catalog
+from . import digest as mysql_digest
+from .catalog import ConnectionSettings, Session
+from .checks import StartupChecks
+from .gtid import History, decode_gtid_coord, era_after, is_gtid_coord
+from .gtid_resume import history_at, resume_point, server_history
+from .log import BinlogReader, Failure, decode_coord, file_number
+from .reader_claim import ReaderClaim
+from .select_native import NativeSelect, pymysql_rows, query_texts
+from .values import select_converters, select_expression, to_param
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +120,11 @@ def default_server_id(source_id: str) -> int:
     return 10000 + digest % (2**31 - 10000)
 
 
-class MySQLSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog):
+class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog):
     """A DBLog source for MySQL 8 and MariaDB 10.5+ (binlog_format=ROW, row image FULL)."""
 
-    # Capabilities (core/protocols.py): parallel chunk readers, range digests, and rows as
-    # their JSON text from chunk SELECTs and from the log.
+    # Capabilities (core/protocols.py): rows as their JSON text from chunk SELECTs and from the
+    # log; parallel chunk readers and range digests come with the keyset reader.
     selects_row_text = True
     logs_row_text = True
 
@@ -617,76 +617,40 @@ class MySQLSource(ParallelChunkReaders, RangeDigests, RowTextChunks, RowTextLog)
                         row[name] = conv(v)
         return rows
 
+    # -- chunks: the keyset reader (sources/keyset_reader.py) runs them through these -------
+    dialect = MYSQL
+
     def _select_list(self, schema: TableSchema) -> list[str]:
         return [select_expression(MYSQL.quote, c) for c in schema.columns]
 
-    @on_connection_loss
-    def check_predicate(self, schema: TableSchema, where: str) -> None:
-        sql, params = chunk_query(MYSQL, schema, self._select_list(schema), None, 1, None, where)
-        with filter_errors(schema.table, where, self.lost):
-            self._require_session().read_only_query("EXPLAIN " + sql, list(params))
-
-    @on_connection_loss
-    def select_chunk(
-        self,
-        schema: TableSchema,
-        after_key: Optional[Key],
-        limit: int,
-        upper_key: Optional[Key] = None,
-        where: Optional[str] = None,
-        texts: bool = False,
+    def _run_chunk(
+        self, conn: Optional[Session], schema: TableSchema, sql: str, params: list, where: Optional[str], texts: bool
     ) -> ChunkResult:
-        return self._select_chunk_on(None, schema, after_key, limit, upper_key, where, texts)
+        return self._rows(schema, sql, params, where, conn, texts)
 
-    def chunk_readers(self, n: int) -> list[Callable[..., ChunkResult]]:
-        """``n`` more ways to run ``select_chunk``, each on a connection of its own (opened
-        on first use, kept for the next chunks, closed with the source): a dump with several
-        readers selects disjoint key ranges in parallel inside one watermark window."""
-        while len(self._reader_sessions) < n:
-            self._reader_sessions.append(Session(self._settings))
-        return [functools.partial(self._read_on, session) for session in self._reader_sessions[:n]]
+    def _run_statement(self, schema: TableSchema, sql: str, params: list) -> Sequence[Row]:
+        return self._rows(schema, sql, params).rows
 
-    @on_connection_loss
-    def _read_on(self, session, schema, after_key, limit, upper_key=None, where=None) -> ChunkResult:
-        return self._select_chunk_on(session, schema, after_key, limit, upper_key, where)
+    def _digest_sql(self, schema: TableSchema) -> str:
+        return mysql_digest.digest_sql(schema, self._mariadb)
 
-    def _select_chunk_on(self, session, schema, after_key, limit, upper_key, where, texts=False) -> ChunkResult:
-        after = self._key_params(schema, after_key) if after_key is not None else None
-        upper = self._key_params(schema, upper_key) if upper_key is not None else None
-        sql, params = chunk_query(MYSQL, schema, self._select_list(schema), after, limit, upper, where)
-        return self._rows(schema, sql, params, where, session, texts)
-
-    @on_connection_loss
-    def select_keys(self, schema: TableSchema, keys: Sequence[Key]) -> ChunkResult:
-        if not keys:
-            return ChunkResult([])
-        sql, params = keys_query(MYSQL, schema, self._select_list(schema), [self._key_params(schema, k) for k in keys])
-        return self._rows(schema, sql, params)
-
-    @on_connection_loss
-    def range_digest(self, schema: TableSchema, after_key: Optional[Key], upper_key: Optional[Key]) -> tuple[int, int]:
-        """(rows, sum of row hashes) of the key range (after_key, upper_key] for ``dblog
-        verify --ranges`` (core/range_verify.py, mysql_digest.py): one autocommit statement,
-        only the two numbers leave the server."""
-        after = self._key_params(schema, after_key) if after_key is not None else None
-        upper = self._key_params(schema, upper_key) if upper_key is not None else None
-        preds, params = key_range(MYSQL, schema, after, upper)
-        sql = f"SELECT {mysql_digest.digest_sql(schema, self._mariadb)} FROM {MYSQL.table(schema.table)}"
-        if preds:
-            sql += " WHERE " + " AND ".join(preds)
+    def _run_digest(self, schema: TableSchema, sql: str, params: list) -> Sequence[Any]:
         with mysql_dump_errors(schema.table, self._settings.user):
             ((rows, total),) = self._require_session().query(sql, list(params))  # formatted: %% is %
-        return int(rows), int(total)
+        return rows, total
 
     def row_hasher(self, schema: TableSchema) -> Callable[[Row], int]:
         """The hash ``range_digest`` sums, from a row's canonical values."""
         return mysql_digest.row_hasher(schema, self._mariadb)
 
-    @on_connection_loss
-    def max_key(self, schema: TableSchema) -> Optional[Key]:
-        sql, params = max_key_query(MYSQL, schema, self._select_list(schema))
-        rows = self._rows(schema, sql, params).rows
-        return schema.key_of(rows[0]) if rows else None
+    def _explain(self, schema: TableSchema, sql: str, params: list) -> None:
+        self._require_session().read_only_query("EXPLAIN " + sql, list(params))
+
+    def _open_reader(self) -> Session:
+        return Session(self._settings)
+
+    def _readers(self) -> list[Session]:
+        return self._reader_sessions
 
     # -- lifecycle -------------------------------------------------------------------------
     def _require_session(self) -> Session:

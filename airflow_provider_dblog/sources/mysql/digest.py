@@ -32,10 +32,10 @@ import json
 import re
 from typing import Any, Callable
 
-from ..core import row_digest
-from ..core.chunks import MYSQL
-from ..core.events import Column, Row, TableSchema
-from .mysql_values import column_kind
+from ...core import row_digest
+from ...core.chunks import MYSQL
+from ...core.events import Column, Row, TableSchema
+from .values import column_kind
 
 _ZERO_DATE = {"date", "datetime", "timestamp"}
 
