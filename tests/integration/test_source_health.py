@@ -359,7 +359,7 @@ def test_mariadb_status_warns_when_the_binlog_retention_is_short(tmp_path):
         # would affect every other test using this server.)
         number, *_ = decode_coord(src._acknowledged.coord)
         src._acknowledged_ts = time.time() - 10 * 86400
-        from airflow_provider_dblog.sources import mysql as mysql_source
+        from airflow_provider_dblog.sources.mysql import source as mysql_source
 
         real = mysql_source.file_number
         mysql_source.file_number = lambda name: real(name) + 1  # the server is one file further
