@@ -45,7 +45,8 @@ test: install lint
 # the oracle over Kafka on MariaDB (PostgreSQL's runs in make test), and dblog_land's
 # dag.test() through spark-submit on both sources (the Airflow e2e covers it in make test), and
 # the mirror check with a corruption planted in every column (make test: a random half), and a
-# Kafka broker down for 72 s, then until the capture gives up, under a running capture.
+# Kafka broker down for 72 s, then until the capture gives up, under a running capture; and
+# the longest runs, kept out of make test so that it stays near half an hour (README).
 soak: install
 	DBLOG_SOAK=1 DBLOG_ORACLE_SECONDS=$${DBLOG_ORACLE_SECONDS:-120} PY=$(PY) scripts/run-tests -m soak
 

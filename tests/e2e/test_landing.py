@@ -540,7 +540,9 @@ def files_under(path: str) -> set[str]:
     return {str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("killed", [0, 1], ids=["first batch appends", "later batch merges"])
+@pytest.mark.parametrize(
+    "killed", [pytest.param(0, marks=pytest.mark.soak), 1], ids=["first batch appends", "later batch merges"]
+)
 def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path, killed):
     """Exactly once, no rewrite (issue 12 part 4): SIGKILL the job between a micro-batch's
     mirror commits (merges, a TRUNCATE's update; or the appends into mirrors the batch

@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.test_landing import Changelog, spark, version  # noqa: F401 - spark: the shared fixture
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.soak]  # make soak: a long run (README)
 
 from airflow_provider_dblog.core.events import Position  # noqa: E402
 from airflow_provider_dblog.spark import land_changelog, mirror_commits  # noqa: E402

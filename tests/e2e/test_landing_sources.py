@@ -217,7 +217,9 @@ CORRUPT_SEED = int(os.environ.get("DBLOG_CORRUPT_SEED") or random.SystemRandom()
 
 
 @pytest.mark.parametrize(
-    "every_column", [False, pytest.param(True, marks=pytest.mark.soak)], ids=["half-the-columns", "every-column"]
+    "every_column",
+    [pytest.param(False, marks=pytest.mark.soak), pytest.param(True, marks=pytest.mark.soak)],
+    ids=["half-the-columns", "every-column"],
 )
 def test_verify_mirror_catches_a_planted_corruption_of_each_column_type(spark, tmp_path, every_column):  # noqa: F811
     """spark/verify_mirror.py compares typed values: one changed value in any column (a
@@ -331,7 +333,7 @@ def test_source_to_mirrors(kind, spark, tmp_path):  # noqa: F811
         db.drop(source_id)
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mysql"])
+@pytest.mark.parametrize("kind", ["postgres", pytest.param("mysql", marks=pytest.mark.soak)])
 def test_drift_in_a_mirror_is_found_by_ranges_and_repaired_by_small_dumps(kind, spark, tmp_path, monkeypatch):  # noqa: F811
     """Issue 15 part 4 for mirrors: rows removed from, changed in and added to a mirror behind
     the landing's back are found by range digests (SQL on the source, Spark on the mirror)

@@ -208,6 +208,8 @@ def test_unknown_url_option_is_refused():
 
 
 @pytest.mark.timeout(400)
+# make soak (the longest runs; make test keeps the suite under 35 minutes)
+@pytest.mark.soak
 def test_broker_restart_mid_run_loses_nothing_and_duplicates_nothing(bootstrap, tmp_path):
     """SIGKILL of the Kafka broker under a running capture, and a start again a few seconds
     later: the capture waits (its failed transaction is retried by a new producer) and goes
