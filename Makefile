@@ -44,7 +44,7 @@ test: install lint
 # a fixed and more random seeds (DBLOG_SOAK_SEEDS, default 3) and a 120 s workload each, and
 # the oracle over Kafka on MariaDB (PostgreSQL's runs in make test), and dblog_land's
 # dag.test() through spark-submit on both sources (the Airflow e2e covers it in make test), and
-# the mirror check with a corruption planted in every column (make test: a random half), and a
+# the mirror check with a corruption planted in every column (and in a random half), and a
 # Kafka broker down for 72 s, then until the capture gives up, under a running capture; and
 # the longest runs, kept out of make test so that it stays near half an hour (README).
 soak: install
