@@ -314,7 +314,9 @@ def test_zookeeper_restart_pauses_and_resumes_the_capture(tmp_zk, pair):
         a.assert_alive()  # paused, not failed
         tmp_zk.start()
         n = len(pair.changelog()[0])
-        wait_for(lambda: len(pair.changelog()[0]) > n, 30, "a to write again", a.assert_alive, detail=a.tail)
+        # 90 s: a reconnect made while the restarted server was still starting gets no answer
+        # and waits out kazoo's read timeout (the 30 s session) before it tries again.
+        wait_for(lambda: len(pair.changelog()[0]) > n, 90, "a to write again", a.assert_alive, detail=a.tail)
     pair.converge(a)
     pair.assert_acl_on()
     assert "connection lost" in a.log_path.read_text().lower(), "ZooKeeper was not really away"

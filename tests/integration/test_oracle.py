@@ -361,6 +361,16 @@ def test_convergence_oracle(kind, seed, tmp_path):
                     dumps.append(dblog(config, *args).stdout.strip())
                     key_dump_at = 0
                 if not crashed and time.time() > crash_at:
+                    # The crash hits a running capture, not one still starting after the last
+                    # SIGKILL (its first connection would fail, and a start-up refuses a source
+                    # it cannot reach): the status must be this process's own first.
+                    wait_for(
+                        lambda: capture_status(state, source_id).get("pid") == capture.proc.pid,
+                        90,
+                        "the restarted capture to report",
+                        capture.assert_alive,
+                        detail=capture.tail,
+                    )
                     if not capture_status(state, source_id).get("dumps"):  # none running now: start one
                         dumps.append(
                             dblog(config, "dump", "--all", "--chunk-size", "20", "--delay-ms", "50").stdout.strip()
