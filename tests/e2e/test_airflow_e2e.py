@@ -267,6 +267,7 @@ def browser(tmp_path):
         driver.quit()
 
 
+@pytest.mark.soak  # make soak: one of the longest runs (README)
 def test_trigger_form_in_chromium(stack, browser, tmp_path):
     """Open the Trigger form of dblog_repair_dump, pick the table, type keys, submit: a run
     starts with that conf and its rows reach the changelog; for three keys, and for one key of

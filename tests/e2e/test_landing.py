@@ -380,6 +380,7 @@ def test_schema_evolution_adds_columns_and_a_type_change_stops_only_that_table(s
     assert set(rows(spark, tmp_path, src, other)) == {(1,), (2,)}
 
 
+@pytest.mark.soak  # make soak: one of the longest runs (README)
 def test_killed_mid_job_then_landed_again(spark, tmp_path):
     """SIGKILL the job (driver and JVM) between two tables' merges of one micro-batch; the
     next run replays that batch and every mirror ends up exactly as the replay rule says."""

@@ -31,6 +31,7 @@ def balances(spark, cut, table: str) -> dict:  # noqa: F811
     return {r.id: r.bal for r in read_at(spark, cut, table).where("NOT _deleted").collect()}
 
 
+@pytest.mark.soak  # make soak: one of the longest runs (README)
 def test_a_cut_reads_one_moment_of_the_source(spark, tmp_path):  # noqa: F811
     from delta.tables import DeltaTable
 

@@ -136,6 +136,7 @@ def test_kafka_records_give_the_delta_changelog_columns(spark):  # noqa: F811
         assert g == w
 
 
+@pytest.mark.soak  # make soak: one of the longest runs (README)
 def test_capture_to_kafka_landed_by_spark(spark, tmp_path):  # noqa: F811
     from pyspark.sql import functions as F
 

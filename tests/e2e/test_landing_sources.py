@@ -333,7 +333,7 @@ def test_source_to_mirrors(kind, spark, tmp_path):  # noqa: F811
         db.drop(source_id)
 
 
-@pytest.mark.parametrize("kind", ["postgres", pytest.param("mysql", marks=pytest.mark.soak)])
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.soak) for k in ("postgres", "mysql")])
 def test_drift_in_a_mirror_is_found_by_ranges_and_repaired_by_small_dumps(kind, spark, tmp_path, monkeypatch):  # noqa: F811
     """Issue 15 part 4 for mirrors: rows removed from, changed in and added to a mirror behind
     the landing's back are found by range digests (SQL on the source, Spark on the mirror)

@@ -15,7 +15,7 @@ must report zero mismatches for every table: replaying the changelog gives the s
 Then the Spark job lands the changelog (once while the workload runs, once at the end) and
 every typed Delta mirror must equal its source table, row for row.
 
-Seeds: `make test` runs one random seed per database, drawn per run and printed
+Seeds: `make test` runs one random seed on PostgreSQL (MariaDB's: make soak), drawn per run and printed
 (DBLOG_ORACLE_SEED replays a failing one); `make soak` runs a fixed seed and more random
 ones (DBLOG_SOAK_SEEDS, default 3) with a longer workload (DBLOG_ORACLE_SECONDS).
 """
@@ -277,7 +277,7 @@ def reset_position_gap(db, load: Workload, capture: Capture, out, state, source_
     return gap
 
 
-# make test: one random seed per database (a new one every run, printed for replay).
+# make test: one random seed (a new one every run, printed for replay); MariaDB's is skipped there.
 # make soak: the fixed seed and DBLOG_SOAK_SEEDS more random ones, with DBLOG_ORACLE_SECONDS.
 SOAK_SEEDS = [random.SystemRandom().randrange(10**9) for _ in range(int(os.environ.get("DBLOG_SOAK_SEEDS", "3")))]
 SEEDS = [
@@ -291,6 +291,10 @@ SEEDS = [
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
 def test_convergence_oracle(kind, seed, tmp_path):
+    if kind == "mysql" and seed == RANDOM_SEED:
+        # make test keeps PostgreSQL's (and PostgreSQL's over Kafka); MariaDB's run in make
+        # soak (a fixed seed and DBLOG_SOAK_SEEDS random ones): the suite's longest run.
+        pytest.skip("MariaDB's oracle runs in make soak (the suite's longest run)")
     print(f"\noracle {kind}: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed})")
     rng = random.Random(seed)
     db = ADAPTERS[kind]()
