@@ -11,7 +11,7 @@ partitions, whose replica identities are the ones that reach the log.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from ...core import names
 from ...core.errors import ConfigurationError, RequestError
@@ -113,6 +113,23 @@ def format_types(cur, pairs: Iterable[tuple[int, int]]) -> dict[tuple[int, int],
     return {(o, m): type_label(t) for o, m, t in cur.fetchall()}
 
 
+def index_columns(cur: Any, oid: int, flag: str) -> tuple[str, ...]:
+    """The columns, in index order, of the table's index with ``flag`` set in pg_index
+    (``indisprimary``: its primary key; ``indisreplident``: its replica identity index)."""
+    assert flag in ("indisprimary", "indisreplident")
+    cur.execute(
+        f"""
+        SELECT a.attname FROM pg_index i
+        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        WHERE i.indrelid = %s AND i.{flag}
+        ORDER BY k.ord
+        """,
+        (oid,),
+    )
+    return tuple(r[0] for r in cur.fetchall())
+
+
 def read_table(cur, table: str, key_columns: Optional[Sequence[str]] = None) -> TableInfo:
     """The table's schema from the catalog; RequestError if it does not exist,
     ConfigurationError if it has no usable key."""
@@ -136,17 +153,7 @@ def read_table(cur, table: str, key_columns: Optional[Sequence[str]] = None) -> 
     columns = tuple(Column(r[0], type_label(r[1]), bool(r[2])) for r in rows)
     base_types = {r[0]: bases.get(r[3], r[1]) for r in rows}
 
-    cur.execute(
-        """
-        SELECT a.attname FROM pg_index i
-        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-        WHERE i.indrelid = %s AND i.indisprimary
-        ORDER BY k.ord
-        """,
-        (oid,),
-    )
-    pk = tuple(r[0] for r in cur.fetchall())
+    pk = index_columns(cur, oid, "indisprimary")
     names = [c.name for c in columns]
     if pk:
         key = pk
@@ -176,17 +183,7 @@ def read_table(cur, table: str, key_columns: Optional[Sequence[str]] = None) -> 
     elif ident == "d":
         identity = pk
     elif ident == "i":
-        cur.execute(
-            """
-            SELECT a.attname FROM pg_index i
-            CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-            WHERE i.indrelid = %s AND i.indisreplident
-            ORDER BY k.ord
-            """,
-            (oid,),
-        )
-        identity = tuple(r[0] for r in cur.fetchall())
+        identity = index_columns(cur, oid, "indisreplident")
     else:
         identity = ()
     schema = TableSchema(table, columns, key)
