@@ -542,7 +542,9 @@ def files_under(path: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "killed", [pytest.param(0, marks=pytest.mark.soak), 1], ids=["first batch appends", "later batch merges"]
+    "killed",
+    [pytest.param(k, marks=pytest.mark.soak) for k in (0, 1)],
+    ids=["first batch appends", "later batch merges"],
 )
 def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path, killed):
     """Exactly once, no rewrite (issue 12 part 4): SIGKILL the job between a micro-batch's
