@@ -43,6 +43,7 @@ from ._common import (
     storage_errors,
 )
 from ._urls import refuse_credentials
+from .object_store import is_remote, require_put_if_absent
 
 SEEN_VERSION_KEY = "dblog.seen_version"
 
@@ -130,6 +131,8 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
 
     # -- lifecycle ---------------------------------------------------------------------
     def open(self) -> None:
+        if is_remote(self.root):
+            require_put_if_absent(self.root, self.storage_options)  # fencing needs atomic commits
         self._changelog = self._open_table(self.changelog_uri, CHANGELOG_SCHEMA)
         self._loaded_version = self._changelog.version()
         self._schemas = self._open_table(self.schemas_uri, SCHEMAS_SCHEMA)
