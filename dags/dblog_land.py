@@ -40,6 +40,8 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
   DBLOG_LAND_PARALLEL_TABLES  tables of a micro-batch landed at once (the job's
                               ``--parallel-tables``; default up to 4, 1: one after another)
   DBLOG_CHANGELOG_ASSET       as in dblog_capture
+  DBLOG_LAKE_CONN_ID          event mode on an object store: an ``aws`` connection whose keys
+                              the changelog watcher uses in the triggerer (docs/deploy.md)
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ def schedule():
                         lake_root(),
                         poll_interval=float(os.environ.get("DBLOG_LAND_POLL_INTERVAL", "5")),
                         min_interval=float(os.environ.get("DBLOG_LAND_MIN_INTERVAL", "60")),
+                        conn_id=os.environ.get("DBLOG_LAKE_CONN_ID") or None,
                     ),
                 )
             ],

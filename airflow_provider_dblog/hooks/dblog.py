@@ -36,6 +36,7 @@ from ..config_keys import SECONDS, number_option
 from ..core.errors import ConfigurationError
 from ..get_provider_info import STATE_CONN_FIELDS, STATE_UI_FIELD_BEHAVIOUR
 from ..sources.source_descriptor import extra_object
+from .object_store import AWS_CONN_TYPE, aws_output_url, aws_settings
 
 KAFKA_CONN_TYPE = "kafka"  # apache-airflow-providers-apache-kafka's connection type (hooks/kafka.py)
 
@@ -298,6 +299,8 @@ class DBLogHook(BaseHook):
             from .kafka import kafka_output_config  # confluent-kafka only when a Kafka output is used
 
             return kafka_output_config(self.output_conn_id, conn)[0]
+        if conn.conn_type == AWS_CONN_TYPE:  # the lake on S3; its keys go to output_env
+            return {"url": aws_output_url(self.output_conn_id, conn)}
         extra = conn.extra_dejson
         url = extra.get("url") or (f"delta://{extra['path']}" if extra.get("path") else None) or conn.host
         if not url:
@@ -322,10 +325,13 @@ class DBLogHook(BaseHook):
 
     def output_env(self) -> dict[str, str]:
         """Environment variables the capture child needs for its output: a Kafka
-        connection's client settings (security, SASL), never in argv or the config file."""
+        connection's client settings (security, SASL), an ``aws`` connection's keys, region
+        and endpoint (AWS_*), never in argv or the config file."""
         if self.output or not self.output_conn_id:
             return {}
         conn = self._connection(self.output_conn_id)
+        if conn.conn_type == AWS_CONN_TYPE:
+            return aws_settings(self.output_conn_id, conn)
         if conn.conn_type != KAFKA_CONN_TYPE:
             return {}
         from .kafka import kafka_output_config
@@ -339,6 +345,11 @@ class DBLogHook(BaseHook):
                 from .kafka import kafka_output
 
                 return kafka_output(self.output_conn_id, conn)
+            if conn.conn_type == AWS_CONN_TYPE:
+                from ..outputs import make_output
+
+                url = aws_output_url(self.output_conn_id, conn)
+                return make_output(url, storage_options=aws_settings(self.output_conn_id, conn))
         return dblog_config.make_output(self.output_config())
 
     def get_conn(self):

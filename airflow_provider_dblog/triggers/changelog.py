@@ -15,6 +15,7 @@ landing run with nothing new is cheap and changes nothing).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any, AsyncIterator, Optional
 
@@ -23,6 +24,11 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from ..spark.lake_layout import changelog_path
 
 STATE_KEY = "dblog_changelog_version"
+# A trigger's arguments are stored in Airflow's database and shown in its UI: storage options
+# that look like credentials are refused there; they come from a connection (conn_id).
+_SECRET_OPTION = re.compile(
+    r"secret|token|password|passwd|credential|sas|access_key|account_key|service_account|private", re.I
+)
 
 
 class ChangelogCommitTrigger(BaseEventTrigger):
@@ -36,12 +42,24 @@ class ChangelogCommitTrigger(BaseEventTrigger):
         poll_interval: float = 5.0,
         min_interval: float = 60.0,
         storage_options: Optional[dict[str, str]] = None,
+        conn_id: Optional[str] = None,
     ) -> None:
         super().__init__()
+        secret = sorted(k for k in (storage_options or {}) if _SECRET_OPTION.search(str(k)))
+        if secret:
+            from ..core.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"ChangelogCommitTrigger got credentials in storage_options ({', '.join(secret)}): a "
+                "trigger's arguments are stored in Airflow's database and shown in its UI.",
+                "pass conn_id= (an aws connection: docs/deploy.md) or set the AWS_* variables in the "
+                "triggerer's environment; keep only non-secret options (region, endpoint) here.",
+            )
         self.lake = lake
         self.poll_interval = float(poll_interval)
         self.min_interval = float(min_interval)
         self.storage_options = storage_options
+        self.conn_id = conn_id
         self._table: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -52,6 +70,7 @@ class ChangelogCommitTrigger(BaseEventTrigger):
                 "poll_interval": self.poll_interval,
                 "min_interval": self.min_interval,
                 "storage_options": self.storage_options,
+                "conn_id": self.conn_id,
             },
         )
 
@@ -67,12 +86,23 @@ class ChangelogCommitTrigger(BaseEventTrigger):
 
         try:
             if self._table is None:
-                self._table = DeltaTable(self.changelog_uri, storage_options=self.storage_options)
+                self._table = DeltaTable(self.changelog_uri, storage_options=self._options())
             else:
                 self._table.update_incremental()  # reads only the new log entries
         except TableNotFoundError:
             return None
         return int(self._table.version())
+
+    def _options(self) -> Optional[dict[str, str]]:
+        """The storage options: the given ones and the connection's keys (read in the
+        triggerer, at run time; never serialized). Blocking."""
+        if not self.conn_id:
+            return self.storage_options
+        from airflow.sdk import BaseHook
+
+        from ..hooks.object_store import aws_settings
+
+        return {**(self.storage_options or {}), **aws_settings(self.conn_id, BaseHook.get_connection(self.conn_id))}
 
     async def _stored(self) -> Optional[int]:
         store = self.asset_state_store

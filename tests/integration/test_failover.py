@@ -29,6 +29,7 @@ from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.zookeeper_acl import DigestAuth
 
+from ..support.s3_env import use_s3
 from .capture_proc import Capture, dblog, wait_for, write_config
 from .databases import ADAPTERS, env
 from .test_oracle import Workload
@@ -47,7 +48,9 @@ class Pair:
     """A source, its ZooKeeper chroot (digest ACL on), a lake, and two capture processes "a"
     and "b"."""
 
-    def __init__(self, kind, tmp_path, monkeypatch):
+    def __init__(self, param, tmp_path, monkeypatch):
+        # "postgres" / "mysql": the lake on local disk; "postgres@s3": on the test S3 store.
+        kind, _, store = param.partition("@")
         # Throw-away credentials: the password reaches the children only through their
         # environment (child_env copies this one), never argv or the config file.
         self.auth = DigestAuth(ZK_USER, secrets.token_urlsafe(24))
@@ -58,6 +61,7 @@ class Pair:
         self.chroot = f"/dblog-test/{uuid.uuid4().hex[:10]}"
         self.state_url = f"zk://{env('DBLOG_ZK_HOSTS')}{self.chroot}?session_timeout={SESSION_TIMEOUT}"
         self.lake = tmp_path / "lake"
+        self.lake_url = use_s3(monkeypatch) if store == "s3" else f"delta://{self.lake}"
         self.tmp_path = tmp_path
         self.captures: dict[str, Capture] = {}
 
@@ -69,7 +73,7 @@ class Pair:
             self.tmp_path / "dblog.toml",
             self.db.source_config(self.source_id),
             self.state_url,
-            f"delta://{self.lake}",
+            self.lake_url,
             state=self.state_auth,
         )
         # Authenticated like the children (the same keys): it creates the chroot with the ACL,
@@ -114,7 +118,7 @@ class Pair:
         import deltalake
         import pyarrow.compute as pc
 
-        dt = deltalake.DeltaTable(str(self.lake / "changelog"))
+        dt = deltalake.DeltaTable(make_output(self.lake_url).changelog_uri)
         t = dt.to_pyarrow_table(columns=["source_id", "position", "epoch", "written_at"])
         t = t.filter(pc.equal(t["source_id"], self.source_id))
         rows = sorted(
@@ -141,7 +145,7 @@ class Pair:
                 f"INSERT INTO {self.db.ns}.notes (uid, body, flag) VALUES (%s, %s, %s)", (sentinel, "{}", True)
             )
             c.commit()
-        out = make_output(f"delta://{self.lake}")
+        out = make_output(self.lake_url)
         out.open()
         wait_for(
             lambda: any(e.key == (sentinel,) for e in out.scan(self.source_id, f"{self.db.ns}.notes")),

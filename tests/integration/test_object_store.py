@@ -1,0 +1,152 @@
+"""The Delta changelog on an S3-compatible store (``scripts/services up s3``: moto's server),
+docs/deploy.md: commits are put-if-absent, a store that ignores conditional writes is
+refused at open, a deposed writer is fenced, and the changelog watcher reads the store.
+The two-capture SIGSTOP fencing on S3 is in test_fencing.py."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from airflow_provider_dblog.core.errors import ConfigurationError, StaleEpochError
+from airflow_provider_dblog.outputs import make_output
+from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput
+
+from ..support.s3_env import aws_env, use_s3
+from ..unit.test_outputs import ev, pos, scan_sorted
+from .capture_proc import REPO
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def lake(monkeypatch) -> str:
+    return use_s3(monkeypatch)
+
+
+def _store(url: str):
+    from obstore.store import from_url
+
+    return from_url(url)
+
+
+def test_the_test_store_refuses_a_second_put_if_absent(lake):
+    """Everything below relies on it: the server answers a create-only PUT of an existing key
+    with 412, and keeps the first object."""
+    import obstore
+    from obstore.exceptions import AlreadyExistsError
+
+    store = _store(lake)
+    obstore.put(store, "probe", b"first", mode="create")
+    with pytest.raises(AlreadyExistsError):
+        obstore.put(store, "probe", b"second", mode="create")
+    assert bytes(obstore.get(store, "probe").bytes()) == b"first"
+
+
+def test_a_changelog_on_s3_commits_reads_back_and_fences_a_deposed_writer(lake):
+    old = make_output(lake)
+    assert isinstance(old, DeltaChangelogOutput) and old.changelog_uri == f"{lake}/changelog"
+    old.open()
+    old.write([ev(1), ev(2)], epoch=1)
+    new = make_output(lake)
+    new.open()
+    assert new.last_position("pg1") == pos(2)
+    new.write([ev(3)], epoch=2)
+    # The deposed writer's cache still says epoch 1: it reads the table before writing.
+    with pytest.raises(StaleEpochError):
+        old.write([ev(4)], epoch=1)
+    # A retry of a batch already durable writes nothing twice.
+    new.write([ev(3)], epoch=2)
+    assert [e.key[0] for e in scan_sorted(new)] == [1, 2, 3]
+    import deltalake
+
+    assert deltalake.DeltaTable(new.changelog_uri).version() == 2  # create + two writes
+
+
+@pytest.fixture
+def dropping_proxy():
+    """A real process between us and the store that drops If-None-Match."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.drop_conditional_proxy", str(port), aws_env()["AWS_ENDPOINT_URL"]],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and "listening" in proc.stdout.readline()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_store_that_ignores_conditional_writes_is_refused_at_open(lake, dropping_proxy, monkeypatch):
+    # The same bucket through the proxy: the store now accepts a second put-if-absent.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", dropping_proxy)
+    out = make_output(lake)
+    with pytest.raises(ConfigurationError) as info:
+        out.open()
+    assert "ignores conditional writes" in str(info.value) and "Fix:" in str(info.value)
+    # Nothing was created: the refusal comes before the changelog table.
+    import deltalake
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", aws_env()["AWS_ENDPOINT_URL"])
+    assert not deltalake.DeltaTable.is_deltatable(f"{lake}/changelog")
+
+
+def test_unsafe_rename_is_refused_naming_the_setting(lake, monkeypatch):
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")
+    with pytest.raises(ConfigurationError) as info:
+        make_output(lake).open()
+    assert "AWS_S3_ALLOW_UNSAFE_RENAME" in str(info.value)
+    monkeypatch.delenv("AWS_S3_ALLOW_UNSAFE_RENAME")
+    with pytest.raises(ConfigurationError) as info:
+        make_output(lake, storage_options={"AWS_S3_LOCKING_PROVIDER": "dynamodb"}).open()
+    assert "AWS_S3_LOCKING_PROVIDER" in str(info.value)
+
+
+def test_the_changelog_watcher_fires_for_commits_on_s3_with_keys_from_a_connection(lake, monkeypatch):
+    """The asset watcher's trigger reads the store with an aws connection's keys, which are
+    not in its serialized arguments; with only the environment's keys removed it still works."""
+    import json
+
+    from airflow_provider_dblog.triggers.changelog import ChangelogCommitTrigger
+
+    keys = aws_env()
+    extra = {"url": lake, "endpoint_url": keys["AWS_ENDPOINT_URL"], "region_name": keys["AWS_REGION"]}
+    conn = {"conn_type": "aws", "login": keys["AWS_ACCESS_KEY_ID"], "password": keys["AWS_SECRET_ACCESS_KEY"]}
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_LAKE_S3", json.dumps({**conn, "extra": extra}))
+    out = make_output(lake)
+    out.open()
+    out.write([ev(1)], epoch=1)
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key)
+    trigger = ChangelogCommitTrigger(lake, poll_interval=0.1, min_interval=0, conn_id="dblog_lake_s3")
+    assert keys["AWS_SECRET_ACCESS_KEY"] not in json.dumps(trigger.serialize()[1])
+
+    async def first_event():
+        gen = trigger.run()
+        try:
+            return await asyncio.wait_for(gen.__anext__(), 30)
+        finally:
+            await gen.aclose()
+
+    event = asyncio.run(first_event())
+    assert event.payload["changelog_version"] == 1
+
+
+def test_a_missing_bucket_is_refused_naming_the_fix(monkeypatch):
+    use_s3(monkeypatch)
+    out = make_output(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/lake")
+    with pytest.raises(ConfigurationError) as info:
+        out.open()
+    assert "the bucket must exist" in str(info.value)
