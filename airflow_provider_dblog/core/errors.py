@@ -74,6 +74,12 @@ class OutputUnavailable(DBLogError):
     capture writes it again, exactly once."""
 
 
+class CommitConflict(Exception):
+    """Another writer committed to the changelog first (the same Delta version): nothing of
+    this batch was written; the writer re-reads the log (meeting a newer leader's epoch, if
+    that is who it was) and tries again at once. Seen when captures share a lake root."""
+
+
 class OutputStorageError(DBLogError):
     """The changelog's storage refused a write: full, read-only, or not writable by this
     user. Nothing is lost (the checkpoint stays before the failed batch); the capture stops

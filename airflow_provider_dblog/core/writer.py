@@ -34,7 +34,7 @@ import time
 from typing import Any, Iterable, Optional
 
 from .batch import Block, DumpRows, EventBatch, LogRows, Segment
-from .errors import DBLogError, OutputUnavailable, StaleEpochError
+from .errors import CommitConflict, DBLogError, OutputUnavailable, StaleEpochError
 from .events import ChangeEvent, TableSchema
 from .markers import Marker
 from .protocols import Output
@@ -122,6 +122,10 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="dblog-writer", daemon=True)
         self.events_written = 0
         self.flushes = 0
+        # Commits another writer of the same changelog beat (captures sharing a lake root):
+        # retried at once, summed up in the log once a minute rather than warned about each.
+        self.commit_conflicts = 0
+        self._conflicts_logged = (0, time.monotonic())
         self._urgent = 0  # markers put with flush_now and not yet taken by completed()
 
     # -- engine side -------------------------------------------------------------------
@@ -307,9 +311,26 @@ class Writer:
             self._buffered_bytes -= self._buffered_bytes * n // self._buffered_events
         self._buffered_events = max(0, self._buffered_events - n)
 
+    def _conflict(self, exc: CommitConflict) -> None:
+        self.commit_conflicts += 1
+        seen, since = self._conflicts_logged
+        now = time.monotonic()
+        hint = "captures sharing a lake root race for its versions; a lake root per source never does (docs/deploy.md)"
+        if seen == 0:
+            log.info("changelog commit retried: %s (%s; more are summed up once a minute)", exc, hint)
+        elif now - since >= 60:
+            log.info(
+                "%d changelog commits retried in the last %.0f s (%s)", self.commit_conflicts - seen, now - since, hint
+            )
+        else:
+            return
+        self._conflicts_logged = (self.commit_conflicts, now)
+
     def _flush(self, batch: EventBatch, schemas: list[TableSchema]) -> None:
         delay, started = 0.2, time.monotonic()
-        for attempt in range(self.retries + 1):
+        conflicts = 0
+        attempt = 0
+        while True:
             try:
                 for s in schemas:
                     self.output.register_schema(s)
@@ -322,6 +343,17 @@ class Writer:
                 return
             except StaleEpochError:
                 raise
+            except CommitConflict as exc:
+                # Not a failure: another writer's commit took the version. The retry re-reads
+                # the log first. Bounded, in case the conflict never clears.
+                conflicts += 1
+                self._conflict(exc)
+                if conflicts > 100:  # not the occasional race of a shared root
+                    raise OutputUnavailable(
+                        f"the output {self.output!r} lost {conflicts} commits in a row to other writers.",
+                        "give each capture a lake root of its own (docs/deploy.md), then start it again.",
+                    ) from exc
+                continue
             except Exception as exc:
                 if attempt == self.retries and isinstance(exc, DBLogError):
                     raise  # a cause with its fix already (a full disk, say)
@@ -338,3 +370,4 @@ class Writer:
                 log.warning("output write failed (%s), retry %d in %.1f s", exc, attempt + 1, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+                attempt += 1

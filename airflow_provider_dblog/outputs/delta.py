@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from ..core.batch import DumpRows, EventBatch, LogRows
-from ..core.errors import ConfigurationError
+from ..core.errors import CommitConflict, ConfigurationError
 from ..core.events import SUB_WIDTH, ChangeEvent, Op, Origin, TableSchema
 from ..core.protocols import FullRowIndex, RowTextOutput
 from ..core.text_column import TextColumn
@@ -255,13 +255,19 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         # our epoch check (a paused, deposed leader would otherwise commit after the new
         # leader): fail instead; the writer's retry re-reads the log and meets the new epoch.
         retries = 0 if epoch is not None else None
-        with storage_errors(self.root):
-            dl.write_deltalake(
-                self._changelog,
-                changelog_batch(fresh, epoch),
-                mode="append",
-                commit_properties=dl.CommitProperties(custom_metadata=meta, max_commit_retries=retries),
-            )
+        try:
+            with storage_errors(self.root):
+                dl.write_deltalake(
+                    self._changelog,
+                    changelog_batch(fresh, epoch),
+                    mode="append",
+                    commit_properties=dl.CommitProperties(custom_metadata=meta, max_commit_retries=retries),
+                )
+        except dl.exceptions.CommitFailedError as exc:
+            raise CommitConflict(
+                f"another writer committed changelog version {self._changelog.version() + 1} of "
+                f"{self.changelog_uri} first"
+            ) from exc
         self._book.adopt(nxt)
         # Our commit is the only new one unless another writer slipped in; then the next
         # _catch_up reads the gap (ours included, folding it again is harmless).

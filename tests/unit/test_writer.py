@@ -272,3 +272,41 @@ def test_an_output_that_refuses_every_retry_ends_with_its_cause_and_the_fix():
     assert "BrokerOutput('b:9092') failed 3 times in a row" in str(cause)
     assert "Timed out waiting for operation to finish." in str(cause) and "second line" not in str(cause)
     assert "nothing is lost" in cause.fix
+
+
+def test_a_commit_another_writer_beat_is_retried_at_once_counted_and_not_warned_about(caplog):
+    """Captures sharing a lake root race for the changelog's next version: the loser's batch
+    is retried without the failure back-off and without a warning per commit (one line a
+    minute sums them up); the batch is written once."""
+    from airflow_provider_dblog.core.errors import CommitConflict
+
+    out = MemoryOutput(fail_times=3, error=CommitConflict("another writer committed changelog version 7 first"))
+    w = Writer(out, flush_interval=0.01, retries=1)  # more conflicts than failure retries
+    w.start()
+    with caplog.at_level("INFO", logger="airflow_provider_dblog.core.writer"):
+        w.put_many([ev(i) for i in range(3)] + [Tag("ok")])
+        assert drain(w, 1) == ["ok"]
+    w.close()
+    assert [e.key[0] for b in out.batches for e in b] == [0, 1, 2]
+    assert w.commit_conflicts == 3
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r.getMessage() for r in caplog.records if "retried" in r.getMessage()] == [
+        "changelog commit retried: another writer committed changelog version 7 first (captures sharing a lake "
+        "root race for its versions; a lake root per source never does (docs/deploy.md); more are summed up once "
+        "a minute)"
+    ]
+
+
+def test_a_conflict_that_never_clears_ends_the_writer_with_the_fix():
+    from airflow_provider_dblog.core.errors import CommitConflict, OutputUnavailable
+
+    out = MemoryOutput(fail_times=10**6, error=CommitConflict("another writer committed first"))
+    w = Writer(out, flush_interval=0.01)
+    w.start()
+    w.put_many([ev(1)])
+    with pytest.raises(WriterFailed) as failed:
+        w.close(timeout=30)
+    assert (
+        isinstance(failed.value.__cause__, OutputUnavailable) and "lake root of its own" in failed.value.__cause__.fix
+    )
+    assert out.batches == []
