@@ -208,7 +208,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--mirrors", help="root of the mirror tables (default <lake>/mirrors)")
     p.add_argument("--master", help="Spark master when run without spark-submit (default local[2])")
     args = p.parse_args(argv)
-    spark = get_session("dblog-consistent-cut", master=args.master)
+    spark = get_session("dblog-consistent-cut", master=args.master, locations=(args.lake, args.mirrors))
     try:
         cut = consistent_cut(spark, args.lake, args.source, args.position, args.mirrors)
     except NoConsistentCut as exc:

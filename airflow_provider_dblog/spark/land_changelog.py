@@ -220,7 +220,9 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
         except ConfigurationError as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
-    spark = get_session("dblog-land-changelog", master=args.master)
+    spark = get_session(
+        "dblog-land-changelog", master=args.master, locations=(args.lake, args.mirrors, args.checkpoint)
+    )
     stop = threading.Event()
     if args.continuous:  # SIGTERM (the trigger's cleanup, a supervisor): stop between batches
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

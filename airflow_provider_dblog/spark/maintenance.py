@@ -129,7 +129,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     p.add_argument("--master")
     args = p.parse_args(argv)
-    spark = get_session("dblog-maintenance", master=args.master)
+    spark = get_session("dblog-maintenance", master=args.master, locations=(args.lake, args.mirrors))
     report = maintain(
         spark,
         args.lake,

@@ -10,6 +10,11 @@ Maven/Ivy resolution happens at run time; with neither set the session falls bac
 
 The jobs' runtime SQL settings (``job_conf``: shuffle partitions, ...) apply in both cases,
 under spark-submit too, unless the submitter set them.
+
+A lake (or mirrors, or checkpoint) on ``s3://`` / ``s3a://`` adds Hadoop's S3A connector
+(``s3a_conf``): its jars on the class path, the endpoint and region from the standard AWS
+variables, credentials from the environment of each JVM (never the job's conf or argv), and
+Delta's log store for S3.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Optional
 
@@ -26,6 +32,11 @@ from typing import Optional
 # The one place the coordinate is written: dags/dblog_land.py imports it, scripts/spark-jars
 # reads this line, and tests/unit/test_delta_package.py holds the docs to it.
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+
+# Hadoop's S3A connector, for a lake on s3:// or s3a://: the Hadoop version pyspark bundles
+# (pyspark/jars/hadoop-client-api-3.5.0.jar; scripts/spark-jars refuses another), with the AWS
+# SDK v2 bundle it declares. scripts/spark-jars reads this line (``--s3a-package``).
+S3A_PACKAGE = "org.apache.hadoop:hadoop-aws:3.5.0"
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -68,6 +79,95 @@ def resolve_jars(default_dir: Optional[Path] = None) -> Optional[str]:
             "Fix: run scripts/spark-jars again (it resolves them once), or unset both to use --packages."
         )
     return jars
+
+
+S3_SCHEMES = ("s3://", "s3a://")
+
+# What a lake on S3 needs besides the connector's jars. Nothing secret: the credentials are
+# read by each JVM from its own environment (the driver: the job's; executors: their worker's,
+# which a standalone worker hands its executors, see scripts/services spark; on YARN/Kubernetes
+# the node's instance profile or the pod's environment) - spark.executorEnv.* would show them
+# in the web UI and event log. Environment variables first, then the host's instance profile.
+S3A_CONF = {
+    # s3:// (what the capture's delta-rs output and AWS users write) read and written by S3A,
+    # through FileSystem and FileContext (the streaming checkpoint uses the latter).
+    "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
+    "spark.hadoop.fs.s3a.aws.credentials.provider": (
+        "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider,"
+        "org.apache.hadoop.fs.s3a.auth.IAMInstanceCredentialsProvider"
+    ),
+    # Delta 4.4's log stores for S3 are S3SingleDriverLogStore (its default, set here so the
+    # choice is visible) and S3DynamoDBLogStore (delta-storage-s3-dynamodb plus a DynamoDB
+    # table); none commits through S3's put-if-absent. The single-driver store makes a commit
+    # atomic only among the writers of one JVM (an in-process lock per table, then a listing
+    # check), so two drivers committing to one mirror at once can overwrite each other's
+    # version file. That fits this job: the mirrors have one writer, the landing of their
+    # source (dblog_land: max_active_runs=1, one driver; --parallel-tables shares that JVM);
+    # the changelog it reads is committed by the capture (delta-rs, put-if-absent), never by
+    # Spark. Run maintenance (OPTIMIZE/VACUUM) of S3 mirrors between landings, not beside them,
+    # or configure S3DynamoDBLogStore (docs/landing.md) for multiple drivers.
+    "spark.delta.logStore.s3.impl": "io.delta.storage.S3SingleDriverLogStore",
+    "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
+}
+
+
+def on_s3(locations: Iterable[Optional[str]]) -> bool:
+    """Whether any of the job's locations (lake, mirrors, checkpoint) is an S3 URL."""
+    return any(loc and loc.startswith(S3_SCHEMES) for loc in locations)
+
+
+def resolve_s3a_jars(default_dir: Optional[Path] = None) -> Optional[str]:
+    """The S3A connector's jars resolved at install (``scripts/spark-jars --s3a``), as a class
+    path (``:``-separated), or None: ``DBLOG_SPARK_S3A_JARS``, else the listing in the jar
+    cache (as ``resolve_jars``)."""
+    jars = os.environ.get("DBLOG_SPARK_S3A_JARS", "").strip().replace(",", ":")
+    if not jars:
+        _, artifact, version = S3A_PACKAGE.split(":")
+        cache = Path(os.environ.get("DBLOG_SPARK_JARS_DIR") or default_dir or DEFAULT_JARS_DIR)
+        listing = cache / f"{artifact}-{version}" / "jars.txt"
+        jars = listing.read_text().strip().replace(",", ":") if listing.is_file() else ""
+    if not jars:
+        return None
+    missing = [j for j in jars.split(":") if not Path(j).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"S3A jar(s) {missing} listed by DBLOG_SPARK_S3A_JARS / DBLOG_SPARK_JARS_DIR do not exist. "
+            "Fix: run scripts/spark-jars --s3a again (it resolves them once)."
+        )
+    return jars
+
+
+def s3a_conf(launched_by_submit: bool, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Settings for a lake on S3. Endpoint and region from the standard variables
+    (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, ``AWS_REGION`` / ``AWS_DEFAULT_REGION``),
+    with path-style requests and plain HTTP when the endpoint says ``http://`` (S3-compatible
+    stores); credentials as ``S3A_CONF`` says. Without spark-submit the connector's jars go on
+    the driver's and executors' class path (``extraClassPath``, so they are loaded by the
+    classloader Hadoop's FileSystem uses, and not copied to every executor as ``spark.jars``
+    would: the AWS SDK bundle is 650 MB); every host must have them at that path (here: one
+    host; on a cluster: installed with the package). Under spark-submit the submitter passes
+    ``--driver-class-path`` / ``spark.executor.extraClassPath`` (docs/landing.md)."""
+    conf = dict(S3A_CONF)
+    endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        if endpoint.startswith("http://"):
+            conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "false"
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    if not launched_by_submit:
+        classpath = resolve_s3a_jars()
+        if not classpath:
+            raise FileNotFoundError(
+                f"the lake is on S3 but the S3A connector ({S3A_PACKAGE}) is not resolved. "
+                "Fix: run scripts/spark-jars (it resolves it once into .spark-jars), or set DBLOG_SPARK_S3A_JARS."
+            )
+        conf["spark.driver.extraClassPath"] = classpath
+        conf["spark.executor.extraClassPath"] = classpath
+    return conf
 
 
 def session_conf(launched_by_submit: bool, jars: Optional[str] = None, extra_conf: Optional[dict] = None) -> dict:
@@ -122,13 +222,18 @@ def job_conf(parallelism: int) -> dict[str, str]:
 
 
 def get_session(
-    app_name: str = "dblog", master: Optional[str] = None, jars: Optional[str] = None, extra_conf: Optional[dict] = None
+    app_name: str = "dblog",
+    master: Optional[str] = None,
+    jars: Optional[str] = None,
+    extra_conf: Optional[dict] = None,
+    locations: Iterable[Optional[str]] = (),
 ):
     """The active session if there is one, else a new one with Delta.
 
     ``master``: e.g. ``local[2]``; None keeps what spark-submit set (or ``local[2]`` when
     run with plain ``python``). ``jars``: comma-separated jar paths (default
-    ``resolve_jars()``)."""
+    ``resolve_jars()``). ``locations``: the job's lake, mirrors, checkpoint: one on S3 adds
+    ``s3a_conf`` (under spark-submit only what the submitter did not set)."""
     from pyspark.sql import SparkSession
 
     quiet_pandas_warning()
@@ -141,12 +246,27 @@ def get_session(
         builder = builder.master(master or os.environ.get("DBLOG_SPARK_MASTER", "local[2]"))
     if not launched_by_submit:
         python_workers_default()
-    for k, v in session_conf(launched_by_submit, jars, extra_conf).items():
+    conf = session_conf(launched_by_submit, jars, extra_conf)
+    if on_s3(locations):
+        conf = {**_unchosen(s3a_conf(launched_by_submit), launched_by_submit), **conf}
+    for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))
     apply_job_conf(spark, keep=set(extra_conf or ()))
     return spark
+
+
+def _unchosen(conf: dict[str, str], launched_by_submit: bool) -> dict[str, str]:
+    """``conf`` without the keys spark-submit's ``--conf`` / spark-defaults.conf already set
+    (they are the JVM's system properties, which a new SparkConf reads)."""
+    if not launched_by_submit:
+        return conf
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # the gateway spark-submit started
+    chosen = SparkConf()
+    return {k: v for k, v in conf.items() if not chosen.contains(k)}
 
 
 def apply_job_conf(spark, keep: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:

@@ -217,7 +217,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     config = load_config(args.config)
     source = make_source(config["source"])
     source.open()
-    spark = get_session("dblog-verify-mirror")
+    spark = get_session("dblog-verify-mirror", locations=(args.lake, args.mirrors))
     mirrors = mirrors_root(args.lake, args.mirrors)
     report = verification.printer("in the mirror", args.show)
     try:

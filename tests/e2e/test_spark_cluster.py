@@ -1,0 +1,257 @@
+"""The landing job on a Spark standalone cluster (``scripts/services up spark``): a master and
+two workers, each a JVM of its own, the job submitted with pyspark's spark-submit as
+dblog_land's SparkSubmitOperator does, its executors in the workers' processes.
+
+* A changelog on local disk (the workers share the host) lands into the same mirrors on the
+  cluster as on ``local[2]``.
+* A changelog on S3 (``scripts/services up s3``, moto) lands into mirrors on S3, on the
+  cluster: the S3A connector's jars (``scripts/spark-jars --s3a``) on the driver's and the
+  executors' class path, the endpoint from ``AWS_ENDPOINT_URL``, the executors' credentials from
+  their worker's environment (the services start the workers with the test store's keys).
+
+Both check, from the workers' work directories, that executors in both worker JVMs ran the
+job's tasks: a job that ran in its driver alone (``local``) leaves none and fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+pyspark = pytest.importorskip("pyspark")
+deltalake = pytest.importorskip("deltalake")
+
+from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema  # noqa: E402
+from airflow_provider_dblog.core.verify import replay  # noqa: E402
+from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput, changelog_batch  # noqa: E402
+from tests.support.spark_jars import spark_jars  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+JOB = REPO / "airflow_provider_dblog" / "spark" / "land_changelog.py"
+APP_NAME = "dblog-land-changelog"  # get_session's name for the landing
+
+
+# ---------------------------------------------------------------- the cluster
+class Cluster:
+    def __init__(self, master: str, ui: str, work: Path):
+        self.master, self.ui, self.work = master, ui, work
+
+    def state(self) -> dict:
+        with urllib.request.urlopen(f"{self.ui}/json/", timeout=5) as r:
+            return json.load(r)
+
+    def app_ids(self) -> set[str]:
+        s = self.state()
+        return {a["id"] for a in s.get("activeapps", []) + s.get("completedapps", []) if a["name"] == APP_NAME}
+
+    def tasks_by_worker(self, app_id: str) -> dict[str, int]:
+        """Tasks each worker's executors of ``app_id`` ran (their stderr in the work dirs)."""
+        out = {}
+        for worker in sorted(p for p in self.work.iterdir() if p.is_dir()):
+            logs = list((worker / app_id).glob("*/stderr"))
+            out[worker.name] = sum(f.read_text(errors="replace").count("Running task ") for f in logs)
+        return out
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Cluster:
+    master = os.environ.get("DBLOG_SPARK_CLUSTER_MASTER", "spark://127.0.0.1:57077")
+    ui = os.environ.get("DBLOG_SPARK_CLUSTER_UI", "http://127.0.0.1:57078")
+    services = Path(os.environ.get("DBLOG_SERVICES_DIR") or REPO / ".services")
+    c = Cluster(master, ui, services / "spark" / "work")
+    try:
+        state = c.state()
+    except OSError as exc:
+        pytest.skip(f"no Spark master answers at {ui} ({exc}): `scripts/services up spark`, then eval its env")
+    if state.get("url") != master or state.get("aliveworkers", 0) < 2:
+        pytest.skip(f"the Spark master at {ui} is not {master} with 2 live workers: `scripts/services up spark`")
+    if not c.work.is_dir():
+        pytest.skip(f"{c.work} missing: DBLOG_SERVICES_DIR must be the services' directory (its env)")
+    return c
+
+
+def submit(master: str, lake: str, mirrors: str, classpath: str | None = None, env: dict | None = None) -> dict:
+    """spark-submit the landing job (client mode, as dblog_land does); its stats line."""
+    cmd = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", "1g", "--jars", spark_jars()]
+    cmd += ["--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false"]
+    if master.startswith("spark://"):
+        cmd += ["--executor-memory", "1g", "--executor-cores", "1", "--total-executor-cores", "2"]
+    if classpath:  # the S3A connector: on the class path of the driver and of every executor
+        cmd += ["--driver-class-path", classpath, "--conf", f"spark.executor.extraClassPath={classpath}"]
+    cmd += [str(JOB), "--lake", lake, "--mirrors", mirrors, "--no-register"]
+    environ = {
+        **os.environ,
+        **(env or {}),
+        "PYTHONPATH": str(REPO),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    environ.pop("PYSPARK_GATEWAY_PORT", None)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=environ)
+    assert out.returncode == 0, f"{' '.join(cmd[:3])} ... failed:\n{out.stdout[-2000:]}\n{out.stderr[-6000:]}"
+    return json.loads([x for x in out.stdout.splitlines() if x.startswith("{")][-1])
+
+
+def run_on_cluster(cluster: Cluster, lake: str, mirrors: str, **kw) -> tuple[dict, dict[str, int]]:
+    """The job on the cluster; its stats and the tasks each worker's executors ran."""
+    before = cluster.app_ids()
+    stats = submit(cluster.master, lake, mirrors, **kw)
+    new = cluster.app_ids() - before
+    assert len(new) == 1, f"the job did not run as one application of the master at {cluster.ui}: {new}"
+    app = new.pop()
+    for _ in range(20):  # executors' logs are flushed as they exit
+        tasks = cluster.tasks_by_worker(app)
+        if len(tasks) >= 2 and all(tasks.values()):
+            break
+        time.sleep(0.5)
+    return stats, tasks
+
+
+# ---------------------------------------------------------------- a changelog
+class Changelog:
+    """A changelog under ``root`` (a path or an s3:// URL), one commit per ``append``."""
+
+    def __init__(self, root: str, source_id: str):
+        self.root, self.source_id = root, source_id
+        self.out = DeltaChangelogOutput(root)
+        self.out.open()
+        self.events: list[ChangeEvent] = []
+        self.n = 0
+
+    def schema(self, table: str) -> TableSchema:
+        s = TableSchema(table, (Column("id", "integer"), Column("v", "text"), Column("n", "bigint")), ("id",))
+        self.out.register_schema(s)
+        return s
+
+    def ev(self, schema: TableSchema, op: str, key: int, v: str = "") -> ChangeEvent:
+        self.n += 1
+        row = None if op == "d" else {"id": key, "v": v, "n": key * 1000 + self.n}
+        return ChangeEvent(
+            self.source_id,
+            schema.table,
+            Op(op),
+            (key,),
+            None,
+            row,
+            Position(f"{self.n:016X}{0:010d}", 0),
+            commit_ts=1_700_000_000_000_000 + self.n,
+            origin=Origin("log"),
+            dump_id=None,
+            schema_id=schema.schema_id(),
+        )
+
+    def append(self, *events: ChangeEvent) -> None:
+        deltalake.write_deltalake(f"{self.root}/changelog", changelog_batch(list(events), None), mode="append")
+        self.events += events
+
+    def expected(self, table: str) -> dict[int, tuple]:
+        return {k[0]: (r["v"], r["n"]) for k, r in replay(e for e in self.events if e.table == table).items()}
+
+
+def write_changelog(root: str) -> tuple[Changelog, list[TableSchema]]:
+    """Three tables over several commits: inserts, updates (in and across commits), deletes,
+    a key deleted and inserted again."""
+    log = Changelog(root, "cl_" + uuid.uuid4().hex[:6])
+    schemas = [log.schema(f"s.t{i}") for i in range(3)]
+    for s in schemas:
+        log.append(*[log.ev(s, "c", k, f"{s.table}-{k}") for k in range(200)])
+    for s in schemas:
+        log.append(*[log.ev(s, "u", k, "u1") for k in range(0, 200, 3)], *[log.ev(s, "d", k) for k in range(1, 200, 7)])
+        log.append(*[log.ev(s, "u", k, "u2") for k in range(0, 200, 9)], log.ev(s, "c", 1, "again"))
+    return log, schemas
+
+
+def mirror_rows(mirrors: str, source_id: str, table: str, storage_options: dict | None = None) -> list[tuple]:
+    """A mirror's rows (tombstones included; not when they were landed), sorted, read without Spark."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    dt = DeltaTable(f"{mirrors}/{source_id}/{table}", storage_options=storage_options)
+    rows = pa.table(QueryBuilder().register("m", dt).execute("SELECT * FROM m").read_all()).to_pylist()
+    return sorted(tuple(sorted((k, v) for k, v in r.items() if k != "_landed_at")) for r in rows)
+
+
+def live(rows: list[tuple]) -> dict[int, tuple]:
+    return {d["id"]: (d["v"], d["n"]) for d in map(dict, rows) if not d["_deleted"]}
+
+
+# ---------------------------------------------------------------- tests
+def test_landing_on_the_cluster_equals_local(cluster, tmp_path):
+    lake = tmp_path / "lake"
+    log, schemas = write_changelog(str(lake))
+
+    t0 = time.monotonic()
+    stats, tasks = run_on_cluster(cluster, str(lake), str(tmp_path / "cluster-mirrors"))
+    print(f"landed on the cluster in {time.monotonic() - t0:.1f} s: {stats}")
+    assert stats["events"] == len(log.events)
+    assert len(tasks) >= 2 and all(tasks.values()), f"executors in both workers should have run tasks: {tasks}"
+
+    t0 = time.monotonic()
+    local = submit("local[2]", str(lake), str(tmp_path / "local-mirrors"))
+    print(f"landed on local[2] in {time.monotonic() - t0:.1f} s: {local}")
+    assert local["events"] == stats["events"]
+    for s in schemas:
+        on_cluster = mirror_rows(str(tmp_path / "cluster-mirrors"), log.source_id, s.table)
+        assert on_cluster == mirror_rows(str(tmp_path / "local-mirrors"), log.source_id, s.table)
+        assert live(on_cluster) == log.expected(s.table)
+
+
+def s3_env() -> dict[str, str]:
+    needed = ("DBLOG_S3_ENDPOINT", "DBLOG_S3_BUCKET", "DBLOG_S3_ACCESS_KEY_ID", "DBLOG_S3_SECRET_ACCESS_KEY")
+    missing = [k for k in needed if not os.environ.get(k)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} unset: `scripts/services up s3` and eval its env")
+    try:
+        urllib.request.urlopen(f"{os.environ['DBLOG_S3_ENDPOINT']}/moto-api/", timeout=5).close()
+    except OSError as exc:
+        pytest.skip(f"no S3 store answers at {os.environ['DBLOG_S3_ENDPOINT']} ({exc}): `scripts/services up s3`")
+    return {
+        "AWS_ENDPOINT_URL": os.environ["DBLOG_S3_ENDPOINT"],
+        "AWS_ACCESS_KEY_ID": os.environ["DBLOG_S3_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": os.environ["DBLOG_S3_SECRET_ACCESS_KEY"],
+        "AWS_REGION": os.environ.get("DBLOG_S3_REGION", "us-east-1"),
+        "AWS_ALLOW_HTTP": "true",
+    }
+
+
+def s3a_classpath() -> str:
+    out = subprocess.run(
+        [str(REPO / "scripts" / "spark-jars"), "--s3a"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "PY": sys.executable},
+    )
+    if out.returncode != 0 or not out.stdout.strip():
+        pytest.skip(f"the S3A connector's jars did not resolve (scripts/spark-jars --s3a):\n{out.stderr[-2000:]}")
+    return out.stdout.strip()
+
+
+def test_landing_from_s3_into_s3_on_the_cluster(cluster, monkeypatch):
+    env = s3_env()
+    classpath = s3a_classpath()
+    for k, v in env.items():  # delta-rs (the changelog's writer here) reads them too
+        monkeypatch.setenv(k, v)
+    lake = f"s3://{os.environ['DBLOG_S3_BUCKET']}/{uuid.uuid4().hex[:12]}/lake"
+    log, schemas = write_changelog(lake)
+
+    stats, tasks = run_on_cluster(cluster, lake, f"{lake}/mirrors", classpath=classpath, env=env)
+    assert stats["events"] == len(log.events)
+    assert len(tasks) >= 2 and all(tasks.values()), f"executors in both workers should have run tasks: {tasks}"
+    for s in schemas:
+        assert live(mirror_rows(f"{lake}/mirrors", log.source_id, s.table)) == log.expected(s.table)
+
+    again, _ = run_on_cluster(cluster, lake, f"{lake}/mirrors", classpath=classpath, env=env)
+    assert again["events"] == 0, "the checkpoint on S3 should hold what was landed"
