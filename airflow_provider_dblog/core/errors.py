@@ -77,7 +77,7 @@ class OutputUnavailable(DBLogError):
 class CommitConflict(Exception):
     """Another writer committed to the changelog first (the same Delta version): nothing of
     this batch was written; the writer re-reads the log (meeting a newer leader's epoch, if
-    that is who it was) and tries again at once. Seen when captures share a lake root."""
+    that is who it was) and tries again after a short random pause. Seen when captures share a lake root."""
 
 
 class OutputStorageError(DBLogError):

@@ -188,6 +188,7 @@ def live(rows: list[tuple]) -> dict[int, tuple]:
 
 
 # ---------------------------------------------------------------- tests
+@pytest.mark.soak  # make soak: three minutes; make test lands on the cluster from S3 below
 def test_landing_on_the_cluster_equals_local(cluster, tmp_path):
     lake = tmp_path / "lake"
     log, schemas = write_changelog(str(lake))

@@ -274,9 +274,9 @@ def test_an_output_that_refuses_every_retry_ends_with_its_cause_and_the_fix():
     assert "nothing is lost" in cause.fix
 
 
-def test_a_commit_another_writer_beat_is_retried_at_once_counted_and_not_warned_about(caplog):
+def test_a_commit_another_writer_beat_is_retried_counted_and_not_warned_about(caplog):
     """Captures sharing a lake root race for the changelog's next version: the loser's batch
-    is retried without the failure back-off and without a warning per commit (one line a
+    is retried without the failure back-off (a pause of a few milliseconds) and without a warning per commit (one line a
     minute sums them up); the batch is written once."""
     from airflow_provider_dblog.core.errors import CommitConflict
 
