@@ -297,8 +297,11 @@ def test_a_commit_another_writer_beat_is_retried_counted_and_not_warned_about(ca
     ]
 
 
-def test_a_conflict_that_never_clears_ends_the_writer_with_the_fix():
+def test_a_conflict_that_never_clears_ends_the_writer_with_the_fix(monkeypatch):
+    from airflow_provider_dblog.core import writer
     from airflow_provider_dblog.core.errors import CommitConflict, OutputUnavailable
+
+    monkeypatch.setattr(writer.random, "uniform", lambda lo, hi: 0.0)  # no pauses: 100 conflicts
 
     out = MemoryOutput(fail_times=10**6, error=CommitConflict("another writer committed first"))
     w = Writer(out, flush_interval=0.01)
