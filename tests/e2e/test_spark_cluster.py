@@ -34,6 +34,7 @@ deltalake = pytest.importorskip("deltalake")
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema  # noqa: E402
 from airflow_provider_dblog.core.verify import replay  # noqa: E402
 from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput, changelog_batch  # noqa: E402
+from tests.support.s3_env import aws_env  # noqa: E402
 from tests.support.spark_jars import spark_jars  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,6 +84,16 @@ def cluster() -> Cluster:
 
 def submit(master: str, lake: str, mirrors: str, classpath: str | None = None, env: dict | None = None) -> dict:
     """spark-submit the landing job (client mode, as dblog_land does); its stats line."""
+    proc = start_submit(master, lake, mirrors, classpath, env)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, f"spark-submit --master {master} ... failed:\n{stdout[-2000:]}\n{stderr[-6000:]}"
+    return json.loads([x for x in stdout.splitlines() if x.startswith("{")][-1])
+
+
+def start_submit(
+    master: str, lake: str, mirrors: str, classpath: str | None = None, env: dict | None = None
+) -> subprocess.Popen:
+    """The landing job submitted, running: the driver is this child process."""
     cmd = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", "1g", "--jars", spark_jars()]
     cmd += ["--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false"]
     if master.startswith("spark://"):
@@ -99,9 +110,9 @@ def submit(master: str, lake: str, mirrors: str, classpath: str | None = None, e
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
     environ.pop("PYSPARK_GATEWAY_PORT", None)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=environ)
-    assert out.returncode == 0, f"{' '.join(cmd[:3])} ... failed:\n{out.stdout[-2000:]}\n{out.stderr[-6000:]}"
-    return json.loads([x for x in out.stdout.splitlines() if x.startswith("{")][-1])
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, start_new_session=True
+    )
 
 
 def run_on_cluster(cluster: Cluster, lake: str, mirrors: str, **kw) -> tuple[dict, dict[str, int]]:
@@ -209,24 +220,6 @@ def test_landing_on_the_cluster_equals_local(cluster, tmp_path):
         assert live(on_cluster) == log.expected(s.table)
 
 
-def s3_env() -> dict[str, str]:
-    needed = ("DBLOG_S3_ENDPOINT", "DBLOG_S3_BUCKET", "DBLOG_S3_ACCESS_KEY_ID", "DBLOG_S3_SECRET_ACCESS_KEY")
-    missing = [k for k in needed if not os.environ.get(k)]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} unset: `scripts/services up s3` and eval its env")
-    try:
-        urllib.request.urlopen(f"{os.environ['DBLOG_S3_ENDPOINT']}/moto-api/", timeout=5).close()
-    except OSError as exc:
-        pytest.skip(f"no S3 store answers at {os.environ['DBLOG_S3_ENDPOINT']} ({exc}): `scripts/services up s3`")
-    return {
-        "AWS_ENDPOINT_URL": os.environ["DBLOG_S3_ENDPOINT"],
-        "AWS_ACCESS_KEY_ID": os.environ["DBLOG_S3_ACCESS_KEY_ID"],
-        "AWS_SECRET_ACCESS_KEY": os.environ["DBLOG_S3_SECRET_ACCESS_KEY"],
-        "AWS_REGION": os.environ.get("DBLOG_S3_REGION", "us-east-1"),
-        "AWS_ALLOW_HTTP": "true",
-    }
-
-
 def s3a_classpath() -> str:
     out = subprocess.run(
         [str(REPO / "scripts" / "spark-jars"), "--s3a"],
@@ -236,12 +229,12 @@ def s3a_classpath() -> str:
         env={**os.environ, "PY": sys.executable},
     )
     if out.returncode != 0 or not out.stdout.strip():
-        pytest.skip(f"the S3A connector's jars did not resolve (scripts/spark-jars --s3a):\n{out.stderr[-2000:]}")
+        pytest.fail(f"the S3A connector's jars did not resolve (scripts/spark-jars --s3a):\n{out.stderr[-2000:]}")
     return out.stdout.strip()
 
 
 def test_landing_from_s3_into_s3_on_the_cluster(cluster, monkeypatch):
-    env = s3_env()
+    env = aws_env()
     classpath = s3a_classpath()
     for k, v in env.items():  # delta-rs (the changelog's writer here) reads them too
         monkeypatch.setenv(k, v)
@@ -256,3 +249,62 @@ def test_landing_from_s3_into_s3_on_the_cluster(cluster, monkeypatch):
 
     again, _ = run_on_cluster(cluster, lake, f"{lake}/mirrors", classpath=classpath, env=env)
     assert again["events"] == 0, "the checkpoint on S3 should hold what was landed"
+
+
+# ---------------------------------------------------------------- faults on the cluster
+def mirror_commits(mirrors: str, source_id: str, table: str) -> list[tuple]:
+    """(landing, batch, operation) of each landing commit of a mirror, oldest first."""
+    from airflow_provider_dblog.spark.mirror_commits import BATCH, LANDING, parse_user_metadata
+
+    out = []
+    for c in sorted(deltalake.DeltaTable(f"{mirrors}/{source_id}/{table}").history(), key=lambda c: c["version"]):
+        meta = parse_user_metadata(c.get("userMetadata"))
+        if meta is not None:
+            out.append((meta.get(LANDING), meta.get(BATCH), c.get("operation")))
+    return out
+
+
+def wait_for_tasks_on(cluster: Cluster, worker: str, proc: subprocess.Popen, timeout: float = 300) -> str:
+    """The running landing's app id, once an executor in ``worker`` runs its tasks."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert proc.poll() is None, f"the landing ended before the fault: {proc.communicate()[1][-3000:]}"
+        apps = {a["id"] for a in cluster.state().get("activeapps", []) if a["name"] == APP_NAME}
+        for app in apps:
+            if cluster.tasks_by_worker(app).get(worker):
+                return app
+        time.sleep(0.3)
+    raise AssertionError(f"no task of the landing ran in {worker} within {timeout} s")
+
+
+@pytest.mark.soak  # make soak: two landings on the cluster each (about 4 minutes)
+@pytest.mark.parametrize("victim", ["worker", "driver"])
+def test_a_kill_on_the_cluster_mid_landing_then_the_next_run_converges_without_a_duplicate_commit(
+    cluster, tmp_path, victim
+):
+    """SIGKILL worker 1 (its executor dies with it) or the driver (spark-submit) while the
+    landing's tasks run on the cluster; the worker is started again and the job resubmitted:
+    the mirrors equal the replay, and no micro-batch committed twice to a mirror (the
+    transaction id of spark/mirror_commits.py)."""
+    lake, mirrors = str(tmp_path / "lake"), str(tmp_path / "mirrors")
+    log, schemas = write_changelog(lake)
+    proc = start_submit(cluster.master, lake, mirrors)
+    try:
+        wait_for_tasks_on(cluster, "1", proc)
+        if victim == "worker":
+            subprocess.run([str(REPO / "scripts" / "services"), "crash", "spark-worker"], check=True, timeout=60)
+        else:
+            os.killpg(proc.pid, 9)
+        proc.communicate(timeout=600)  # a lost executor's tasks are retried elsewhere: it may still succeed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    first_ok = proc.returncode == 0
+    subprocess.run([str(REPO / "scripts" / "services"), "up", "spark"], check=True, timeout=300)
+    stats = submit(cluster.master, lake, mirrors)
+    if first_ok:
+        assert stats["events"] == 0, "the first run landed everything: the second has nothing to do"
+    for s in schemas:
+        assert live(mirror_rows(mirrors, log.source_id, s.table)) == log.expected(s.table)
+        commits = mirror_commits(mirrors, log.source_id, s.table)
+        assert commits and len(commits) == len(set(commits)), f"a micro-batch committed twice: {commits}"
