@@ -57,28 +57,31 @@ LOCAL_CONF = {
 DEFAULT_JARS_DIR = Path(__file__).resolve().parents[2] / ".spark-jars"
 
 
-def resolve_jars(default_dir: Optional[Path] = None) -> Optional[str]:
-    """The Delta jars resolved at install time (comma-separated paths), or None.
-
-    ``DBLOG_SPARK_JARS`` (the list ``scripts/spark-jars`` prints), else the listing it keeps in
-    ``$DBLOG_SPARK_JARS_DIR`` (default ``default_dir``, else the checkout's ``.spark-jars``).
-    A listed jar that is gone is an error here rather than a run that downloads or fails in
-    the JVM."""
-    jars = os.environ.get("DBLOG_SPARK_JARS", "").strip()
+def _cached_jars(package: str, env_var: str, default_dir: Optional[Path], fix: str) -> list[str]:
+    """The jar paths ``env_var`` lists (comma-separated), else the listing ``scripts/spark-jars``
+    keeps for ``package`` in ``$DBLOG_SPARK_JARS_DIR`` (default ``default_dir``, else the
+    checkout's ``.spark-jars``); [] when neither. A listed jar that is gone is an error here
+    rather than a run that downloads or fails in the JVM."""
+    jars = os.environ.get(env_var, "").strip()
     if not jars:
-        _, artifact, version = DELTA_PACKAGE.split(":")
+        _, artifact, version = package.split(":")
         cache = Path(os.environ.get("DBLOG_SPARK_JARS_DIR") or default_dir or DEFAULT_JARS_DIR)
         listing = cache / f"{artifact}-{version}" / "jars.txt"
         jars = listing.read_text().strip() if listing.is_file() else ""
-    if not jars:
-        return None
-    missing = [j for j in jars.split(",") if not Path(j).is_file()]
+    paths = [j for j in jars.replace(":", ",").split(",") if j]
+    missing = [j for j in paths if not Path(j).is_file()]
     if missing:
         raise FileNotFoundError(
-            f"Delta jar(s) {missing} listed by DBLOG_SPARK_JARS / DBLOG_SPARK_JARS_DIR do not exist. "
-            "Fix: run scripts/spark-jars again (it resolves them once), or unset both to use --packages."
+            f"jar(s) {missing} of {package} listed by {env_var} / DBLOG_SPARK_JARS_DIR do not exist. Fix: {fix}"
         )
-    return jars
+    return paths
+
+
+def resolve_jars(default_dir: Optional[Path] = None) -> Optional[str]:
+    """The Delta jars resolved at install time (comma-separated paths), or None:
+    ``DBLOG_SPARK_JARS`` (the list ``scripts/spark-jars`` prints), else its cached listing."""
+    fix = "run scripts/spark-jars again (it resolves them once), or unset both to use --packages."
+    return ",".join(_cached_jars(DELTA_PACKAGE, "DBLOG_SPARK_JARS", default_dir, fix)) or None
 
 
 S3_SCHEMES = ("s3://", "s3a://")
@@ -119,23 +122,9 @@ def on_s3(locations: Iterable[Optional[str]]) -> bool:
 
 def resolve_s3a_jars(default_dir: Optional[Path] = None) -> Optional[str]:
     """The S3A connector's jars resolved at install (``scripts/spark-jars --s3a``), as a class
-    path (``:``-separated), or None: ``DBLOG_SPARK_S3A_JARS``, else the listing in the jar
-    cache (as ``resolve_jars``)."""
-    jars = os.environ.get("DBLOG_SPARK_S3A_JARS", "").strip().replace(",", ":")
-    if not jars:
-        _, artifact, version = S3A_PACKAGE.split(":")
-        cache = Path(os.environ.get("DBLOG_SPARK_JARS_DIR") or default_dir or DEFAULT_JARS_DIR)
-        listing = cache / f"{artifact}-{version}" / "jars.txt"
-        jars = listing.read_text().strip().replace(",", ":") if listing.is_file() else ""
-    if not jars:
-        return None
-    missing = [j for j in jars.split(":") if not Path(j).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"S3A jar(s) {missing} listed by DBLOG_SPARK_S3A_JARS / DBLOG_SPARK_JARS_DIR do not exist. "
-            "Fix: run scripts/spark-jars --s3a again (it resolves them once)."
-        )
-    return jars
+    path (``:``-separated), or None: ``DBLOG_SPARK_S3A_JARS``, else the cached listing."""
+    fix = "run scripts/spark-jars --s3a again (it resolves them once)."
+    return ":".join(_cached_jars(S3A_PACKAGE, "DBLOG_SPARK_S3A_JARS", default_dir, fix)) or None
 
 
 def s3a_conf(launched_by_submit: bool, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
