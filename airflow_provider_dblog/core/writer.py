@@ -124,7 +124,7 @@ class Writer:
         self.events_written = 0
         self.flushes = 0
         # Commits another writer of the same changelog beat (captures sharing a lake root):
-        # retried at once, summed up in the log once a minute rather than warned about each.
+        # retried after a short pause, summed up in the log once a minute, not warned about.
         self.commit_conflicts = 0
         self._conflicts_logged = (0, time.monotonic())
         self._urgent = 0  # markers put with flush_now and not yet taken by completed()
