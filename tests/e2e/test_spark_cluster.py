@@ -199,7 +199,7 @@ def live(rows: list[tuple]) -> dict[int, tuple]:
 
 
 # ---------------------------------------------------------------- tests
-@pytest.mark.soak  # make soak: three minutes; make test lands on the cluster from S3 below
+@pytest.mark.soak  # make soak: three minutes
 def test_landing_on_the_cluster_equals_local(cluster, tmp_path):
     lake = tmp_path / "lake"
     log, schemas = write_changelog(str(lake))
@@ -233,6 +233,7 @@ def s3a_classpath() -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.soak  # make soak: three minutes (make test stayed under 40 minutes without it)
 def test_landing_from_s3_into_s3_on_the_cluster(cluster, monkeypatch):
     env = aws_env()
     classpath = s3a_classpath()
