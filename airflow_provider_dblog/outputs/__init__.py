@@ -19,11 +19,12 @@ from typing import Optional
 
 from ..core.errors import ConfigurationError, without_userinfo
 from ._urls import _ACCEPTED, refuse_credentials
+from .object_store import REMOTE_SCHEMES
 
 __all__ = ["make_output", "DeltaChangelogOutput", "JsonLinesOutput", "CallableOutput", "KafkaOutput"]
 
-# URI schemes delta-rs opens directly (object stores and local files).
-_OBJECT_STORE_SCHEMES = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "file", "lakefs", "hdfs"}
+# URI schemes delta-rs opens directly: the object stores (outputs/object_store.py) and these.
+_OBJECT_STORE_SCHEMES = REMOTE_SCHEMES | {"file", "lakefs", "hdfs"}
 
 
 def make_output(url: str, storage_options: Optional[dict] = None):
