@@ -59,7 +59,7 @@ class _Timing:
     why: str = "delay"  # "delay": its own delay after a chunk; "backoff": after an aborted one
     backoff: float = 0.0
     cause: str = ""  # why the last chunk was aborted (while backing off)
-    turn: int = -1  # when it last got a chunk: the least recent goes first within a class
+    turn: int = -1  # when it last got a chunk, or was first seen: the least recent goes first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +164,9 @@ class DumpScheduler:
         self.dumps = [d for d in self.state.list_dumps(self.source_id) if not d.status.finished]
         ids = {d.dump_id for d in self.dumps}
         self._timings = {i: t for i, t in self._timings.items() if i in ids}
+        for d in self.dumps:  # a dump first seen queues behind every dump seen before it
+            if d.dump_id not in self._timings:
+                self._timings[d.dump_id] = _Timing(turn=next(self._turns))
         for d in self.dumps:
             for t in self._tables_of(d):
                 if t not in self.estimates:
@@ -255,8 +258,9 @@ class DumpScheduler:
 
     def _order(self, dumps: list[Dump]) -> list[Dump]:
         """Who is first for the next chunk: repairs before table dumps, and within each class
-        the dump that had a chunk least recently (never: request order), so two backfills
-        alternate and a new one starts at once."""
+        the dump that had a chunk (or was first seen) least recently, so two backfills
+        alternate and a new one waits for one chunk of each dump already there, never longer:
+        a stream of new dumps (TOAST repairs under an update load) cannot hold one back."""
         return sorted(dumps, key=lambda d: (not repairs(d), self._timing(d.dump_id).turn))
 
     def _timing(self, dump_id: str) -> _Timing:
@@ -346,6 +350,8 @@ class DumpScheduler:
         (a crash before that leaves it pending, and the next run performs it)."""
         self._finished.add(dump_id)
         self._covers.setdefault(by, []).extend([dump_id, *self._covers.pop(dump_id, [])])
+        if dump_id in self._timings:  # ``by`` keeps its place in the queue, not one at the back
+            self._timings[by] = _Timing(turn=self._timings[dump_id].turn)
         self.wake()
 
     def _release(self, dump_id: str) -> None:

@@ -307,6 +307,54 @@ def test_two_backfills_take_turns_chunk_by_chunk(state, clock):
     assert served == [first, second] * 3
 
 
+def test_a_stream_of_new_dumps_does_not_hold_a_backfill_back(state, clock):
+    """The capture's TOAST repairs under an update load: whenever none is waiting, a new one
+    arrives during the chunk window (core/toast.py merges a new one into one that waits).
+    A new dump queues behind the dumps already there, so the backfill still gets one of every
+    two chunks; a new dump used to go first, and the backfill waited as long as the load."""
+    backfill = request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    served, waiting = [], None
+    for i in range(12):
+        plan = s.next_chunk()
+        served.append(plan.dump_id)
+        if waiting is None or plan.dump_id == waiting:  # none waits: the next one is new
+            spec = DumpSpec.new(SOURCE_ID, [TABLE], [(1000 + i,)], toast_repair=True)
+            state.add_dump(spec, DumpControl())
+            waiting = spec.dump_id
+        key = (plan.start.last_key or (0,))[0] if plan.keys is None else 0
+        finish(s, plan, rows(*range(key + 1, key + 1 + plan.size)) if plan.keys is None else rows(1000 + i))
+        clock.advance(REQUEST_CHECK)
+    assert all(backfill in served[i : i + 2] for i in range(len(served) - 1)), served
+    assert len(set(served)) > 4, served  # the repairs are served too
+
+
+def test_a_repair_superseded_during_every_chunk_keeps_its_place(state, clock):
+    """New keys replace the waiting TOAST repair by one listing both (core/toast.py): the new
+    dump takes the old one's place in the queue, so a repair superseded during every window
+    is still served, and the backfill too."""
+    backfill = request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    served, waiting = [], None
+    for i in range(12):
+        plan = s.next_chunk()
+        served.append(plan.dump_id)
+        keys = [(1000 + i,)]
+        if waiting is not None and plan.dump_id != waiting:
+            keys = list(state.get_dump(waiting).spec.keys) + keys
+        spec = DumpSpec.new(SOURCE_ID, [TABLE], keys, toast_repair=True)
+        state.add_dump(spec, DumpControl())
+        if waiting is not None and plan.dump_id != waiting:
+            s.superseded(waiting, spec.dump_id)
+        waiting = spec.dump_id
+        key = (plan.start.last_key or (0,))[0] if plan.keys is None else 0
+        finish(s, plan, rows(*range(key + 1, key + 1 + plan.size)) if plan.keys is None else [])
+        clock.advance(REQUEST_CHECK)
+    repairs = [i for i, d in enumerate(served) if d != backfill]
+    assert len(repairs) >= 4 and all(b - a <= 3 for a, b in zip(repairs, repairs[1:])), served
+    assert all(backfill in served[i : i + 3] for i in range(len(served) - 2)), served
+
+
 def _run(s: DumpScheduler, clock, seconds: float, chunk_seconds: float) -> dict[str, list[float]]:
     """The engine's loop on the fake clock: each chunk takes ``chunk_seconds`` from its
     hand-out to its HW and comes back full; returns each dump's hand-out times."""
