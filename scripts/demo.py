@@ -134,6 +134,7 @@ def main(kind: str) -> None:
     work = WORK / kind
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    lake = lake_of(work, kind)
     e = os.environ
     if kind == "postgres":
         src = {
@@ -160,7 +161,7 @@ def main(kind: str) -> None:
         "[source]\n"
         + "".join(f"{k} = {json.dumps(v)}\n" for k, v in src.items())
         + f"\n[state]\npath = {json.dumps(str(work / 'state.db'))}\n"
-        + f"\n[output]\nurl = {json.dumps('delta://' + str(work / 'lake'))}\n"
+        + f"\n[output]\nurl = {json.dumps(output_url(lake))}\n"
     )
     print(f"\n=== DBLog demo on {kind}: {rows} customers and {rows} orders, config {CONFIG}", flush=True)
     drop_slot(kind, src["id"])
@@ -213,7 +214,7 @@ def main(kind: str) -> None:
         time.sleep(2)
         stop.set()
         loader.join()
-        wait_for_sentinel(kind, ns, src["id"], work)  # the capture has reached the last write
+        wait_for_sentinel(kind, ns, src["id"], lake)  # the capture has reached the last write
     finally:
         stop.set()
         capture.terminate()
@@ -224,26 +225,39 @@ def main(kind: str) -> None:
         sys.exit("demo FAILED: the changelog does not match the source")
     print(
         f"=== {kind}: the changelog replays to exactly the source tables (0 mismatches); "
-        f"changelog at {work / 'lake' / 'changelog'}\n",
+        f"changelog at {lake}/changelog\n",
         flush=True,
     )
-    lakehouse(CONFIG, work / "lake", land=True)
+    lakehouse(CONFIG, lake, land=True)
     print(
         f"=== {kind}: Spark landed the changelog into typed Delta mirrors equal to the source tables "
-        f"(0 mismatches); mirrors at {work / 'lake' / 'mirrors'}\n",
+        f"(0 mismatches); mirrors at {lake}/mirrors\n",
         flush=True,
     )
 
 
-def lakehouse(config: Path, lake: Path, land: bool) -> None:
+def lake_of(work: Path, kind: str) -> str:
+    """The demo's lake: under ``work`` on local disk, or a fresh prefix of the S3 test store
+    when ``DEMO_DEPLOY=cluster`` (scripts/demo)."""
+    if os.environ.get("DEMO_DEPLOY") == "cluster":
+        return f"s3://{os.environ['DBLOG_S3_BUCKET']}/demo-{time.time_ns()}/{kind}/lake"
+    return str(work / "lake")
+
+
+def output_url(lake: str) -> str:
+    """The capture's output URL for the lake: ``delta://`` + a local path, an s3:// URL as is."""
+    return lake if "://" in lake else "delta://" + lake
+
+
+def lakehouse(config: Path, lake: str | Path, land: bool) -> None:
     """Land into the mirrors (unless Airflow did), show rows through Spark SQL, verify them."""
-    print(f"--- the lakehouse: Delta mirror tables of {lake / 'changelog'}", flush=True)
+    print(f"--- the lakehouse: Delta mirror tables of {lake}/changelog", flush=True)
     cmd = [sys.executable, "-m", "scripts.demo_lakehouse", "--config", str(config), "--lake", str(lake)]
     if subprocess.run(cmd + (["--land"] if land else []), cwd=ROOT).returncode != 0:
         sys.exit("demo FAILED: the mirrors do not match the source")
 
 
-def wait_for_sentinel(kind: str, ns: str, source_id: str, work: Path) -> None:
+def wait_for_sentinel(kind: str, ns: str, source_id: str, lake: str) -> None:
     """Write one recognisable change; once it is in the changelog, so is everything before."""
     from airflow_provider_dblog.outputs import make_output
 
@@ -252,7 +266,7 @@ def wait_for_sentinel(kind: str, ns: str, source_id: str, work: Path) -> None:
     c.cursor().execute(f"UPDATE {ns}.customers SET email=%s WHERE id=1", (mark,))
     c.commit()
     c.close()
-    out = make_output("delta://" + str(work / "lake"))
+    out = make_output(output_url(lake))
     out.open()
     deadline = time.time() + 120
     while time.time() < deadline:

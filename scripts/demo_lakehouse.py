@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     source_id, tables = source["id"], source["tables"]
     mirrors = mirrors_root(args.lake)
     t0 = time.time()
-    spark = get_session("dblog-demo-lakehouse")
+    spark = get_session("dblog-demo-lakehouse", locations=[args.lake])  # DBLOG_SPARK_MASTER: local[2] or a cluster
     print(f"  Spark {spark.version} session ({spark.sparkContext.master}) in {time.time() - t0:.1f} s", flush=True)
     if args.land:
         land_args = ["--lake", args.lake, "--source", source_id]
