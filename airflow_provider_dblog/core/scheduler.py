@@ -62,6 +62,34 @@ class _Timing:
     turn: int = -1  # when it last got a chunk, or was first seen: the least recent goes first
 
 
+class _Pacers:
+    """Each dump's chunk size and delay: its control's, or its Pacer's when adaptive."""
+
+    def __init__(self) -> None:
+        self._pacers: dict[str, Pacer] = {}  # adaptive dumps' pace, per dump id
+
+    def of(self, dump: Dump) -> Pacer:
+        pacer = self._pacers.get(dump.dump_id)
+        if pacer is None:
+            c = dump.control
+            pacer = self._pacers[dump.dump_id] = Pacer(c.chunk_size, c.delay_ms, MAX_CHUNK_SIZE)
+        return pacer
+
+    def chunk_size(self, dump: Dump) -> int:
+        return self.of(dump).chunk_size if dump.control.adaptive else dump.control.chunk_size
+
+    def delay_ms(self, dump: Dump) -> int:
+        return self.of(dump).delay_ms if dump.control.adaptive else dump.control.delay_ms
+
+    def report(self, dump: Dump) -> dict[str, Any]:
+        c = dump.control
+        return (
+            self.of(dump).report()
+            if c.adaptive
+            else {"mode": "fixed", "chunk_size": c.chunk_size, "delay_ms": c.delay_ms}
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class ChunkPlan:
     """The next chunk of one table of one dump: a key range after ``start.last_key`` up to
@@ -145,7 +173,7 @@ class DumpScheduler:
         self._turns = itertools.count()
         self._serving: Optional[str] = None  # the dump whose chunk was handed out last
         self._rate_base: dict[str, tuple[float, int]] = {}  # dump id -> (first seen, rows then)
-        self._pacers: dict[str, Pacer] = {}  # adaptive dumps' pace, per dump id
+        self._pacers = _Pacers()
         # dump id -> the waiting dumps it superseded (core/toast.py): done when it is done
         self._covers: dict[str, list[str]] = {}
 
@@ -230,7 +258,7 @@ class DumpScheduler:
             timing.turn = next(self._turns)
             self._serving = dump.dump_id
             start = self._emitted.setdefault(dump.dump_id, {}).get(table, TableProgress())
-            size = self._pace(dump).chunk_size if dump.control.adaptive else dump.control.chunk_size
+            size = self._pacers.chunk_size(dump)
             keys = dump.spec.keys
             if keys is None:
                 return ChunkPlan(dump.dump_id, table, start, size, where=dump.spec.where, readers=dump.control.readers)
@@ -266,13 +294,6 @@ class DumpScheduler:
     def _timing(self, dump_id: str) -> _Timing:
         return self._timings.setdefault(dump_id, _Timing())
 
-    def _pace(self, dump: Dump) -> Pacer:
-        pacer = self._pacers.get(dump.dump_id)
-        if pacer is None:
-            c = dump.control
-            pacer = self._pacers[dump.dump_id] = Pacer(c.chunk_size, c.delay_ms, MAX_CHUNK_SIZE)
-        return pacer
-
     def adaptive(self, plan: ChunkPlan) -> bool:
         dump = self._find(plan.dump_id)
         return dump is not None and dump.control.adaptive
@@ -282,7 +303,7 @@ class DumpScheduler:
         dump = self._find(plan.dump_id)
         if dump is None or not dump.control.adaptive:
             return
-        pacer = self._pace(dump)
+        pacer = self._pacers.of(dump)
         before = pacer.signal
         pacer.observe(signals)
         if pacer.signal != before:
@@ -323,9 +344,7 @@ class DumpScheduler:
         dump_done = dump is not None and self._next_table(dump) is None
         if dump_done:
             self._finished.add(plan.dump_id)
-        delay_ms = 0
-        if dump is not None:
-            delay_ms = self._pace(dump).delay_ms if dump.control.adaptive else dump.control.delay_ms
+        delay_ms = self._pacers.delay_ms(dump) if dump is not None else 0
         timing = self._timing(plan.dump_id)
         timing.next_at, timing.why = self._clock() + delay_ms / 1000.0, "delay"
         self._serving = None
@@ -385,9 +404,7 @@ class DumpScheduler:
                 "eta_seconds": eta,
                 "paused": d.control.paused,
                 "waiting": waits.get(d.dump_id),
-                "pace": self._pace(d).report()
-                if d.control.adaptive
-                else {"mode": "fixed", "chunk_size": d.control.chunk_size, "delay_ms": d.control.delay_ms},
+                "pace": self._pacers.report(d),
             }
         return out
 
