@@ -37,7 +37,7 @@ from typing import Callable, Optional
 
 import pyarrow as pa
 
-from airflow_provider_dblog.spark.lake_layout import changelog_path, mirrors_root
+from airflow_provider_dblog.outputs.lake_layout import changelog_path, mirrors_root
 
 from .common import fmt_n as _n
 from .common import standalone

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any, Callable, Optional
 
-from airflow_provider_dblog.spark.lake_layout import mirror_path, mirrors_root
+from airflow_provider_dblog.outputs.lake_layout import mirror_path, mirrors_root
 
 from .common import fmt_n as _n
 from .common import say as _say

@@ -51,7 +51,7 @@ import sys
 import time
 from typing import Callable, Optional
 
-from airflow_provider_dblog.spark.lake_layout import changelog_path, mirrors_root
+from airflow_provider_dblog.outputs.lake_layout import changelog_path, mirrors_root
 
 from .common import NAMES, standalone
 from .dbs import DATABASES
@@ -280,7 +280,7 @@ def analyse(spark, lake: str, source_id: str, table: str, txns: list) -> dict:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from airflow_provider_dblog.spark.lake_layout import mirror_path
+    from airflow_provider_dblog.outputs.lake_layout import mirror_path
 
     exp, hi = expected_commits(txns)
     path = mirror_path(mirrors_root(lake), source_id, table)
@@ -348,7 +348,7 @@ def analyse(spark, lake: str, source_id: str, table: str, txns: list) -> dict:
 def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict:
     from pyspark.sql import SparkSession
 
-    from airflow_provider_dblog.spark.lake_layout import mirror_path
+    from airflow_provider_dblog.outputs.lake_layout import mirror_path
     from airflow_provider_dblog.spark.session import get_session
 
     o = {**DEFAULTS, **(opts or {})}

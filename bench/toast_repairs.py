@@ -43,7 +43,7 @@ from typing import Optional
 from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.core.toast import UNCHANGED_TOAST_KEY
-from airflow_provider_dblog.spark.lake_layout import changelog_path
+from airflow_provider_dblog.outputs.lake_layout import changelog_path
 from airflow_provider_dblog.state.local import LocalStateStore
 
 from .common import fmt_n as _n

@@ -28,7 +28,7 @@ from airflow_provider_dblog.config import make_source
 from airflow_provider_dblog.core.range_verify import check_table_by_ranges
 from airflow_provider_dblog.core.verify import check_table
 from airflow_provider_dblog.outputs import make_output
-from airflow_provider_dblog.spark.lake_layout import mirrors_root
+from airflow_provider_dblog.outputs.lake_layout import mirrors_root
 
 from .dbs import MariaDBBench, PostgresBench
 from .dump_load import LiveCapture

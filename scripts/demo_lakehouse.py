@@ -21,8 +21,8 @@ import warnings
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 from airflow_provider_dblog.config import load_config  # noqa: E402
+from airflow_provider_dblog.outputs.lake_layout import mirrors_root  # noqa: E402
 from airflow_provider_dblog.spark import land_changelog, verify_mirror  # noqa: E402
-from airflow_provider_dblog.spark.lake_layout import mirrors_root  # noqa: E402
 from airflow_provider_dblog.spark.session import get_session  # noqa: E402
 
 ROWS_SHOWN = 5

@@ -124,7 +124,7 @@ class VerifyOperator(BaseOperator):
         return summary
 
     def _against_mirrors(self, source: Any, tables: list[str], report: Any) -> dict[str, Any]:
-        from ..spark.lake_layout import absolute
+        from ..outputs.lake_layout import absolute
         from ..spark.session import get_session
         from ..spark.verify_mirror import against_mirrors
 

@@ -31,7 +31,6 @@ from ..core.errors import CommitConflict, ConfigurationError
 from ..core.events import SUB_WIDTH, ChangeEvent, Op, Origin, TableSchema
 from ..core.protocols import FullRowIndex, RowTextOutput
 from ..core.text_column import TextColumn
-from ..spark.lake_layout import changelog_path, schemas_path
 from ._common import (
     CHANGELOG_FIELDS,
     EPOCH_KEY,
@@ -43,6 +42,7 @@ from ._common import (
     storage_errors,
 )
 from ._urls import refuse_credentials
+from .lake_layout import changelog_path, schemas_path
 from .object_store import is_remote, require_put_if_absent
 
 SEEN_VERSION_KEY = "dblog.seen_version"

@@ -27,8 +27,8 @@ import sys
 from typing import Any, Callable, Optional
 
 from airflow_provider_dblog import sources
+from airflow_provider_dblog.outputs.lake_layout import absolute, changelog_path, mirrors_root
 from airflow_provider_dblog.spark import mirror_commits as mc
-from airflow_provider_dblog.spark.lake_layout import absolute, changelog_path, mirrors_root
 
 
 class NoConsistentCut(RuntimeError):

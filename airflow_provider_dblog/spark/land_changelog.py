@@ -8,7 +8,7 @@
 
 Plain PySpark (no Airflow imports), submitted by SparkSubmitOperator or by hand. This module
 is the driver and its command line; the merge is spark/lander.py, the paths under the lake
-spark/lake_layout.py, the schema store spark/schema_store.py.
+outputs/lake_layout.py, the schema store spark/schema_store.py.
 
 *Incremental*: the changelog is read as a Delta streaming source with an availableNow
 trigger and a checkpoint, so each run lands only the changelog versions that earlier runs
@@ -34,15 +34,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_dblog.core.errors import ConfigurationError
-from airflow_provider_dblog.spark import mirror_types as mt
-from airflow_provider_dblog.spark.kafka_changelog import KafkaChangelog
-from airflow_provider_dblog.spark.lake_layout import (
+from airflow_provider_dblog.outputs.lake_layout import (
     absolute,
     catalog_names,
     changelog_path,
     checkpoint_path,
     mirror_path,
 )
+from airflow_provider_dblog.spark import mirror_types as mt
+from airflow_provider_dblog.spark.kafka_changelog import KafkaChangelog
 from airflow_provider_dblog.spark.lander import Lander, TableFacts
 from airflow_provider_dblog.spark.mirror_tables import PROP_KEY, PROP_STOPPED, ensure_database, list_mirrors
 from airflow_provider_dblog.spark.schema_store import SchemaStore

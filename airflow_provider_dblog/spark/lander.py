@@ -31,8 +31,8 @@ from pyspark.sql import types as T
 
 from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.outputs._common import dumps
+from airflow_provider_dblog.outputs.lake_layout import absolute, mirror_path, mirrors_root, schemas_path
 from airflow_provider_dblog.spark import mirror_types as mt
-from airflow_provider_dblog.spark.lake_layout import absolute, mirror_path, mirrors_root, schemas_path
 from airflow_provider_dblog.spark.mirror_commits import BatchCommit, tagged, writer_options
 from airflow_provider_dblog.spark.mirror_tables import (
     META_NAMES,

@@ -30,7 +30,7 @@ import json
 import sys
 from typing import Any, Optional
 
-from airflow_provider_dblog.spark.lake_layout import MIRRORS, changelog_path, schemas_path
+from airflow_provider_dblog.outputs.lake_layout import MIRRORS, changelog_path, schemas_path
 from airflow_provider_dblog.spark.mirror_tables import PROP_KEY, list_mirrors
 from airflow_provider_dblog.spark.session import get_session
 

@@ -8,7 +8,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from airflow_provider_dblog.spark.lake_layout import catalog_names
+from airflow_provider_dblog.outputs.lake_layout import catalog_names
 
 # Metadata columns of every mirror row, after the source's columns.
 METADATA = T.StructType(

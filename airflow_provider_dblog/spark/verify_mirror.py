@@ -38,8 +38,8 @@ from airflow_provider_dblog import verification
 from airflow_provider_dblog.core.events import Key, Row, TableSchema
 from airflow_provider_dblog.core.range_verify import RangeStats, find_drift, read_range, supports_ranges
 from airflow_provider_dblog.core.verify import Mismatch, compare, read_all
+from airflow_provider_dblog.outputs.lake_layout import mirror_path, mirrors_root
 from airflow_provider_dblog.spark import mirror_types as mt
-from airflow_provider_dblog.spark.lake_layout import mirror_path, mirrors_root
 
 
 class _JsonNullText:

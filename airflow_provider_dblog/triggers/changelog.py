@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from ..spark.lake_layout import changelog_path
+from ..outputs.lake_layout import changelog_path
 
 STATE_KEY = "dblog_changelog_version"
 # A trigger's arguments are stored in Airflow's database and shown in its UI: storage options

@@ -101,3 +101,33 @@ def test_the_graph_sees_function_level_imports() -> None:
 
 def test_no_import_circles() -> None:
     assert cycles(import_graph()) == []
+
+
+# Which parts each part may import (docs/design.md "Parts and what each owns"): dependencies
+# point inward, from the Airflow layer and the Spark jobs down to the core.
+_P = "airflow_provider_dblog."
+# config_kinds: the settings' value types; sources' descriptors: what each database is
+# (the Kafka output names its connector from them).
+LOWER_PARTS = {
+    "core": set(),
+    "sources": {"core", "config_kinds"},
+    "state": {"core"},
+    "outputs": {"core", "sources", "config_kinds"},
+}
+
+
+def _part(module: str) -> str:
+    return module[len(_P) :].split(".")[0] if module.startswith(_P) else ""
+
+
+def test_the_inner_parts_import_no_outer_part() -> None:
+    """core imports nothing else of the package; sources, state and outputs import only the
+    parts inward of them: never the Spark jobs, the CLI or the Airflow layer, which import them."""
+    wrong = sorted(
+        (name, target)
+        for name, targets in import_graph().items()
+        if _part(name) in LOWER_PARTS
+        for target in targets
+        if _part(target) not in LOWER_PARTS[_part(name)] | {_part(name)} and target.startswith(_P)
+    )
+    assert wrong == []
