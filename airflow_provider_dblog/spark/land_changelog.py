@@ -43,7 +43,8 @@ from airflow_provider_dblog.outputs.lake_layout import (
 )
 from airflow_provider_dblog.spark import mirror_types as mt
 from airflow_provider_dblog.spark.kafka_changelog import KafkaChangelog
-from airflow_provider_dblog.spark.lander import Lander, TableFacts
+from airflow_provider_dblog.spark.lander import Lander
+from airflow_provider_dblog.spark.merge_rows import TableFacts
 from airflow_provider_dblog.spark.mirror_tables import PROP_KEY, PROP_STOPPED, ensure_database, list_mirrors
 from airflow_provider_dblog.spark.schema_store import SchemaStore
 from airflow_provider_dblog.spark.session import get_session

@@ -1,14 +1,17 @@
 """What every mirror table carries besides the source's columns (metadata columns, table
-properties), and the mirrors under a root as the catalog sees them."""
+properties), the mirrors under a root as the catalog sees them, and their upkeep by a landing
+job (``MirrorUpkeep``: creation, new and widened columns, properties, the stopped mark)."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Callable, Optional
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from airflow_provider_dblog.outputs.lake_layout import catalog_names
+from airflow_provider_dblog.spark import mirror_types as mt
 
 # Metadata columns of every mirror row, after the source's columns.
 METADATA = T.StructType(
@@ -83,3 +86,119 @@ def register_mirrors(spark: SparkSession, mirrors: str) -> list[str]:
         spark.sql(f"CREATE OR REPLACE VIEW {view} AS SELECT {', '.join(data)} FROM {tbl} WHERE NOT _deleted")
         out.append(tbl)
     return out
+
+
+def quote_name(name: str) -> str:
+    """A column name quoted for Spark SQL."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+class MirrorUpkeep:
+    """The mirror tables' own state, for one landing job: creating a mirror, evolving its
+    columns, its table properties (read once, kept up to date by this job) and its stopped
+    mark. ``spark``: the session to run on (a table's worker session on its thread);
+    ``deletion_vectors`` as the landing job takes it."""
+
+    def __init__(self, spark: Callable[[], SparkSession], log: Callable[[str], None], deletion_vectors: Optional[bool]):
+        self.spark, self.log, self.deletion_vectors = spark, log, deletion_vectors
+        self._props_of: dict[str, dict[str, str]] = {}
+        self._stopped: dict[str, Optional[str]] = {}
+        self.fresh: set[str] = set()  # mirrors this job created and has not written yet
+
+    def ensure(self, path: str, source_id: str, table: str, key: tuple, wanted: dict) -> T.StructType:
+        """Create the mirror, or add new nullable columns and widen columns in place;
+        returns its schema."""
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(self.spark(), path):
+            fields = [T.StructField(n, mt.mirror_type(t), True) for n, t in wanted.items()] + METADATA.fields
+            builder = (
+                DeltaTable.createIfNotExists(self.spark())
+                .location(path)
+                .addColumns(T.StructType(fields))
+                .property(PROP_TABLE, table)
+                .property(PROP_SOURCE, source_id)
+                .property(PROP_KEY, json.dumps(list(key)))
+                .property(PROP_CDF, "true")
+            )
+            if self.deletion_vectors is not False:
+                builder = builder.property(PROP_DELETION_VECTORS, "true")
+            builder.execute()
+            self._props_of.pop(path, None)
+            self.fresh.add(path)
+        self._ensure_properties(path)
+        dt = DeltaTable.forPath(self.spark(), path)
+        schema = dt.toDF().schema
+        old_key = self._mirror_key(path)
+        existing = T.StructType([f for f in schema.fields if f.name not in META_NAMES])
+        add, widen = mt.check_evolution(path, table, existing, wanted, key, old_key)
+        if add:
+            cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in add)
+            # New columns go after the metadata columns: Delta has no ADD COLUMN ... BEFORE.
+            self.spark().sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
+            self.log(f"mirror {path}: added columns {[f.name for f in add]}")
+        if widen:
+            self._set_properties(path, {PROP_TYPE_WIDENING: "true"})
+            for f in widen:
+                # Type widening changes only the schema: no data file is rewritten; files
+                # written before keep the old type and are read as the new one.
+                self.spark().sql(
+                    f"ALTER TABLE delta.`{path}` CHANGE COLUMN {quote_name(f.name)} TYPE {f.dataType.simpleString()}"
+                )
+            self.log(f"mirror {path}: widened {[(f.name, f.dataType.simpleString()) for f in widen]}")
+        if add or widen:
+            schema = DeltaTable.forPath(self.spark(), path).toDF().schema
+        return schema
+
+    def _ensure_properties(self, path: str) -> None:
+        """Turn on the change data feed (and deletion vectors, if asked for explicitly) on a
+        mirror created before they were: the first time a job touches it, from then on it is
+        recorded. Deletion vectors are not turned on unasked: a reader of an existing mirror
+        may lack the feature."""
+        want = {PROP_CDF: "true", **({PROP_DELETION_VECTORS: "true"} if self.deletion_vectors else {})}
+        self._set_properties(path, want)
+
+    def _set_properties(self, path: str, want: dict[str, str]) -> None:
+        props = self._props(path)
+        missing = {k: v for k, v in want.items() if props.get(k, "").lower() != v}
+        if missing:
+            sets = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+            self.spark().sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({sets})")
+            props.update(missing)
+            self.log(f"mirror {path}: set {missing}")
+
+    def stopped_reason(self, path: str) -> Optional[str]:
+        """Why the mirror at ``path`` no longer lands (its PROP_STOPPED property), or None."""
+        from delta.tables import DeltaTable
+
+        if path not in self._stopped:
+            reason = None
+            if DeltaTable.isDeltaTable(self.spark(), path):
+                rows = self.spark().sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+                reason = {r[0]: r[1] for r in rows}.get(PROP_STOPPED)
+            self._stopped[path] = reason
+        return self._stopped[path]
+
+    def stop(self, path: str, reason: str) -> None:
+        """Mark the mirror stopped (kept by later runs: their batches do not hold the events
+        this one skips), unless there is no mirror yet to mark."""
+        from delta.tables import DeltaTable
+
+        self._stopped[path] = reason
+        if DeltaTable.isDeltaTable(self.spark(), path):
+            quoted = reason.replace("\\", "\\\\").replace("'", "\\'")
+            self.spark().sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{PROP_STOPPED}' = '{quoted}')")
+
+    def _props(self, path: str) -> dict[str, str]:
+        """The mirror's table properties, read once per job and kept up to date by this job's
+        own changes. SHOW TBLPROPERTIES reads the log's metadata only: DESCRIBE DETAIL
+        (``DeltaTable.detail``) ran a table-state job of seconds per table and batch."""
+        if path not in self._props_of:
+            rows = self.spark().sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+            self._props_of[path] = {r[0]: r[1] for r in rows}
+        return self._props_of[path]
+
+    def _mirror_key(self, path: str) -> Optional[list]:
+        """The key a mirror was created with (its PROP_KEY property; fixed for its life)."""
+        props = self._props(path)
+        return json.loads(props[PROP_KEY]) if PROP_KEY in props else None
