@@ -13,26 +13,30 @@ import contextlib
 import pytest
 
 from airflow_provider_dblog.core.errors import ConfigurationError
+from airflow_provider_dblog.sources.postgres.slot import ReplicationSlot
 from airflow_provider_dblog.sources.postgres.source import PostgresSource
 
 
-class StuckWalsender(PostgresSource):
-    """The catalog answers of one slot whose walsender ends at the ``ends_at``-th termination."""
+class StuckWalsender(ReplicationSlot):
+    """The catalog answers of one slot whose walsender ends at the ``ends_at``-th termination,
+    as the source's slot (its take_over names the lease domain)."""
 
     def __init__(self, ends_at: int, leading: bool = True, holder: str = "dblog-d0main-s"):
-        super().__init__(source_id="s", host="127.0.0.1", port=1, user="u", password="p", dbname="d")
-        self.ends_at, self.terminations, self.holder = ends_at, 0, holder
+        source = PostgresSource(source_id="s", host="127.0.0.1", port=1, user="u", password="p", dbname="d")
         if leading:
-            self.take_over(lambda: None, None, "d0main")
+            source.take_over(lambda: None, None, "d0main")
+        super().__init__(source.slot_name, source.plugin, "s", source._dsn, self._cursor)
+        self.lease_check = source.slot.lease_check
+        self.ends_at, self.terminations, self.holder_name = ends_at, 0, holder
 
     @contextlib.contextmanager
-    def _cur(self):
+    def _cursor(self):
         source = self
 
         class Cursor:
             def execute(self, sql, params=()):
                 if sql.startswith("SELECT application_name"):
-                    self.row = (source.holder, "u", "10.0.0.7/32", "2026-01-01 00:00:00+00")
+                    self.row = (source.holder_name, "u", "10.0.0.7/32", "2026-01-01 00:00:00+00")
                     return
                 assert sql.startswith("SELECT pg_terminate_backend")
                 source.terminations += 1
@@ -42,20 +46,20 @@ class StuckWalsender(PostgresSource):
 
         yield Cursor()
 
-    def _slot_row(self):
+    def row(self):
         return {"active": self.terminations < self.ends_at, "active_pid": 4242}
 
 
 def test_the_previous_leaders_walsender_is_ended_again_until_the_slot_is_free():
     source = StuckWalsender(ends_at=2)
-    slot = source._check_slot_free(source._slot_row(), wait=10.0)
+    slot = source.check_free(source.row(), wait=10.0)
     assert not slot["active"] and source.terminations == 2
 
 
 def test_a_slot_used_by_another_process_is_not_terminated_without_the_lease():
     source = StuckWalsender(ends_at=1, leading=False)
     with pytest.raises(ConfigurationError, match="in use by another process"):
-        source._check_slot_free(source._slot_row(), wait=0.3)
+        source.check_free(source.row(), wait=0.3)
     assert source.terminations == 0
 
 
@@ -64,7 +68,7 @@ def test_a_walsender_of_another_lease_domain_is_named_not_terminated(holder):
     source = StuckWalsender(ends_at=1, holder=holder)
     assert source._dsn["application_name"] == "dblog-d0main-s"
     with pytest.raises(ConfigurationError) as err:
-        source._check_slot_free(source._slot_row(), wait=10.0)
+        source.check_free(source.row(), wait=10.0)
     assert source.terminations == 0
     assert "pid 4242" in str(err.value) and repr(holder) in str(err.value) and "10.0.0.7/32" in str(err.value)
     assert "share one state store" in str(err.value)

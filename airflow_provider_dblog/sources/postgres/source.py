@@ -81,10 +81,8 @@ from .partitions import Partitions
 from .pgoutput_native import NativePgRows
 from .pq_stream import ReplicationStream
 from .server_setup import check_server, ensure_publication, ensure_watermark_table
+from .slot import ReplicationSlot
 from .values import RAW_TEXT_OIDS, converter, pg_kind
-
-# Seconds between two terminations of a previous leader's walsender that still holds the slot.
-TERMINATE_AGAIN = 0.5
 
 # Seconds between status updates to the walsender while nothing is acknowledged (keeps it
 # from ending the connection after wal_sender_timeout).
@@ -192,11 +190,10 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         self._infos: dict[str, TableInfo] = {}
         self._type_cache: dict[int, str] = {}
         self._label_cache: dict[tuple[int, int], str] = {}
-        self._slot_created = False
+        self.slot = ReplicationSlot(self.slot_name, plugin, source_id, self._dsn, self._cur)
         self._encoding = "utf-8"
         self._native_rows = NativePgRows()  # chunk rows made canonical by the extension
         self._copy = ChunkCopy(self._native_rows)  # or read by COPY into their texts
-        self._lease_check: Optional[Callable[[], None]] = None  # set by take_over
         # Kept across reopen(): a partition attached or detached while reconnecting is noticed.
         self._partitions = Partitions(self._cur, self._partition_keys, self._log_end_position, partition_check_interval)
         self._reset_stream()
@@ -204,8 +201,8 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
     # -- connections -------------------------------------------------------------------
     def _connect(self, replication: bool = False):
         kwargs = dict(self._dsn, options=_OPTIONS, **self._tls.libpq())
-        if replication and self._lease_check is not None:
-            self._lease_check()  # StaleEpochError: a deposed leader opens no replication connection
+        if replication and self.slot.lease_check is not None:
+            self.slot.lease_check()  # StaleEpochError: a deposed leader opens no replication connection
         if replication:
             kwargs["connection_factory"] = psycopg2.extras.LogicalReplicationConnection
         try:
@@ -285,7 +282,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
                 ensure_watermark_table(cur, self.watermark_table, self.source_id)
                 if self.plugin == "pgoutput":
                     ensure_publication(cur, self.publication, self._tables, self.watermark_table, list(roots))
-            self._ensure_slot()
+            self.slot.ensure()
             self._partitions.compare(leaves)  # after a reconnect: what changed meanwhile
         except psycopg2.Error as exc:
             raise translate(exc, self._error_context()) from None
@@ -353,122 +350,14 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         """A position after every change committed so far (index 0 at the WAL's end)."""
         return make_position(parse_lsn(self._scalar("SELECT pg_current_wal_lsn()::text")), 0)
 
-    def _slot_row(self) -> Optional[dict]:
-        with self._cur() as cur:
-            cur.execute(
-                "SELECT plugin, slot_type, database, active, active_pid, confirmed_flush_lsn::text, "
-                "wal_status FROM pg_replication_slots WHERE slot_name = %s",
-                (self.slot_name,),
-            )
-            row = cur.fetchone()
-        if row is None:
-            return None
-        keys = ("plugin", "slot_type", "database", "active", "active_pid", "confirmed_flush", "wal_status")
-        return dict(zip(keys, row))
-
-    def _ensure_slot(self) -> None:
-        slot = self._slot_row()
-        if slot is None:
-            # After the publication: pgoutput looks the publication up as of each change.
-            self._scalar(
-                "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)", (self.slot_name, self.plugin)
-            )
-            self._slot_created = True
-            return
-        if slot["slot_type"] != "logical" or slot["plugin"] != self.plugin or slot["database"] != self._dsn["dbname"]:
-            raise ConfigurationError(
-                f"replication slot {self.slot_name} exists but is a {slot['slot_type']} slot for plugin "
-                f"{slot['plugin']} in database {slot['database']}, not a {self.plugin} slot in "
-                f"{self._dsn['dbname']}.",
-                "pass another slot_name, or drop that slot (SELECT pg_drop_replication_slot"
-                f"('{self.slot_name}')) if nothing else uses it.",
-            )
-        # An active slot is no error yet: the CLI opens a source next to a running capture
-        # (to validate a dump request); only start_log needs the slot to itself.
-
     def take_over(
         self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None, domain: Optional[str] = None
     ) -> None:
-        self._lease_check = check  # the previous holder's session is found through the slot
+        self.slot.lease_check = check  # the previous holder's session is found through the slot
         if domain is not None:
             # Every session, the walsender included, says which lease domain it reads for:
             # the domain first, as PostgreSQL cuts application_name at 63 bytes.
             self._dsn["application_name"] = f"dblog-{domain}-{self.source_id}"[:63]
-
-    def _slot_holder(self, pid: int) -> Optional[dict]:
-        """pg_stat_activity of the slot's walsender (None once it is gone). Other roles'
-        client_addr and backend_start read as NULL without pg_read_all_stats."""
-        with self._cur() as cur:
-            cur.execute(
-                "SELECT application_name, usename, client_addr::text, backend_start::text "
-                "FROM pg_stat_activity WHERE pid = %s",
-                (pid,),
-            )
-            row = cur.fetchone()
-        return dict(zip(("application_name", "user", "client", "since"), row)) if row else None
-
-    def _refuse_foreign(self, pid: int, holder: dict) -> ConfigurationError:
-        return ConfigurationError(
-            f"replication slot {self.slot_name} of source {self.source_id} is read by a process this "
-            f"capture's leader lease does not coordinate: pid {pid}, application_name "
-            f"{holder['application_name']!r}, user {holder['user']}, client {holder['client'] or 'unknown'}, "
-            f"reading since {holder['since'] or 'unknown'} (this capture is {self._dsn['application_name']!r}).",
-            "captures of one source must share one state store (e.g. zk://) so that the leader lease "
-            "keeps one reader; or stop the other capture.",
-        )
-
-    def _end_previous_reader(self, slot: dict) -> None:
-        """We hold the lease, yet the slot is in use: by a deposed leader of our lease domain
-        (paused, cut off) or a walsender that has not noticed its client died. End it now
-        instead of waiting for wal_sender_timeout. A reader of another domain (a capture
-        with its own state store) is not ours to end: ConfigurationError naming it."""
-        if self._lease_check is not None:
-            self._lease_check()  # still ours: whoever holds the slot is not the leader
-        holder = self._slot_holder(slot["active_pid"])
-        if holder is None:
-            return  # gone meanwhile
-        if holder["application_name"] != self._dsn["application_name"]:
-            raise self._refuse_foreign(slot["active_pid"], holder)
-        try:
-            with self._cur() as cur:
-                cur.execute("SELECT pg_terminate_backend(%s)", (slot["active_pid"],))
-            log.warning(
-                "ended the replication session (pid %s) of the previous leader on slot %s",
-                slot["active_pid"],
-                self.slot_name,
-            )
-        except psycopg2.errors.InsufficientPrivilege as exc:  # then only the wait helps
-            log.warning(
-                "cannot end the previous leader's replication session on slot %s: %s", self.slot_name, first_line(exc)
-            )
-
-    def _check_slot_free(self, slot: dict, wait: float = 10.0) -> dict:
-        """A closed reader's walsender can hold the slot a moment longer: wait a little
-        before deciding that another process uses it. The lease holder ends that session,
-        again every TERMINATE_AGAIN seconds while it lasts: a walsender blocked sending its
-        error to a paused client ignores the first signal, and ends at a later one at once."""
-        deadline = time.monotonic() + wait
-        terminate_at = time.monotonic()
-        while slot["active"]:
-            now = time.monotonic()
-            if self._lease_check is not None and now >= terminate_at:
-                self._end_previous_reader(slot)
-                terminate_at = now + TERMINATE_AGAIN
-            if now >= deadline:
-                break
-            time.sleep(0.05)
-            slot = self._slot_row() or dict(slot, active=False)
-        if slot["active"] and self._lease_check is not None:
-            # Leading, so the holder is a deposed leader on its way out: retried, not fatal.
-            raise SourceUnavailable(f"replication slot {self.slot_name} is still in use by pid {slot['active_pid']}.")
-        if slot["active"]:
-            holder = self._slot_holder(slot["active_pid"]) or {}
-            raise ConfigurationError(
-                f"replication slot {self.slot_name} is in use by another process (pid {slot['active_pid']}, "
-                f"application_name {holder.get('application_name')!r}).",
-                "stop the other capture of this source (only one reader per slot), or pass another slot_name.",
-            )
-        return slot
 
     # -- schemas -------------------------------------------------------------------------
     def tables(self) -> list[str]:
@@ -532,15 +421,12 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         """A new slot at the current end of the WAL, in place of a dropped one or one whose
         WAL is lost (an inactive slot: a running reader's is not ours to drop)."""
         self._close_stream()
-        slot = self._slot_row()
+        slot = self.slot.row()
         if slot is not None and slot["wal_status"] == "lost" and not slot["active"]:
-            self._scalar("SELECT pg_drop_replication_slot(%s)", (self.slot_name,))
+            self.slot.drop()
             slot = None
         if slot is None:
-            self._scalar(
-                "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)", (self.slot_name, self.plugin)
-            )
-            self._slot_created = True
+            self.slot.create()
 
     def start_log(
         self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None, texts: bool = False
@@ -549,11 +435,11 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         self._close_stream()
         self._reset_stream(texts)
         start = commit_lsn_of(after) if after is not None else 0
-        slot = self._slot_row()
+        slot = self.slot.row()
         if slot is not None:
-            slot = self._check_slot_free(slot)
+            slot = self.slot.check_free(slot)
         if after is not None:
-            if slot is None or self._slot_created:
+            if slot is None or self.slot.created:
                 raise PositionLostError(
                     f"replication slot {self.slot_name} did not exist when the capture started, "
                     f"so the log after position {after} is gone (the slot was dropped or lost)."
@@ -572,7 +458,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
                 )
         if slot is None:
             raise PositionLostError(f"replication slot {self.slot_name} was dropped after the source opened.")
-        if after is None and from_end and not self._slot_created:
+        if after is None and from_end and not self.slot.created:
             # --reset-position: start from the end of the log, not from wherever the slot
             # stopped. Without it the slot's own position is the safe start (a reconnect
             # before the first checkpoint must not skip what the slot still holds).
@@ -593,7 +479,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         self._stream = ReplicationStream(self._repl_conn, self._cursor, STATUS_INTERVAL)
         self._acked = start
         # From now on the slot holds every position this process hands out.
-        self._slot_created = False
+        self.slot.created = False
 
     def _plugin_options(self) -> dict[str, str]:
         if self.plugin == "pgoutput":
