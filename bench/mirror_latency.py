@@ -3,7 +3,7 @@ driven by the changelog's commits, or continuous.
 
     DBLOG_SPARK_JARS=$(scripts/spark-jars) python -m bench.mirror_latency [--only pg|mysql]
         [--mode schedule|event|continuous] [--period 60] [--minutes 4] [--rate 1000]
-        [--runner session|process] [--min-interval 10] [--trigger-seconds 5]
+        [--runner session|process] [--min-interval 10] [--trigger-seconds 5] [--lake local|s3]
 
 Modes: ``schedule`` lands on a grid of ``period`` seconds (below); ``event`` lands when the
 changelog has a new version (the dblog_land DAG's ``ChangelogCommitTrigger``: polled every
@@ -66,6 +66,7 @@ DEFAULTS = {
     "mode": "schedule",  # schedule | event | continuous
     "min_interval": 10.0,  # event mode: seconds between landings at least
     "trigger_seconds": 5.0,  # continuous mode: the streaming trigger
+    "lake": "local",  # local: a temporary directory; s3: the S3 test store (scripts/services up s3)
 }
 UPDATE_EVERY = 10  # every 10th transaction updates the keys of the transaction 5 before it
 
@@ -361,9 +362,14 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
         say(f"{kind}: creating {db.ns}; starting the capture {sid}")
         db.create()
         cap = InProcessCapture(db, sid, workdir)
-        cap.start().prime(-1)
         lake = os.path.join(cap.dir, "lake")
-        spark = get_session("dblog-bench-mirror-latency", master="local[2]")
+        if o["lake"] == "s3":
+            from tests.support.s3_env import aws_env
+
+            os.environ.update(aws_env())  # the capture, the Spark JVM and landing children read them
+            lake = cap.lake = f"s3://{os.environ['DBLOG_S3_BUCKET']}/bench-{sid}/lake"
+        cap.start().prime(-1)
+        spark = get_session("dblog-bench-mirror-latency", master="local[2]", locations=[lake])
         warm = land_once(o["runner"], spark, lake)  # creates the mirror (primer rows); warms the JVM
         say(
             f"{kind}: warm-up landing {warm['end'] - warm['start']:.1f} s; writing {o['rate']:,} events/s for "
@@ -592,6 +598,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--mode", choices=["schedule", "event", "continuous"], default=DEFAULTS["mode"])
     p.add_argument("--min-interval", type=float, default=DEFAULTS["min_interval"], help="event mode")
     p.add_argument("--trigger-seconds", type=float, default=DEFAULTS["trigger_seconds"], help="continuous mode")
+    p.add_argument("--lake", choices=["local", "s3"], default=DEFAULTS["lake"], help="s3: the S3 test store")
     args = p.parse_args(argv)
     opts = {
         "mode": args.mode,
@@ -602,6 +609,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "rate": args.rate,
         "txn_rows": args.txn_rows,
         "runner": args.runner,
+        "lake": args.lake,
     }
 
     return standalone("mirror_latency", sys.modules[__name__], [args.only] if args.only else list(DATABASES), opts)
