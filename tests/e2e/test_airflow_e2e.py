@@ -338,6 +338,7 @@ def test_trigger_form_in_chromium(stack, browser, tmp_path):
         assert keys <= changelog_keys(stack.lake, stack.source_id, table, "r"), text
 
 
+@pytest.mark.soak  # make soak: the second longest run of make test (214 s), moved to keep it near 35 min
 def test_new_commits_land_through_the_asset_watcher_and_mirrors_equal_sources(stack, tmp_path, capsys):
     """Issue 12 parts 2 and 3 in a real Airflow: dblog_backfill (REST) dumps every table; the
     changelog's commits fire ChangelogCommitTrigger in the triggerer (an AssetWatcher), which
