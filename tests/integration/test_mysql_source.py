@@ -27,8 +27,8 @@ from airflow_provider_dblog.core.errors import ConfigurationError, PositionLostE
 from airflow_provider_dblog.core.events import ChangeEvent, Op, Position, SchemaEvent, WatermarkEvent  # noqa: E402
 from airflow_provider_dblog.core.row_text import dumps, loads_row  # noqa: E402
 from airflow_provider_dblog.core.text_column import TextColumn  # noqa: E402
+from airflow_provider_dblog.sources.mysql import chunk_select as mysql_module  # noqa: E402
 from airflow_provider_dblog.sources.mysql import select_native as mysql_select_native  # noqa: E402
-from airflow_provider_dblog.sources.mysql import source as mysql_module  # noqa: E402
 from airflow_provider_dblog.sources.mysql.source import MySQLSource  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -467,7 +467,7 @@ def test_restart_mid_transaction_loses_nothing(root, db, make_source):
 def test_close_stops_the_reader_promptly(db, root, make_source):
     sql(root, f"CREATE TABLE `{db}`.t (id int PRIMARY KEY)")
     src = started(make_source(tables=[f"{db}.t"]))
-    reader = src._reader
+    reader = src._log.reader
     t0 = time.monotonic()
     src.close()
     assert time.monotonic() - t0 < 3 and not reader.is_alive()
@@ -663,11 +663,11 @@ def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, ca
         sql(root, f"INSERT INTO `{db}`.t VALUES {row}")
     src.write_watermark("done")
     logged = {e.key[0]: e.after for e in changes(collect(src, has_watermark("done")))}
-    assert src._native_select.on and src._native_select.plan(schema) is not None
+    assert src._chunks.native.on and src._chunks.native.plan(schema) is not None
     with caplog.at_level("INFO", logger="airflow_provider_dblog.sources.mysql.select_native"):
         native = src.select_chunk(schema, None, 100).rows
     assert not [r for r in caplog.records if "converted in Python" in r.getMessage()]
-    src._native_select.on = False
+    src._chunks.native.on = False
     python = src.select_chunk(schema, None, 100).rows
     assert native == python
     assert {r["id"]: r for r in native} == logged
@@ -680,7 +680,7 @@ def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, ca
     for module in (mysql_module, mysql_select_native):
         monkeypatch.setattr(module, "PART_ROWS", 2)
     for on in (True, False):
-        src._native_select.on = on
+        src._chunks.native.on = on
         texted = src.select_chunk(schema, None, 100, texts=True)
         assert texted.texts and [loads_row(t) for t in texted.rows] == native
         assert texted.keys == schema.keys_of(native) and len(native) > 2
@@ -689,7 +689,7 @@ def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, ca
     # Read from the connection's bytes by the extension (mysql_select_native.query_texts): row
     # 1's JSON integer beyond 64 bits sends the chunk back to the packets (logged); without it,
     # in 7-byte blocks, the same texts and keys byte for byte as from PyMySQL's values.
-    src._native_select.on = True
+    src._chunks.native.on = True
     read_by_extension = []
     real_query_texts = mysql_module.query_texts
 
@@ -701,11 +701,11 @@ def test_native_chunk_rows_equal_pymysqls_and_the_logs(root, db, make_source, ca
     monkeypatch.setattr(mysql_select_native, "READ_BLOCK", 7)
     read = src.select_chunk(schema, None, 100, texts=True)
     assert read_by_extension == [False, True]
-    src._native_select.on = False
+    src._chunks.native.on = False
     by_pymysql = src.select_chunk(schema, None, 100, texts=True)
     assert (read.rows, read.keys) == (by_pymysql.rows, by_pymysql.keys) and len(read.rows) == 4
     assert isinstance(read.rows, TextColumn) and list(read.key_texts) == [dumps(list(k)) for k in read.keys]
-    src._native_select.on = True
+    src._chunks.native.on = True
     assert src.select_chunk(schema, (2,), 100, texts=True).keys == [(3,), (4,)]  # the connection goes on
 
 
@@ -730,7 +730,7 @@ def test_native_chunk_key_texts_are_its_keys_json(root, db, make_source):
     assert read.keys[1][0] == 'a\tb"é\\' and read.key_texts[1].startswith(
         '["a\\tb\\"é\\\\","2024-01-02T03:04:05.500000"'
     )
-    src._native_select.on = False
+    src._chunks.native.on = False
     assert src.select_chunk(schema, None, 10, texts=True).keys == read.keys
 
 
@@ -783,7 +783,7 @@ def test_approximate_numbers_are_the_stored_values_in_log_and_dump(root, db, mak
     src = sources["native"]
     schema = src.table_schema(f"{db}.t")
     for on in (True, False):
-        src._native_select.on = on
+        src._chunks.native.on = on
         assert bits(src.select_chunk(schema, None, 1000).rows) == want, f"chunk (extension: {on})"
         texted = src.select_chunk(schema, None, 1000, texts=True)
         assert bits([loads_row(t) for t in texted.rows]) == want, f"chunk texts (extension: {on})"

@@ -25,7 +25,7 @@ from airflow_provider_dblog.core.row_text import dumps, loads_row  # noqa: E402
 from airflow_provider_dblog.core.text_column import TextColumn  # noqa: E402
 from airflow_provider_dblog.sources import native  # noqa: E402
 from airflow_provider_dblog.sources.postgres import chunk_copy as postgres_copy  # noqa: E402
-from airflow_provider_dblog.sources.postgres import source as postgres_module  # noqa: E402
+from airflow_provider_dblog.sources.postgres import chunk_select  # noqa: E402
 from airflow_provider_dblog.sources.postgres.log import commit_lsn_of, parse_lsn  # noqa: E402
 from airflow_provider_dblog.sources.postgres.source import PostgresSource  # noqa: E402
 
@@ -301,18 +301,18 @@ def test_log_and_chunk_give_identical_canonical_rows(plugin, make_source, db, ns
     # from a cursor: the same rows and keys, also for a filtered chunk.
     # Read by COPY into the texts (sources/postgres/chunk_copy.py) two rows a part when the extension
     # is there, and byte for byte the texts the cursor gives.
-    monkeypatch.setattr(postgres_module, "PART_ROWS", 2)
+    monkeypatch.setattr(chunk_select, "PART_ROWS", 2)
     monkeypatch.setattr(postgres_copy, "PART_ROWS", 2)
-    assert src._copy.on == (native.extension is not None)
+    assert src._chunks.copy.on == (native.extension is not None)
     texted = src.select_chunk(schema, None, 100, texts=True)
     assert texted.texts and [loads_row(t) for t in texted.rows] == dumped and len(dumped) > 2
     assert texted.keys == schema.keys_of(dumped)
     filtered = src.select_chunk(schema, None, 100, where="id >= 2", texts=True)
     assert [loads_row(t) for t in filtered.rows] == [r for r in dumped if r["id"] >= 2]
-    if src._copy.on:  # the texts in an Arrow array, the keys' JSON texts with them
+    if src._chunks.copy.on:  # the texts in an Arrow array, the keys' JSON texts with them
         assert isinstance(texted.rows, TextColumn)
         assert list(texted.key_texts) == [dumps(list(k)) for k in texted.keys]
-    monkeypatch.setattr(src._copy, "_copier", None)
+    monkeypatch.setattr(src._chunks.copy, "_copier", None)
     by_cursor = src.select_chunk(schema, None, 100, texts=True)
     assert (by_cursor.rows, by_cursor.keys) == (texted.rows, texted.keys)
     assert by_cursor.key_texts is None and isinstance(by_cursor.rows, list)
@@ -377,7 +377,7 @@ def test_a_chunk_copy_cannot_write_exactly_is_read_by_the_cursor(make_source, db
     with pytest.raises(RequestError, match="row filter"):
         src.select_chunk(schema, None, 10, where="no_such_column = 1", texts=True)
     copied = src.select_chunk(schema, (2,), 10, texts=True)
-    monkeypatch.setattr(src._copy, "_copier", None)
+    monkeypatch.setattr(src._chunks.copy, "_copier", None)
     assert got.rows == src.select_chunk(schema, None, 10, texts=True).rows
     assert copied.rows == src.select_chunk(schema, (2,), 10, texts=True).rows
 
@@ -839,5 +839,5 @@ def test_approximate_numbers_are_the_stored_values_in_log_and_dump(plugin, make_
     schema = src.table_schema(t)
     assert bits(src.select_chunk(schema, None, 1000).rows) == want, "chunk"
     assert bits(loads_row(r) for r in src.select_chunk(schema, None, 1000, texts=True).rows) == want, "texts"
-    monkeypatch.setattr(src._copy, "_copier", None)
+    monkeypatch.setattr(src._chunks.copy, "_copier", None)
     assert bits(loads_row(r) for r in src.select_chunk(schema, None, 1000, texts=True).rows) == want, "cursor"

@@ -176,11 +176,11 @@ def _kill_capture_connections(db, cap) -> int:
             return cur.fetchone()[0]
         src = cap.engine.source
         ids = []
-        reader = src._reader
+        reader = src._log.reader
         stream = getattr(getattr(reader, "_stream", None), "_stream_connection", None)
         if stream is not None:
             ids.append(stream.thread_id())
-        for session in (src._session, src._log_session):
+        for session in (src._session, src._log.session):
             if session is not None and session._conn is not None:
                 ids.append(session._conn.thread_id())
         for i in ids:
@@ -357,9 +357,9 @@ def test_mariadb_status_warns_when_the_binlog_retention_is_short(tmp_path):
         # Pretend the acknowledged event is old and the binlog has moved on since: exactly
         # what a capture that fell behind sees. (FLUSH BINARY LOGS / a shorter retention
         # would affect every other test using this server.)
-        number, *_ = decode_coord(src._acknowledged.coord)
-        src._acknowledged_ts = time.time() - 10 * 86400
-        from airflow_provider_dblog.sources.mysql import source as mysql_source
+        number, *_ = decode_coord(src._log.acknowledged.coord)
+        src._log.acknowledged_ts = time.time() - 10 * 86400
+        from airflow_provider_dblog.sources.mysql import binlog_log as mysql_source
 
         real = mysql_source.file_number
         mysql_source.file_number = lambda name: real(name) + 1  # the server is one file further

@@ -11,6 +11,7 @@ from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, SchemaEvent, TableSchema, WatermarkEvent
 from airflow_provider_dblog.sources.postgres import pgoutput
 from airflow_provider_dblog.sources.postgres.catalog import TableInfo
+from airflow_provider_dblog.sources.postgres.chunk_select import invisible_xids
 from airflow_provider_dblog.sources.postgres.log import (
     LogDecoder,
     commit_lsn_of,
@@ -20,7 +21,7 @@ from airflow_provider_dblog.sources.postgres.log import (
 )
 from airflow_provider_dblog.sources.postgres.pgoutput import UNCHANGED_TOAST, DecodeError, decode
 from airflow_provider_dblog.sources.postgres.server_setup import plugin_allowed, plugin_not_allowed_error
-from airflow_provider_dblog.sources.postgres.source import invisible_xids, wal2json_table_filter
+from airflow_provider_dblog.sources.postgres.slot_log import wal2json_table_filter
 from airflow_provider_dblog.sources.postgres.values import from_pg_text, parse_wal2json, timestamp_us, wal2json_text
 
 PG_EPOCH = 946_684_800 * 1_000_000

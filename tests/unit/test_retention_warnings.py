@@ -1,7 +1,7 @@
 """The log-retention warning decisions of both sources, with numbers (no servers)."""
 
-from airflow_provider_dblog.sources.mysql.source import _expire_seconds, binlog_expiry_warning
-from airflow_provider_dblog.sources.postgres.source import retention_warning
+from airflow_provider_dblog.sources.mysql.binlog_log import binlog_expiry_warning, expire_seconds
+from airflow_provider_dblog.sources.postgres.slot_log import retention_warning
 
 MB = 1 << 20
 
@@ -33,6 +33,6 @@ def test_mariadb_warns_when_the_checkpoints_binlog_nears_expiry():
 
 
 def test_mariadb_expiry_setting_in_seconds_or_days():
-    assert _expire_seconds({"binlog_expire_logs_seconds": "3600", "expire_logs_days": "1"}) == 3600
-    assert _expire_seconds({"binlog_expire_logs_seconds": "0", "expire_logs_days": "2.5"}) == 2.5 * 86400
-    assert _expire_seconds({"expire_logs_days": "0"}) == 0
+    assert expire_seconds({"binlog_expire_logs_seconds": "3600", "expire_logs_days": "1"}) == 3600
+    assert expire_seconds({"binlog_expire_logs_seconds": "0", "expire_logs_days": "2.5"}) == 2.5 * 86400
+    assert expire_seconds({"expire_logs_days": "0"}) == 0

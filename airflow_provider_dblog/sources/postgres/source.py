@@ -3,8 +3,8 @@
 Two connections: a replication connection streams the slot; a regular autocommit connection
 writes watermarks, runs chunk SELECTs and reads the catalog. Both run with the same session
 settings (``SESSION_SETTINGS``) because the text of a value depends on them, and the log
-and a dump must agree (postgres_values). Messages become log items in postgres_log, which
-also explains the positions.
+and a dump must agree (postgres/values.py). The log half, slot_log.py, streams the slot;
+its messages become log items in postgres/log.py, which also explains the positions.
 
 Restarts: ``start_log(P)`` asks for the log from P's commit LSN. PostgreSQL sends that whole
 transaction again (it skips only transactions whose commit record lies before the start
@@ -36,12 +36,8 @@ terminated backend or walsender); the public methods raise those as ``SourceUnav
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import re
-import select
-import time
 from typing import Any, Callable, Optional, Sequence
 
 import psycopg2
@@ -49,13 +45,11 @@ import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 
-from ...core import names
 from ...core.batch import LogRows
 from ...core.chunks import POSTGRES, chunk_query
-from ...core.errors import ConfigurationError, DBLogError, PositionLostError, RequestError, SourceUnavailable
+from ...core.errors import ConfigurationError, RequestError, SourceUnavailable
 from ...core.events import Key, LogItem, Position, Row, TableSchema
 from ...core.protocols import ChunkResult, RowTextChunks, RowTextLog
-from ...core.row_text import PART_ROWS, ChunkTexts
 from ..connection_loss import on_connection_loss
 from ..dump_errors import filter_errors, postgres_dump_errors
 from ..keyset_reader import KeysetChunkReader
@@ -67,26 +61,19 @@ from .catalog import (
     check_replica_identity,
     format_types,
     list_tables,
-    quote_ident,
     quote_table,
     read_table,
     server_version,
     type_names,
 )
-from .chunk_copy import ChunkCopy
+from .chunk_select import ChunkSelect, to_param
 from .digest import digest_sql, row_hasher
 from .errors import ErrorContext, first_line, translate
-from .log import LogDecoder, commit_lsn_of, format_lsn, make_position, parse_lsn
+from .log import LogDecoder, make_position, parse_lsn
 from .partitions import Partitions
-from .pgoutput_native import NativePgRows
-from .pq_stream import ReplicationStream
 from .server_setup import check_server, ensure_publication, ensure_watermark_table
 from .slot import ReplicationSlot
-from .values import RAW_TEXT_OIDS, converter, pg_kind
-
-# Seconds between status updates to the walsender while nothing is acknowledged (keeps it
-# from ending the connection after wal_sender_timeout).
-STATUS_INTERVAL = 10
+from .slot_log import SlotLog, SlotLogParts
 
 # Connection failures a later attempt may not see (SQLSTATE classes 08 connection exception,
 # 57P admin shutdown / crash shutdown / cannot connect now, e.g. "the database system is
@@ -105,29 +92,11 @@ SESSION_SETTINGS = {
 }
 _OPTIONS = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
 _PLUGINS = ("pgoutput", "wal2json")
-# bool, int8, int2, int4, text, bpchar, varchar: psycopg2's C casters already give the
-# canonical value (what from_pg_text makes of the text), so chunk SELECTs convert nothing
-# in Python for them (not even the raw-text caster's per-value call).
-_C_CANONICAL_OIDS = frozenset((16, 20, 21, 23, 25, 1042, 1043))
-_RAW_TEXT = psycopg2.extensions.new_type(
-    tuple(sorted((set(RAW_TEXT_OIDS) | set(psycopg2.extensions.string_types)) - _C_CANONICAL_OIDS)),
-    "DBLOG_PG_TEXT",
-    lambda v, _c: v,
-)
 
 
 def slot_name_for(source_id: str) -> str:
     """Slot and publication names allow only [a-z0-9_], at most 63 characters."""
     return ("dblog_" + re.sub(r"[^a-z0-9_]", "_", source_id.lower()))[:63]
-
-
-def wal2json_table_filter(tables: Sequence[str]) -> str:
-    """wal2json's add-tables list: schema.table, special characters escaped with '\\'."""
-
-    def esc(part: str) -> str:
-        return re.sub(r"([\\ ',.*])", r"\\\1", part)
-
-    return ",".join(f"{esc(s)}.{esc(t)}" for s, t in map(names.split_table, tables))
 
 
 class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
@@ -182,9 +151,6 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         self._key_columns = dict(key_columns or {})
         self._conn: Any = None
         self._reader_conns: list[Any] = []  # parallel chunk readers' connections (chunk_readers)
-        self._repl_conn: Any = None
-        self._cursor: Any = None
-        self._stream: Optional[ReplicationStream] = None
         self._tables: list[str] = []
         self._captured: set[str] = set()
         self._infos: dict[str, TableInfo] = {}
@@ -192,11 +158,23 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         self._label_cache: dict[tuple[int, int], str] = {}
         self.slot = ReplicationSlot(self.slot_name, plugin, source_id, self._dsn, self._cur)
         self._encoding = "utf-8"
-        self._native_rows = NativePgRows()  # chunk rows made canonical by the extension
-        self._copy = ChunkCopy(self._native_rows)  # or read by COPY into their texts
+        self._chunks = ChunkSelect(self._info)  # chunk SELECTs and their canonical rows
         # Kept across reopen(): a partition attached or detached while reconnecting is noticed.
         self._partitions = Partitions(self._cur, self._partition_keys, self._log_end_position, partition_check_interval)
-        self._reset_stream()
+        self._log = SlotLog(
+            SlotLogParts(
+                plugin,
+                self.publication,
+                self.watermark_table,
+                self.slot,
+                self._partitions,
+                lambda: self._connect(replication=True),
+                self._cur,
+                self._new_decoder,
+                self.tables,
+                self._error_context,
+            )
+        )
 
     # -- connections -------------------------------------------------------------------
     def _connect(self, replication: bool = False):
@@ -339,11 +317,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         keys = TableSchema(table, tuple(cols[k] for k in info.schema.key), info.schema.key)
         sql, params = chunk_query(POSTGRES, keys, self._select_list(keys), after, limit)
         with self._cur() as cur:
-            psycopg2.extensions.register_type(_RAW_TEXT, cur)
-            cur.execute(sql, [_to_param(p) for p in params])
-            raw = cur.fetchall()
-            oids = [d.type_code for d in cur.description]
-        rows = self._canonical(TableSchema(root, keys.columns, keys.key), raw, oids)
+            rows = self._chunks.rows(cur, TableSchema(root, keys.columns, keys.key), sql, params)
         return keys.keys_of(rows)
 
     def _log_end_position(self) -> Position:
@@ -399,9 +373,9 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
             label = self._label_cache[(oid, modifier)]
         return label
 
-    # -- log ----------------------------------------------------------------------------
-    def _reset_stream(self, texts: bool = False) -> None:
-        self._decoder = LogDecoder(
+    # -- log: the slot's stream (sources/postgres/slot_log.py) -------------------------------
+    def _new_decoder(self, texts: bool) -> LogDecoder:
+        return LogDecoder(
             self.source_id,
             self.watermark_table,
             self._captured,
@@ -412,154 +386,31 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
             self._partitions.root_of,
             texts,
         )
-        self._deferred_error: Optional[BaseException] = None
-        self._acked = 0
 
-    @on_connection_loss
     @on_connection_loss
     def reset_log(self) -> None:
-        """A new slot at the current end of the WAL, in place of a dropped one or one whose
-        WAL is lost (an inactive slot: a running reader's is not ours to drop)."""
-        self._close_stream()
-        slot = self.slot.row()
-        if slot is not None and slot["wal_status"] == "lost" and not slot["active"]:
-            self.slot.drop()
-            slot = None
-        if slot is None:
-            self.slot.create()
+        self._log.reset()
 
+    @on_connection_loss
     def start_log(
         self, after: Optional[Position], from_end: bool = False, floor: Optional[Position] = None, texts: bool = False
     ) -> None:
-        # No floor needed: LSNs only grow, on a promoted standby too.
-        self._close_stream()
-        self._reset_stream(texts)
-        start = commit_lsn_of(after) if after is not None else 0
-        slot = self.slot.row()
-        if slot is not None:
-            slot = self.slot.check_free(slot)
-        if after is not None:
-            if slot is None or self.slot.created:
-                raise PositionLostError(
-                    f"replication slot {self.slot_name} did not exist when the capture started, "
-                    f"so the log after position {after} is gone (the slot was dropped or lost)."
-                )
-            if slot["wal_status"] == "lost":
-                raise PositionLostError(
-                    f"replication slot {self.slot_name} lost its WAL (wal_status 'lost', e.g. "
-                    "max_slot_wal_keep_size was exceeded)."
-                )
-            confirmed = parse_lsn(slot["confirmed_flush"]) if slot["confirmed_flush"] else 0
-            if confirmed > start:
-                raise PositionLostError(
-                    f"replication slot {self.slot_name} is confirmed up to {slot['confirmed_flush']}, "
-                    f"beyond the checkpoint's commit LSN {format_lsn(start)}: the server no longer "
-                    "sends the transactions in between."
-                )
-        if slot is None:
-            raise PositionLostError(f"replication slot {self.slot_name} was dropped after the source opened.")
-        if after is None and from_end and not self.slot.created:
-            # --reset-position: start from the end of the log, not from wherever the slot
-            # stopped. Without it the slot's own position is the safe start (a reconnect
-            # before the first checkpoint must not skip what the slot still holds).
-            with self._cur() as cur:
-                cur.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (self.slot_name,))
-        self._repl_conn = self._connect(replication=True)
-        self._cursor = self._repl_conn.cursor()
-        try:
-            self._cursor.start_replication(
-                slot_name=self.slot_name,
-                decode=False,
-                start_lsn=start,
-                options=self._plugin_options(),
-                status_interval=STATUS_INTERVAL,
-            )
-        except psycopg2.Error as exc:
-            raise translate(exc, self._error_context()) from None
-        self._stream = ReplicationStream(self._repl_conn, self._cursor, STATUS_INTERVAL)
-        self._acked = start
-        # From now on the slot holds every position this process hands out.
-        self.slot.created = False
-
-    def _plugin_options(self) -> dict[str, str]:
-        if self.plugin == "pgoutput":
-            return {"proto_version": "1", "publication_names": quote_ident(self.publication)}
-        options = {
-            "format-version": "2",
-            "include-xids": "1",
-            "include-timestamp": "1",
-            "include-lsn": "1",
-            "include-types": "1",
-            "include-typmod": "1",
-            "include-type-oids": "1",
-            "include-transaction": "1",
-        }
-        if not self._partitions.roots:
-            # wal2json names a partition, not its table, and a filter of names cannot follow
-            # partitions created later: with a partitioned table it decodes every table.
-            options["add-tables"] = wal2json_table_filter(self._tables + [self.watermark_table])
-        return options
+        self._log.start(after, from_end, texts)
 
     @on_connection_loss
     def poll(self, max_items: int, timeout: float) -> list[LogItem | LogRows]:
-        if self._stream is None:
-            raise RuntimeError("poll() before start_log()")
-        if self._deferred_error is not None:
-            raise self._deferred_error
-        if self._partitions.roots:
-            self._partitions.step()
-        decoder = self._decoder
-        pending = decoder.pending
-        pgoutput = self.plugin == "pgoutput"
-        deadline = time.monotonic() + timeout
-        while len(pending) + decoder.block_extra < max_items:
-            payloads, failure = self._stream.read(max_items - len(pending) - decoder.block_extra)
-            try:
-                if pgoutput:
-                    decoder.pgoutput_many(payloads)
-                else:
-                    for payload in payloads:
-                        decoder.wal2json(payload)
-            except DBLogError as exc:
-                failure = exc
-            if failure is not None:
-                err = translate(failure, self._error_context()) if isinstance(failure, psycopg2.Error) else failure
-                if not pending:
-                    raise err from None
-                # Hand out what came before the failure first, so the checkpoint gets there.
-                self._deferred_error = err
-                break
-            if not payloads:
-                if pending:
-                    break  # drain what is there, never wait once something is found
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                select.select([self._cursor], [], [], remaining)
-        out: list[LogItem | LogRows] = []
-        n = 0  # changes handed out: a block (LogRows) counts as its changes
-        while pending and n < max_items:
-            item = pending.popleft()
-            out.append(item)
-            if item.__class__ is LogRows:
-                n += len(item)
-                decoder.block_extra -= len(item) - 1
-            else:
-                n += 1
-        return out
+        return self._log.poll(max_items, timeout)
 
     def take_unchanged_toast(self) -> list[tuple[str, Key, Position]]:
-        """(table, key, position) of the changes decoded since the last call whose ``after``
-        still holds an unchanged-TOAST placeholder (a table without REPLICA IDENTITY FULL);
-        the engine queues a key-list dump for them (core/toast.py). Also the keys of
-        partitions that joined or left a captured partitioned table, whose rows came or went
-        without a row change in the log (postgres_partitions)."""
-        hits = self._decoder.unchanged_toast
-        self._decoder.unchanged_toast = []
-        for partition, root, position in self._decoder.partial_truncates:
-            self._partitions.partial_truncate(partition, root, position)
-        self._decoder.partial_truncates = []
-        return hits + self._partitions.take_hits()
+        return self._log.take_unchanged_toast()
+
+    @on_connection_loss
+    def acknowledge(self, position: Position) -> None:
+        self._log.acknowledge(position)
+
+    @on_connection_loss
+    def log_status(self) -> dict:
+        return self._log.status()
 
     # -- watermarks and chunks -------------------------------------------------------------
     @on_connection_loss
@@ -592,22 +443,18 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         return [POSTGRES.quote(c.name) for c in schema.columns]
 
     def _key_params(self, schema, key: Key) -> Key:
-        return key  # cast by the dialect's %s::type placeholders; _to_param when run
+        return key  # cast by the dialect's %s::type placeholders; to_param when run
 
     def _run_chunk(self, conn, schema, sql: str, params: list, where: Optional[str], texts: bool) -> ChunkResult:
         if where is not None:
             with filter_errors(schema.table, where, self.lost):
-                return self._select(schema, sql, params, read_only=True, conn=conn, texts=texts)
+                return self._chunks.select(conn or self._conn, schema, sql, params, read_only=True, texts=texts)
         with postgres_dump_errors(schema.table, self._dsn["user"]):
-            return self._select(schema, sql, params, conn=conn, texts=texts)
+            return self._chunks.select(conn or self._conn, schema, sql, params, texts=texts)
 
     def _run_statement(self, schema, sql: str, params: list) -> list[Row]:
         with postgres_dump_errors(schema.table, self._dsn["user"]), self._cur() as cur:
-            psycopg2.extensions.register_type(_RAW_TEXT, cur)
-            cur.execute(sql, params or None)
-            raw = cur.fetchall()
-            oids = [d.type_code for d in cur.description]
-        return self._canonical(schema, raw, oids)
+            return self._chunks.rows(cur, schema, sql, params)
 
     def _digest_sql(self, schema) -> str:
         return digest_sql(schema)
@@ -625,7 +472,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         with self._cur() as cur:
             cur.execute("BEGIN READ ONLY")
             try:
-                cur.execute("EXPLAIN " + sql, [_to_param(p) for p in params])  # a list: %% is formatted
+                cur.execute("EXPLAIN " + sql, [to_param(p) for p in params])  # a list: %% is formatted
             finally:
                 cur.execute("ROLLBACK")
 
@@ -635,106 +482,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
     def _readers(self) -> list:
         return self._reader_conns
 
-    def _select(self, schema, sql: str, params: list, read_only: bool = False, conn=None, texts=False) -> ChunkResult:
-        """One REPEATABLE READ snapshot for the chunk, plus the transactions it cannot see.
-
-        PostgreSQL's WAL commit order and visibility order may differ: a transaction whose
-        commit record precedes LW can still be invisible to a snapshot taken after LW
-        committed. Its events must remove keys from the chunk like window events do
-        (ChunkResult). Invisible are the snapshot's in-progress list (xip) and every xid
-        from its xmax on; the latter cannot be listed from the snapshot, so the statement
-        also takes an xid of its own, N: every transaction running at the snapshot has an
-        xid below N, and [xmax, N) covers them. ``conn``: a parallel reader's connection.
-        ``texts``: the rows as JSON texts, read by COPY in the same transaction
-        (sources/postgres/chunk_copy.py) or, where that path cannot, made a part at a time
-        (core/row_text.py) from a cursor of it; either way the chunk is never in memory all at
-        once as the server's result, tuples or dicts (only its texts are)."""
-        with (conn or self._conn).cursor() as cur:
-            # Keep every value but bool/ints as the server's text: from_pg_text then treats
-            # it exactly like the text the log carries.
-            psycopg2.extensions.register_type(_RAW_TEXT, cur)
-            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            try:
-                # The snapshot is taken when this statement starts, the xid while it runs.
-                cur.execute("SELECT pg_current_snapshot()::text, pg_current_xact_id()::text")
-                snapshot, own = cur.fetchone()
-                if read_only:  # a filtered chunk runs operator-given SQL: it may write nothing
-                    cur.execute("SET TRANSACTION READ ONLY")
-                copied = self._copy_chunk(conn or self._conn, cur, schema, sql, params) if texts else None
-                if copied is not None:
-                    keys, rows, key_texts = copied
-                elif texts:
-                    collected = ChunkTexts(schema)
-                    # A cursor by SQL: psycopg2's named cursors refuse an autocommit connection,
-                    # and this transaction is begun by hand.
-                    cur.execute(f"DECLARE dblog_chunk NO SCROLL CURSOR FOR {sql}", [_to_param(p) for p in params])
-                    while True:
-                        cur.execute(f"FETCH FORWARD {PART_ROWS} FROM dblog_chunk")
-                        part = cur.fetchall()
-                        if not part:
-                            break
-                        collected.add(self._canonical(schema, part, [d.type_code for d in cur.description]))
-                else:
-                    cur.execute(sql, [_to_param(p) for p in params])
-                    raw = cur.fetchall()
-                    oids = [d.type_code for d in cur.description]
-            finally:
-                # Nothing was written: ROLLBACK ends it (and also clears an error).
-                cur.execute("ROLLBACK")
-        invisible = invisible_xids(snapshot, int(own))
-        if copied is not None:
-            return ChunkResult(rows, invisible, keys, texts=True, key_texts=key_texts)
-        if texts:
-            return ChunkResult(collected.rows, invisible, collected.keys, texts=True)
-        return ChunkResult(self._canonical(schema, raw, oids), invisible)
-
-    def _copy_chunk(self, conn, cur, schema, sql: str, params: list) -> Optional[tuple[list, Any, Any]]:
-        """(keys, row texts, key texts) of the chunk by COPY (sources/postgres/chunk_copy.py), or
-        None: read it with the cursor."""
-        if not self._copy.on:
-            return None
-        names = [c.name for c in schema.columns]
-        key = [names.index(k) for k in schema.key]
-        params = [_to_param(p) for p in params]
-        return self._copy.read(conn, cur, schema.table, names, self._kinds(schema), key, sql, params)
-
-    def _kinds(self, schema) -> list[str]:
-        """Each column's pg_kind (of its base type for a domain)."""
-        info = self._info(schema.table)
-        return [pg_kind(info.base_types.get(c.name, c.type)) for c in schema.columns]
-
-    def _canonical(self, schema, raw: list, oids: list) -> list[dict]:
-        """Rows as dicts of canonical values (the server's text as the log carries it)."""
-        info = self._info(schema.table)
-        names = [c.name for c in schema.columns]
-        kinds = self._kinds(schema)
-        # Per column, not per value: which columns still need a text -> canonical step.
-        convert = [oid not in _C_CANONICAL_OIDS and k != "text" for oid, k in zip(oids, kinds)]
-        if self._native_rows.on:
-            native = self._native_rows.chunk_rows(names, kinds, convert, raw)
-            if native is not None:
-                return native
-        todo = [(n, converter(info.base_types.get(n, c.type))) for n, c, f in zip(names, schema.columns, convert) if f]
-        rows = [dict(zip(names, r)) for r in raw]
-        for n, conv in todo:
-            for row in rows:
-                v = row[n]
-                if v is not None:
-                    row[n] = conv(v)
-        return rows
-
     # -- progress ----------------------------------------------------------------------
-    @on_connection_loss
-    def acknowledge(self, position: Position) -> None:
-        lsn = commit_lsn_of(position)
-        if lsn <= self._acked:
-            return
-        self._acked = lsn
-        if self._stream is not None:
-            # The commit LSN, not beyond: a restart from this position needs that
-            # transaction again (see the module docstring).
-            self._stream.feedback(lsn)
-
     @on_connection_loss
     def estimate_rows(self, table: str) -> int:
         info = self._info(table)
@@ -748,65 +496,8 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
             n = self._scalar("SELECT reltuples FROM pg_class WHERE oid = %s", (info.oid,))
         return max(0, int(n or 0))
 
-    @on_connection_loss
-    def log_status(self) -> dict:
-        """Lag (WAL bytes not yet read), retained WAL, and a warning when the slot's WAL is at
-        risk; PositionLostError when the slot is gone or lost its WAL (checked every status
-        report, so a capture notices even while it has nothing to read)."""
-        with self._cur() as cur:
-            cur.execute(
-                "SELECT pg_current_wal_lsn()::text, s.slot_name IS NOT NULL, s.confirmed_flush_lsn::text, "
-                "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, s.wal_status, "
-                "s.safe_wal_size, (SELECT setting::bigint * CASE unit WHEN 'MB' THEN 1048576 "
-                "WHEN 'kB' THEN 1024 ELSE 1 END FROM pg_settings WHERE name = 'max_slot_wal_keep_size') "
-                "FROM (SELECT 1) x LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
-                (self.slot_name,),
-            )
-            server, exists, confirmed, retained, wal_status, safe, keep = cur.fetchone()
-        if not exists:
-            raise PositionLostError(
-                f"replication slot {self.slot_name} was dropped while the capture ran: the log "
-                "from the checkpoint on is gone."
-            )
-        if wal_status == "lost":
-            raise PositionLostError(
-                f"replication slot {self.slot_name} was invalidated (wal_status 'lost'): the server "
-                "removed WAL it still needed (max_slot_wal_keep_size exceeded)."
-            )
-        # Before anything was read, reading starts where the slot is confirmed.
-        read = max(
-            self._stream.data_start if self._stream is not None else 0,
-            self._stream.wal_end if self._stream is not None else 0,
-            self._acked,
-            parse_lsn(confirmed) if confirmed else 0,
-        )
-        warning = retention_warning(self.slot_name, wal_status, safe, keep)
-        warnings = ([warning] if warning else []) + list(self._partitions.warnings)
-        return {
-            "server_lsn": server,
-            "read_lsn": format_lsn(read),
-            "lag_bytes": max(0, parse_lsn(server) - read) if read else None,
-            "slot": self.slot_name,
-            "slot_confirmed_flush": confirmed,
-            "retained_bytes": retained,
-            "wal_status": wal_status,
-            "safe_wal_size": safe,
-            "max_slot_wal_keep_size": keep,
-            "acknowledged": format_lsn(self._acked),
-            "partitions": {t: len(ls) for t, ls in (self._partitions.leaves or {}).items()},
-            "warnings": warnings,
-        }
-
-    def _close_stream(self) -> None:
-        if self._repl_conn is not None:
-            try:
-                self._repl_conn.close()
-            except psycopg2.Error:
-                pass
-        self._repl_conn = self._cursor = self._stream = None
-
     def close(self) -> None:
-        self._close_stream()
+        self._log.close()
         for conn in self._reader_conns:
             try:
                 conn.close()
@@ -819,41 +510,3 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
             except psycopg2.Error:
                 pass
             self._conn = None
-
-
-def retention_warning(
-    slot: str, wal_status: Optional[str], safe_wal_size: Optional[int], max_keep: Optional[int]
-) -> Optional[str]:
-    """A warning while the slot's WAL is at risk of removal, before it is lost: wal_status
-    'extended' (beyond max_wal_size) or 'unreserved' (next checkpoint may remove it), or less
-    than 20% of max_slot_wal_keep_size left (safe_wal_size)."""
-    if wal_status in ("extended", "unreserved"):
-        return (
-            f"log retention at risk: replication slot {slot} has wal_status '{wal_status}' "
-            f"(safe_wal_size {safe_wal_size} bytes); the capture must catch up or the slot is "
-            "invalidated (raise max_slot_wal_keep_size, or speed up the output)."
-        )
-    if max_keep is not None and max_keep > 0 and safe_wal_size is not None and safe_wal_size < 0.2 * max_keep:
-        return (
-            f"log retention at risk: replication slot {slot} has {safe_wal_size} bytes of WAL left "
-            f"before max_slot_wal_keep_size ({max_keep} bytes) invalidates it."
-        )
-    return None
-
-
-def invisible_xids(snapshot: str, own_xid: int) -> frozenset[str]:
-    """The transactions a snapshot ('xmin:xmax:xip,...') does not see that were running when
-    it was taken, as the 32-bit xids the log carries (``own_xid`` was assigned after it)."""
-    _xmin, xmax, xip = snapshot.split(":")
-    xids = {int(x) for x in xip.split(",") if x}
-    xids.update(range(int(xmax), own_xid))
-    return frozenset(str(x & 0xFFFFFFFF) for x in xids)
-
-
-def _to_param(value: Any) -> Any:
-    """Canonical key value -> query parameter (the placeholder casts it to the column type)."""
-    if isinstance(value, dict) and "$b64" in value:
-        return psycopg2.Binary(base64.b64decode(value["$b64"]))
-    if isinstance(value, (dict, list)):
-        return json.dumps(value)
-    return value
