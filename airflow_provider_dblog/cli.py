@@ -30,6 +30,7 @@ from .core import dump_requests as requests
 from .core.dumps import MAX_READERS
 from .core.errors import DBLogError
 from .core.scheduler import describe_wait
+from .parent_pipe import stop_with_parent
 from .state.lease import make_lease
 
 log = logging.getLogger("dblog")
@@ -86,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds between comparisons of the tables' schemas with the catalog; a changed "
         "table is dumped again (0: only when the log shows a new shape)",
+    )
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop as on SIGTERM when standard input ends: the process that started this one holds "
+        "its other end, so its death, even by SIGKILL, ends this capture (the Airflow trigger uses it)",
     )
 
     p = sub.add_parser("dump", help="request a dump (the running capture performs it)")
@@ -200,6 +207,8 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if args.exit_with_parent:
+        stop_with_parent(stop)
 
     def progress(st: dict) -> None:
         dumps = [d for d in state.list_dumps(source.source_id) if not d.status.finished]

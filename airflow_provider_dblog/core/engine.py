@@ -223,7 +223,7 @@ class Engine:
             self.leadership.release()
 
     def _run(self, stop: threading.Event, deadline: Optional[float]) -> None:
-        self.source.open()
+        self.recovery.open_source(stop)
         self.output.open()
         writer = self.writer = Writer(
             self.output,

@@ -125,6 +125,17 @@ class LogRecovery:
         self.start_log(None, from_end=True, floor=self.cursor.floor())
         self.scheduler.wake()
 
+    def open_source(self, stop: threading.Event) -> None:
+        """At the start: open the source, waiting with backoff within the reconnect timeout
+        while it is unavailable (a database still starting up, a failover under way), as a
+        reconnect would, instead of ending the capture at once."""
+        try:
+            self.source.open()
+        except SourceUnavailable as exc:
+            log.warning("capture of %s: the source is unavailable (%s); waiting for it", self.source_id, exc)
+            self._reopen(exc, stop, lambda: None)
+            log.warning("capture of %s: the source is available", self.source_id)
+
     def reconnect(self, exc: SourceUnavailable, stop: threading.Event) -> None:
         """Close the source, wait with backoff, reopen it and read the log again from the last
         position handed to the writer. The writer keeps what it has (it does not depend on
@@ -138,6 +149,28 @@ class LogRecovery:
         if resume is not None:
             cursor.skip_until = max(cursor.skip_until, resume) if cursor.skip_until else resume
         log.warning("capture of %s: lost the source connection (%s); reconnecting", self.source_id, exc)
+
+        def read_log() -> None:
+            try:
+                # Without any position yet, the source resumes from its own bookmark (the
+                # PostgreSQL slot; MySQL's first start position): nothing is skipped.
+                self.start_log(resume, floor=cursor.skip_until)
+            except PositionLostError as lost:  # e.g. a promoted replica without our transaction
+                self.recover(lost)
+
+        self._reopen(exc, stop, read_log)
+        cursor.last_item_at = time.monotonic()
+        self.scheduler.wake()
+        log.warning(
+            "capture of %s: reconnected, reading the log after %s",
+            self.source_id,
+            resume or "the source's bookmark",
+        )
+
+    def _reopen(self, exc: SourceUnavailable, stop: threading.Event, then: Callable[[], None]) -> None:
+        """Close the source and open it again, then ``then()``, with backoff (0.5 s doubling
+        up to the policy's maximum) while it stays unavailable; DBLogError with the last
+        cause after the policy's timeout; the last cause when ``stop`` is set meanwhile."""
         deadline = time.monotonic() + self.policy.timeout
         delay, last = 0.5, exc
         while True:
@@ -150,11 +183,7 @@ class LogRecovery:
             self.fence()  # the lease may have moved on while we were cut off
             try:
                 self.source.open()
-                # Without any position yet, the source resumes from its own bookmark (the
-                # PostgreSQL slot; MySQL's first start position): nothing is skipped.
-                self.start_log(resume, floor=cursor.skip_until)
-            except PositionLostError as lost:  # e.g. a promoted replica without our transaction
-                self.recover(lost)
+                then()
             except SourceUnavailable as err:
                 last = err
                 remaining = deadline - time.monotonic()
@@ -168,13 +197,6 @@ class LogRecovery:
                 # The last attempt comes at the deadline, not a whole backoff before it.
                 delay = min(delay * 2, self.policy.max_backoff, remaining)
                 continue
-            cursor.last_item_at = time.monotonic()
-            self.scheduler.wake()
-            log.warning(
-                "capture of %s: reconnected, reading the log after %s",
-                self.source_id,
-                resume or "the source's bookmark",
-            )
             return
 
 

@@ -41,6 +41,7 @@ from airflow_provider_dblog.outputs.lake_layout import (
     checkpoint_path,
     mirror_path,
 )
+from airflow_provider_dblog.parent_pipe import stop_with_parent
 from airflow_provider_dblog.spark import mirror_types as mt
 from airflow_provider_dblog.spark.kafka_changelog import KafkaChangelog
 from airflow_provider_dblog.spark.lander import Lander
@@ -184,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trigger-seconds", type=float, default=5.0, help="continuous mode's trigger interval")
     p.add_argument("--max-seconds", type=float, help="continuous mode: stop after this long (default: never)")
     p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="continuous mode: stop as on SIGTERM when standard input ends (the process that started "
+        "this one holds its other end: its death, even by SIGKILL, ends this landing)",
+    )
+    p.add_argument(
         "--deletion-vectors",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -227,6 +234,8 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
     stop = threading.Event()
     if args.continuous:  # SIGTERM (the trigger's cleanup, a supervisor): stop between batches
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        if args.exit_with_parent:
+            stop_with_parent(stop)
     try:
         stats = land(
             spark,

@@ -102,6 +102,10 @@ class CaptureTrigger(BaseTrigger):
                 "--status-interval",
                 str(self.status_interval),
                 *(["--redump-on-position-lost"] if self.redump_on_position_lost else []),
+                "--exit-with-parent",
+                # never written to: its end, when this process dies however it dies, stops the
+                # child (parent_pipe.py), so no orphan keeps the lease or the slot
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,

@@ -72,7 +72,7 @@ class LandTrigger(BaseTrigger):
     def argv(self) -> list[str]:
         args = [self.python or sys.executable, "-m", "airflow_provider_dblog.spark.land_changelog"]
         args += ["--lake", self.lake, "--continuous", "--trigger-seconds", str(self.trigger_seconds)]
-        args += ["--max-seconds", str(self.session_seconds)]
+        args += ["--max-seconds", str(self.session_seconds), "--exit-with-parent"]
         if self.source:
             args += ["--source", self.source]
         if self.mirrors:
@@ -94,6 +94,7 @@ class LandTrigger(BaseTrigger):
         last: list[str] = []
         self._proc = proc = await asyncio.create_subprocess_exec(
             *self.argv(),
+            stdin=asyncio.subprocess.PIPE,  # never written to: its end stops the child (parent_pipe.py)
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self.environ(),

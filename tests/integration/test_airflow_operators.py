@@ -10,7 +10,11 @@ import asyncio
 import json
 import os
 import random
+import re
+import subprocess
+import sys
 import tempfile
+import time
 import uuid
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))
@@ -111,6 +115,91 @@ def insert_accounts(db, ids):
         c.commit()
     finally:
         c.close()
+
+
+# A triggerer in miniature: runs one CaptureTrigger as the triggerer does, prints its child's pid.
+TRIGGERER = """
+import asyncio, sys
+from airflow_provider_dblog.triggers.capture import CaptureTrigger
+
+async def main(conn_id, state, output):
+    # A quiet capture: no status line for a long time, so no write to the dead triggerer's
+    # pipes ends it by a broken pipe either.
+    trigger = CaptureTrigger(conn_id, state=state, output=output, session_seconds=600, status_interval=600)
+    session = asyncio.ensure_future(trigger.run().__anext__())
+    while trigger._proc is None:
+        await asyncio.sleep(0.05)
+    print("child pid", trigger._proc.pid, flush=True)
+    await session
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited (an exited orphan may stay a zombie here)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def run_session(trigger, during) -> dict:
+    """One capture session of ``trigger`` as the triggerer runs it; ``during()`` once it started."""
+    lines = Lines(trigger)
+
+    async def go():
+        nxt = asyncio.create_task(trigger.run().__anext__())
+        await asyncio.wait_for(lines.started.wait(), 60)
+        await asyncio.to_thread(during)
+        return (await asyncio.wait_for(nxt, 90)).payload
+
+    return asyncio.run(go())
+
+
+def test_a_sigkilled_triggerer_takes_its_capture_child_with_it(mariadb, tmp_path):
+    """The triggerer dies by SIGKILL (the OOM killer, a node drain): its capture child stops by
+    itself instead of holding the lease and the binlog connection for the rest of its session,
+    and the session Airflow starts elsewhere resumes from the checkpoint, nothing lost or
+    written twice (parent_pipe.py)."""
+    db, conn_id, source_id, state, lake = mariadb
+    script = tmp_path / "triggerer.py"
+    script.write_text(TRIGGERER)
+    out = tmp_path / "triggerer.out"  # a file: a pipe nobody drained would stall the triggerer's loop
+    with open(out, "w") as f:
+        triggerer = subprocess.Popen([sys.executable, str(script), conn_id, state, lake], stdout=f, stderr=f)
+    end = time.monotonic() + 60
+    # the child's pid, then the engine's start (rows written before it are the dump's business)
+    while not re.search(r"capture of .* started at", out.read_text()) and triggerer.poll() is None:
+        assert time.monotonic() < end, out.read_text()
+        time.sleep(0.1)
+    pid = re.findall(r"^child pid (\d+)$", out.read_text(), re.M)
+    assert pid and triggerer.poll() is None, out.read_text()
+    child = int(pid[0])
+    try:
+        insert_accounts(db, [2001, 2002])
+        table = f"{db.ns}.accounts"
+        end = time.monotonic() + 60
+        while {(2001,), (2002,)} - {e.key for e in changelog(lake, source_id, table)} and time.monotonic() < end:
+            time.sleep(0.5)
+        triggerer.kill()
+        triggerer.wait()
+        insert_accounts(db, [2003])  # while no capture runs
+        end = time.monotonic() + 60
+        while running(child) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not running(child), "the capture child outlived its triggerer"
+    finally:
+        if running(child):
+            os.kill(child, 9)
+    event = run_session(
+        CaptureTrigger(conn_id, state=state, output=lake, session_seconds=12, status_interval=1),
+        lambda: insert_accounts(db, [2004]),
+    )
+    assert event["status"] == "session_end", event
+    creates = sorted(e.key for e in changelog(lake, source_id, table) if e.op.value == "c" and e.key[0] > 2000)
+    assert creates == [(2001,), (2002,), (2003,), (2004,)]
 
 
 class TI:

@@ -112,7 +112,7 @@ def test_session_end_config_without_password_and_password_in_env(monkeypatch, tm
     assert (tmp_path / "seen.mode").read_text().strip() == "600"
     assert (tmp_path / "seen.pw").read_text() == SECRET
     argv = (tmp_path / "seen.argv").read_text()
-    assert SECRET not in argv and "--max-seconds 5.0" in argv
+    assert SECRET not in argv and "--max-seconds 5.0" in argv and "--exit-with-parent" in argv
     # the file the child read is a config the real loader accepts, and it is gone now
     cfg = load_config(str(tmp_path / "seen.toml"))
     monkeypatch.setenv("DBLOG_SOURCE_PASSWORD", SECRET)  # as the child has it (password_env must be set)

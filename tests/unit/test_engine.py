@@ -210,6 +210,32 @@ def test_reconnect_gives_up_after_the_deadline_with_the_cause(db, state):
     assert run.engine.reconnects == 1
 
 
+def test_a_capture_started_while_the_database_is_down_waits_for_it(db, state):
+    """A capture (re)started while its database is still down or starting up waits for it
+    within the reconnect timeout, as a reconnect does, instead of ending at once."""
+    source, out = MemorySource(db), MemoryChangelog()
+    down = threading.Event()
+    down.set()
+    source.unavailable = down.is_set
+    run = Running(source, out, state, reconnect_max_backoff=0.05)
+    time.sleep(0.5)
+    assert not run.done() and not out.events, "the capture ended, or read, while the database was down"
+    down.clear()
+    wait_until(lambda: len(out.events) == 200, what="the events once the database is up")
+    run.stop()
+    assert [e.key[0] for e in out.events if e.origin is Origin.LOG] == list(range(1, 201))
+
+
+def test_a_capture_started_while_the_database_is_down_gives_up_after_the_deadline(db, state):
+    source, out = MemorySource(db), MemoryChangelog()
+    source.unavailable = lambda: True
+    run = Running(source, out, state, reconnect_timeout=1.0, reconnect_max_backoff=0.1)
+    wait_until(run.done, timeout=10, what="the engine to give up")
+    with pytest.raises(DBLogError, match="within 1 s") as info:
+        run.stop()
+    assert "in-memory server is down" in str(info.value)
+
+
 def test_a_bad_request_fails_its_dump_and_the_capture_goes_on(db, state):
     """Invariant 9: an unknown table fails that dump with the cause; later events still flow
     and a following good dump runs."""

@@ -47,6 +47,10 @@ def test_round_trip():
     joined = " ".join(argv)
     assert "--continuous --trigger-seconds 5.0" in joined and "--max-seconds 600.0" in joined
     assert "--source s1" in joined and "--lake /lake" in joined
+    # the landing's own parser takes them all; --exit-with-parent: no orphan after a triggerer's death
+    from airflow_provider_dblog.spark.land_changelog import build_parser
+
+    assert build_parser().parse_args(argv[3:]).exit_with_parent
 
 
 def test_a_session_ends_with_its_last_line_and_a_failure_with_its_error(tmp_path):
