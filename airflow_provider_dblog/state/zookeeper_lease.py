@@ -51,6 +51,7 @@ class ZooKeeperLease:
         self._session: Optional[int] = None
         self._lost = threading.Event()
         self._suspended = threading.Event()
+        self._out_since: Optional[float] = None  # when `check` last lost contact (None: in contact)
         self.client.add_listener(self._on_state)
 
     def _on_state(self, state: str) -> None:
@@ -164,6 +165,16 @@ class ZooKeeperLease:
                 self._lost.set()
                 continue
             except (ConnectionLoss, timeout_exc):
+                if self._out_since is None:  # once per outage, not once per check
+                    self._out_since = time.monotonic()
+                    log.warning(
+                        "capture of %s (leader, epoch %d): no contact with ZooKeeper (its servers down, or "
+                        "too few of them for a quorum); commits and state writes wait for it, for up to "
+                        "%.0f s, then the lease is given up",
+                        self.source_id,
+                        self.epoch,
+                        self.suspend_limit,
+                    )
                 if time.monotonic() > deadline:
                     raise lease_lost(
                         self.source_id, self.epoch, f"no contact with ZooKeeper for {self.suspend_limit:.0f} s"
@@ -173,6 +184,14 @@ class ZooKeeperLease:
             if stat is None or stat.ephemeralOwner != self._session:
                 self._lost.set()
                 raise lease_lost(self.source_id, self.epoch, "its ZooKeeper znode is gone")
+            if self._out_since is not None:
+                log.warning(
+                    "capture of %s: ZooKeeper answers again after %.1f s; the lease (epoch %d) is still ours",
+                    self.source_id,
+                    time.monotonic() - self._out_since,
+                    self.epoch,
+                )
+                self._out_since = None
             return
 
     def fence(self) -> Fence:
