@@ -16,34 +16,28 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 
-from airflow.sdk import DAG, Asset
+from airflow_provider_dblog.fleet import FleetSource, fleet_dags
 
-from airflow_provider_dblog.operators.dump import DumpOperator
-
-SOURCE_CONN_ID = os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source")
-STATE_CONN_ID = os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default")
 TABLES = [t.strip() for t in os.environ.get("DBLOG_BACKFILL_TABLES", "").split(",") if t.strip()] or None
-CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
 
-with DAG(
-    dag_id="dblog_backfill",
-    description="Scheduled full-state DBLog dump of all captured tables",
-    schedule=os.environ.get("DBLOG_BACKFILL_SCHEDULE", "@weekly"),
-    start_date=dt.datetime(2024, 1, 1),
-    catchup=False,
-    max_active_runs=1,  # a second full dump while one runs only doubles the work
-    tags=["dblog"],
-) as dag:
-    DumpOperator(
-        task_id="dump_all",
-        source_conn_id=SOURCE_CONN_ID,
-        state_conn_id=STATE_CONN_ID,
-        tables=TABLES,
-        chunk_size=int(os.environ.get("DBLOG_BACKFILL_CHUNK_SIZE", "10000")),
-        delay_ms=int(os.environ.get("DBLOG_BACKFILL_DELAY_MS", "0")),
-        poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "10")),
-        outlets=[CHANGELOG_ASSET],
-    )
+# One source's backfill (its capture: dags/dblog_capture.py), as the fleet builds it.
+dag = fleet_dags(
+    [
+        FleetSource(
+            os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source"),
+            capture=False,  # dags/dblog_capture.py
+            backfill=os.environ.get("DBLOG_BACKFILL_SCHEDULE", "@weekly"),
+            backfill_tables=TABLES,
+            chunk_size=int(os.environ.get("DBLOG_BACKFILL_CHUNK_SIZE", "10000")),
+            delay_ms=int(os.environ.get("DBLOG_BACKFILL_DELAY_MS", "0")),
+        )
+    ],
+    state_conn_id=os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default"),
+    changelog=os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake"),
+    changelog_asset=os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"),
+    repair=False,
+    single=True,
+    backfill_poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "10")),
+)["dblog_backfill"]

@@ -17,38 +17,25 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 
-from airflow.sdk import DAG, Asset
+from airflow_provider_dblog.fleet import FleetSource, fleet_dags
 
-from airflow_provider_dblog.operators.capture import CaptureOperator
-
-SOURCE_CONN_ID = os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source")
-STATE_CONN_ID = os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default")
-CHANGELOG = os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake")
-SESSION_SECONDS = float(os.environ.get("DBLOG_CAPTURE_SESSION_SECONDS", "3600"))
-CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
-
-with DAG(
-    dag_id="dblog_capture",
-    description="Continuous DBLog capture: the source's log (and requested dumps) into the changelog",
-    schedule="@once",
-    start_date=dt.datetime(2024, 1, 1),
-    catchup=False,
-    max_active_runs=1,  # two captures of one source would fight over the slot / leader lease
-    tags=["dblog"],
-) as dag:
-    CaptureOperator(
-        task_id="capture",
-        source_conn_id=SOURCE_CONN_ID,
-        state_conn_id=STATE_CONN_ID,
-        changelog=CHANGELOG,
-        session_seconds=SESSION_SECONDS,
+# One source: the fleet's DAG ids without the source's name (dags/dblog_fleet.py declares many).
+globals().update(
+    fleet_dags(
+        [
+            FleetSource(
+                os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source"),
+                session_seconds=float(os.environ.get("DBLOG_CAPTURE_SESSION_SECONDS", "3600")),
+                backfill=None,  # dags/dblog_backfill.py
+            )
+        ],
+        state_conn_id=os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default"),
+        changelog=os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake"),
         status_interval=float(os.environ.get("DBLOG_CAPTURE_STATUS_INTERVAL", "30")),
-        retries=3,
-        retry_delay=dt.timedelta(seconds=30),
-        # Emitted when the task ends (max_sessions); while it runs, dblog_land's schedule and
-        # the dump DAGs' asset events pick up the new changelog data.
-        outlets=[CHANGELOG_ASSET],
+        changelog_asset=os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"),
+        repair=False,  # dags/dblog_repair_dump.py
+        single=True,
     )
+)

@@ -1,0 +1,188 @@
+"""Many sources from one declaration: the capture and backfill DAGs of each source of a fleet,
+and one repair form for all of them.
+
+A DAG file declares its sources once and publishes what this builds::
+
+    from airflow_provider_dblog.fleet import FleetSource, fleet_dags
+
+    globals().update(
+        fleet_dags(
+            [FleetSource("shop_db"), FleetSource("billing_db", backfill="@daily", delay_ms=20)],
+            state_conn_id="dblog_state_default",
+            changelog="delta://s3://lake/dblog",
+        )
+    )
+
+Per source: ``dblog_capture__<name>`` (one long-lived deferrable capture task, as
+``dags/dblog_capture.py``) and, unless ``backfill=None``, ``dblog_backfill__<name>`` (a
+scheduled full dump, as ``dags/dblog_backfill.py``). For the fleet: ``dblog_repair_dump``, the
+repair form, whose source is chosen from the declared ones. Each source keeps settings of its
+own (its changelog, session length, the backfill's schedule, tables and pacing); what it does
+not set comes from the fleet's arguments. The tables a source captures are its connection's
+(``tables`` in the connection's extra), as for a single source. Every DAG emits the fleet's
+changelog asset, which schedules the landing (``dags/dblog_land.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+from typing import Any, Optional, Sequence
+
+from .core.errors import ConfigurationError
+
+START = dt.datetime(2024, 1, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetSource:
+    """One source of the fleet. ``conn_id``: its Airflow connection (Postgres or MySQL);
+    ``name``: what its DAG ids end with (default: the connection id); ``None`` settings take the
+    fleet's value."""
+
+    conn_id: str
+    name: Optional[str] = None
+    capture: bool = True  # False: its capture DAG is published elsewhere (only the backfill here)
+    changelog: Optional[str] = None
+    session_seconds: Optional[float] = None
+    redump_on_position_lost: bool = False
+    backfill: Optional[str] = "@weekly"  # cron or preset of the full dump; None: no backfill DAG
+    backfill_tables: Optional[Sequence[str]] = None  # None: every captured table
+    chunk_size: int = 10_000
+    delay_ms: int = 0
+    adaptive: bool = False  # pace the backfill by the source's load (core/pacing.py)
+
+    @property
+    def dag_name(self) -> str:
+        return self.name or self.conn_id
+
+
+def fleet_dags(
+    sources: Sequence[FleetSource],
+    *,
+    state_conn_id: str,
+    changelog: str,
+    session_seconds: float = 3600.0,
+    status_interval: float = 30.0,
+    changelog_asset: str = "dblog_changelog",
+    repair: bool = True,
+    tags: Sequence[str] = ("dblog",),
+    single: bool = False,
+    backfill_poll_interval: float = 10.0,
+) -> dict[str, Any]:
+    """The DAGs of ``sources`` by DAG id: put them in the DAG file's globals. ``single``: one
+    source, its DAG ids without its name (``dblog_capture``, ``dblog_backfill``: the example
+    DAGs of one source)."""
+    from airflow.sdk import DAG, Asset
+
+    from .operators.dump import DumpOperator
+
+    _check(sources)
+    if single and len(sources) != 1:
+        raise ConfigurationError(f"single=True with {len(sources)} sources.", "declare one source, or drop single.")
+    asset = Asset(changelog_asset)
+    dags: dict[str, Any] = {}
+    for s in sources:
+        name = s.dag_name
+        suffix, source_tags = ("", list(tags)) if single else (f"__{name}", [*tags, name])
+        if s.capture:
+            dags.update(
+                _capture_dag(s, suffix, source_tags, state_conn_id, changelog, session_seconds, status_interval, asset)
+            )
+        if s.backfill is None:
+            continue
+        with DAG(
+            dag_id=f"dblog_backfill{suffix}",
+            description=f"Scheduled full-state DBLog dump of {s.conn_id}",
+            schedule=s.backfill,
+            start_date=START,
+            catchup=False,
+            max_active_runs=1,  # a second full dump while one runs only doubles the work
+            tags=source_tags,
+        ) as backfill:
+            DumpOperator(
+                task_id="dump_all",
+                source_conn_id=s.conn_id,
+                state_conn_id=state_conn_id,
+                tables=list(s.backfill_tables) if s.backfill_tables else None,
+                chunk_size=s.chunk_size,
+                delay_ms=s.delay_ms,
+                adaptive=s.adaptive,
+                poll_interval=backfill_poll_interval,
+                outlets=[asset],
+            )
+        dags[backfill.dag_id] = backfill
+    if repair:
+        from .repair_form import repair_dag
+
+        dag = repair_dag([s.conn_id for s in sources], state_conn_id, asset, tags)
+        dags[dag.dag_id] = dag
+    return dags
+
+
+def _capture_dag(
+    s: FleetSource,
+    suffix: str,
+    tags: list[str],
+    state_conn_id: str,
+    changelog: str,
+    session_seconds: float,
+    status_interval: float,
+    asset: Any,
+) -> dict[str, Any]:
+    """One long-lived deferrable capture task (dags/dblog_capture.py's docstring)."""
+    from airflow.sdk import DAG
+
+    from .operators.capture import CaptureOperator
+
+    with DAG(
+        dag_id=f"dblog_capture{suffix}",
+        description=f"Continuous DBLog capture of {s.conn_id} into the changelog",
+        schedule="@once",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,  # two captures of one source would fight over the slot / lease
+        tags=tags,
+    ) as dag:
+        CaptureOperator(
+            task_id="capture",
+            source_conn_id=s.conn_id,
+            state_conn_id=state_conn_id,
+            changelog=s.changelog or changelog,
+            session_seconds=s.session_seconds or session_seconds,
+            status_interval=status_interval,
+            redump_on_position_lost=s.redump_on_position_lost,
+            retries=3,
+            retry_delay=dt.timedelta(seconds=30),
+            # Emitted when the task ends (max_sessions); while it runs, the landing's schedule
+            # and the dump DAGs' asset events pick up the new changelog data.
+            outlets=[asset],
+        )
+    return {dag.dag_id: dag}
+
+
+def _check(sources: Sequence[FleetSource]) -> None:
+    """Every source named once, with a name a DAG id can end with: stop at parse time with
+    the source at fault, rather than publish one source's DAG over another's."""
+    if not sources:
+        raise ConfigurationError("the fleet declares no source.", "pass at least one FleetSource.")
+    seen: dict[str, str] = {}
+    for s in sources:
+        name = s.dag_name
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise ConfigurationError(
+                f"source {s.conn_id!r}: {name!r} cannot end a DAG id (letters, digits, '_', '.', '-' only).",
+                "give it a name=... of those characters.",
+            )
+        if name in seen:
+            raise ConfigurationError(
+                f"sources {seen[name]!r} and {s.conn_id!r} would both be named {name!r} in their DAG ids.",
+                "give one of them another name=....",
+            )
+        seen[name] = s.conn_id
+        if s.chunk_size < 1 or s.delay_ms < 0:
+            raise ConfigurationError(
+                f"source {s.conn_id!r}: chunk_size {s.chunk_size} / delay_ms {s.delay_ms} out of range.",
+                "chunk_size 1 or more, delay_ms 0 or more.",
+            )
