@@ -29,6 +29,9 @@ class FencedOutput:
     def register_schema(self, schema: TableSchema) -> None:
         self._output.register_schema(schema)
 
+    def register_schemas(self, schemas: Sequence[TableSchema]) -> None:
+        self._output.register_schemas(schemas)
+
     def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
         self._lease.check()
         self._output.write(events, epoch=epoch)

@@ -169,6 +169,10 @@ class Output(Protocol):
     def register_schema(self, schema: TableSchema) -> None:
         """Store a table schema (idempotent by schema id) before events reference it."""
 
+    def register_schemas(self, schemas: Sequence[TableSchema]) -> None:
+        """``register_schema`` of each, at once where the output can (one commit): a capture
+        of a thousand tables registers a thousand schemas before its first batch."""
+
     def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
         """Make the batch durable as one commit. Events at or below ``last_position`` of
         their source are skipped, so retrying a batch after an unknown outcome is safe.

@@ -333,8 +333,8 @@ class Writer:
         attempt = 0
         while True:
             try:
-                for s in schemas:
-                    self.output.register_schema(s)
+                if schemas:
+                    self.output.register_schemas(schemas)
                 if batch:
                     # Output.write skips positions it already has, so a retry after an
                     # unknown outcome (commit done, answer lost) writes nothing twice.

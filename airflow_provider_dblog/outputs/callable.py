@@ -58,6 +58,10 @@ class CallableOutput:
     def close(self) -> None:
         pass
 
+    def register_schemas(self, schemas: Sequence[TableSchema]) -> None:
+        for schema in schemas:
+            self.register_schema(schema)
+
     def register_schema(self, schema: TableSchema) -> None:
         sid = schema.schema_id()
         if sid in self.schemas:

@@ -149,6 +149,10 @@ class JsonLinesOutput:
                     pass
                 raise
 
+    def register_schemas(self, schemas: Sequence[TableSchema]) -> None:
+        for schema in schemas:
+            self.register_schema(schema)
+
     def register_schema(self, schema: TableSchema) -> None:
         sid = schema.schema_id()
         if sid in self._schema_ids:

@@ -238,6 +238,10 @@ class KafkaOutput:
         return producer
 
     # -- writing -------------------------------------------------------------------------
+    def register_schemas(self, schemas: Sequence[TableSchema]) -> None:
+        for schema in schemas:
+            self.register_schema(schema)
+
     def register_schema(self, schema: TableSchema) -> None:
         """Kept, and written to the schema topic in the next write's transaction (so before
         the first record that names it, and atomically with it)."""

@@ -298,6 +298,9 @@ class MemoryChangelog:
     def register_schema(self, schema: TableSchema) -> None:
         self.schemas.append(schema)
 
+    def register_schemas(self, schemas: Sequence[TableSchema]) -> None:
+        self.schemas.extend(schemas)
+
     def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
         if self.gate is not None:
             self.gate.wait(30)

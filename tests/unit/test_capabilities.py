@@ -29,6 +29,9 @@ class _PlainOutput:
     def register_schema(self, schema):
         pass
 
+    def register_schemas(self, schemas):
+        pass
+
     def write(self, events, epoch=None):
         pass
 

@@ -27,6 +27,9 @@ class MemoryOutput:
     def register_schema(self, s):
         self.schemas.append(s)
 
+    def register_schemas(self, schemas):
+        self.schemas.extend(schemas)
+
     def write(self, events, epoch=None):
         if self.gate:
             self.gate.wait()
@@ -257,6 +260,9 @@ def test_an_output_that_refuses_every_retry_ends_with_its_cause_and_the_fix():
             return "BrokerOutput('b:9092')"
 
         def register_schema(self, schema):
+            pass
+
+        def register_schemas(self, schemas):
             pass
 
         def write(self, events, epoch=None):

@@ -249,11 +249,12 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
             self._encoding = psycopg2.extensions.encodings.get(self._scalar("SHOW server_encoding"), "utf-8")
             with self._cur() as cur:
                 check_server(cur, self._dsn["user"], self.plugin)
+            self._infos.clear()  # read afresh, once per table (a reopen may follow an ALTER)
             self._tables = self._resolve_tables()
             self._captured.clear()  # in place: the log decoder holds this set
             self._captured.update(self._tables)
             for table in self._tables:
-                check_replica_identity(self._info(table, refresh=True))
+                check_replica_identity(self._info(table))
             roots = {t: self._infos[t].oid for t in self._tables if self._infos[t].partitioned}
             leaves = self._check_partitioned(roots)
             with self._cur() as cur:
@@ -272,7 +273,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
             unknown = []
             for table in self._requested_tables:
                 try:
-                    self._info(table, refresh=True)
+                    self._info(table)
                 except RequestError:
                     unknown.append(table)
         if unknown:
