@@ -74,7 +74,7 @@ def fleet_dags(
     """The DAGs of ``sources`` by DAG id: put them in the DAG file's globals. ``single``: one
     source, its DAG ids without its name (``dblog_capture``, ``dblog_backfill``: the example
     DAGs of one source)."""
-    from airflow.sdk import DAG, Asset
+    from airflow.sdk import Asset
 
     from .operators.dump import DumpOperator
 
@@ -92,14 +92,9 @@ def fleet_dags(
             )
         if s.backfill is None:
             continue
-        with DAG(
-            dag_id=f"dblog_backfill{suffix}",
-            description=f"Scheduled full-state DBLog dump of {s.conn_id}",
-            schedule=s.backfill,
-            start_date=START,
-            catchup=False,
-            max_active_runs=1,  # a second full dump while one runs only doubles the work
-            tags=source_tags,
+        # max_active_runs 1: a second full dump while one runs only doubles the work
+        with _one_run_dag(
+            f"dblog_backfill{suffix}", f"Scheduled full-state DBLog dump of {s.conn_id}", s.backfill, source_tags
         ) as backfill:
             DumpOperator(
                 task_id="dump_all",
@@ -132,18 +127,12 @@ def _capture_dag(
     asset: Any,
 ) -> dict[str, Any]:
     """One long-lived deferrable capture task (dags/dblog_capture.py's docstring)."""
-    from airflow.sdk import DAG
 
     from .operators.capture import CaptureOperator
 
-    with DAG(
-        dag_id=f"dblog_capture{suffix}",
-        description=f"Continuous DBLog capture of {s.conn_id} into the changelog",
-        schedule="@once",
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,  # two captures of one source would fight over the slot / lease
-        tags=tags,
+    # max_active_runs 1: two captures of one source would fight over the slot / lease
+    with _one_run_dag(
+        f"dblog_capture{suffix}", f"Continuous DBLog capture of {s.conn_id} into the changelog", "@once", tags
     ) as dag:
         CaptureOperator(
             task_id="capture",
@@ -160,6 +149,21 @@ def _capture_dag(
             outlets=[asset],
         )
     return {dag.dag_id: dag}
+
+
+def _one_run_dag(dag_id: str, description: str, schedule: str, tags: list[str]) -> Any:
+    """A DAG of at most one active run, from the fleet's start date, without catch-up."""
+    from airflow.sdk import DAG
+
+    return DAG(
+        dag_id=dag_id,
+        description=description,
+        schedule=schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=tags,
+    )
 
 
 def _check(sources: Sequence[FleetSource]) -> None:
