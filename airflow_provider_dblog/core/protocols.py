@@ -204,6 +204,18 @@ class ParallelChunkReaders(Protocol):
 
 
 @runtime_checkable
+class CatalogFingerprints(Protocol):
+    """A source that tells in one round trip whether tables' catalog definitions moved: the
+    periodic schema check (core/schema_step.py) then reads the catalog of those tables only,
+    so an idle capture's cost does not grow with its table count."""
+
+    def catalog_fingerprints(self, tables: Sequence[str]) -> dict[str, str]:
+        """A text per table that changes whenever what ``catalog_schema`` reads of it changes
+        (columns, their types and nullability, the key); a table that does not exist is left
+        out."""
+
+
+@runtime_checkable
 class RangeDigests(Protocol):
     """A source that digests a key range where the rows are (``dblog verify --ranges``,
     core/range_verify.py); without it a table is compared whole."""

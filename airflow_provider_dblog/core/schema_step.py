@@ -19,13 +19,17 @@ from typing import Optional
 from .errors import DBLogError, SourceUnavailable
 from .events import ChangeEvent, Op, Origin, TableSchema, WatermarkEvent, split_key_update
 from .markers import TableReset
-from .protocols import Source
+from .protocols import CatalogFingerprints, Source
 from .scheduler import DumpScheduler
 from .schema_watch import SchemaWatch, describe
 from .watermark import WatermarkWindow
 from .writer import Writer
 
 log = logging.getLogger(__name__)
+
+# With catalog fingerprints, every this many checks still reads every table's catalog: a
+# change the fingerprint does not see is found within this many intervals all the same.
+FULL_CHECK_EVERY = 6
 
 
 class SchemaStep:
@@ -39,6 +43,8 @@ class SchemaStep:
         self._unreadable: dict[str, str] = {}  # table -> why its catalog schema cannot be read
         self._resets: dict[str, TableSchema] = {}  # watermark uuid -> new schema (key changed)
         self._resetting: set[str] = set()  # tables whose reset is not durable yet
+        self._prints: dict[str, str] = {}  # table -> its catalog fingerprint when last read
+        self._checks = 0
 
     def schema(self, table: str, writer: Writer) -> TableSchema:
         """The table's schema, read from the source (and handed to the writer, which registers
@@ -73,7 +79,11 @@ class SchemaStep:
         if self.window.busy or not self.watch.due():
             return
         queued = False
-        for table in self.source.tables():
+        tables = self.source.tables()
+        prints = self._fingerprints(tables)
+        for table in tables:
+            if prints is not None and table in prints and self._prints.get(table) == prints[table]:
+                continue  # its catalog did not move since it was last read
             try:
                 schema = self.source.catalog_schema(table)
             except SourceUnavailable:
@@ -84,6 +94,8 @@ class SchemaStep:
                 self._unreadable[table] = str(exc)
                 continue
             self._unreadable.pop(table, None)
+            if prints is not None and table in prints:
+                self._prints[table] = prints[table]
             known = self.schemas.get(table)
             if known is None or known.schema_id() != schema.schema_id():
                 self.schemas[table] = schema
@@ -112,6 +124,14 @@ class SchemaStep:
         self.watch.checked()
         if queued:
             self.scheduler.wake()
+
+    def _fingerprints(self, tables: list[str]) -> Optional[dict[str, str]]:
+        """The tables' catalog fingerprints, or None: read every table (a source without
+        them, and every FULL_CHECK_EVERY-th check)."""
+        self._checks += 1
+        if not isinstance(self.source, CatalogFingerprints) or self._checks % FULL_CHECK_EVERY == 0:
+            return None
+        return self.source.catalog_fingerprints(tables)
 
     def reset(self, wm: WatermarkEvent) -> Optional[tuple[ChangeEvent, TableReset]]:
         """For the watermark of a primary-key change: the TRUNCATE at its position (for the

@@ -17,8 +17,9 @@ from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus,
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import DBLogError, PositionLostError, StaleEpochError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema, WatermarkEvent
-from airflow_provider_dblog.core.protocols import ChunkResult
+from airflow_provider_dblog.core.protocols import CatalogFingerprints, ChunkResult
 from airflow_provider_dblog.core.row_text import ChunkTexts, as_row, dumps
+from airflow_provider_dblog.core.schema_step import FULL_CHECK_EVERY
 from airflow_provider_dblog.core.schema_watch import schema_key
 from airflow_provider_dblog.core.verify import replay
 from airflow_provider_dblog.state.lease import make_lease
@@ -458,6 +459,40 @@ def test_a_schema_change_without_log_events_redumps_the_table(db, state):
     assert redump.spec.repair  # scheduled before table dumps (invariant 11)
     assert replay(out.events) == db.snapshot(TABLE)
     assert all(set(row) == {"id", "w"} for row in replay(out.events).values())
+
+
+class _PrintedSource(MemorySource, CatalogFingerprints):
+    """Catalog fingerprints (the schema's id), and a count of the catalog reads."""
+
+    def __init__(self, db):
+        super().__init__(db)
+        self.catalog_reads = 0
+        self.print_checks = 0
+
+    def catalog_fingerprints(self, tables):
+        self.print_checks += 1
+        return {t: self.db.schemas[t].schema_id() for t in tables if t in self.db.schemas}
+
+    def catalog_schema(self, table):
+        self.catalog_reads += 1
+        return super().catalog_schema(table)
+
+
+def test_the_schema_check_reads_only_the_tables_whose_catalog_moved(db, state):
+    """An idle capture's schema check reads no catalog while the fingerprints stay, all of it
+    every FULL_CHECK_EVERY-th check, and a changed table at once (then it is dumped again)."""
+    source, out = _PrintedSource(db), MemoryChangelog()
+    run = Running(source, out, state, schema_check_interval=0.05)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    wait_until(lambda: source.print_checks >= 3 * FULL_CHECK_EVERY, what="many checks")
+    run.stop()
+    # One read at the first check, one per full check: not one per check.
+    assert source.catalog_reads <= 2 + source.print_checks // (FULL_CHECK_EVERY - 1)
+    assert source.catalog_reads < source.print_checks
+    run = Running(source, out, state, schema_check_interval=0.05)
+    db.alter(WIDER, lambda r: {"id": r["id"], "w": r["id"] * 7})
+    wait_until(lambda: state.list_dumps(SOURCE_ID), what="a re-dump request")
+    run.stop()
 
 
 def test_a_chunk_naming_a_dropped_column_is_selected_again_in_the_new_shape(db, state):

@@ -130,6 +130,24 @@ def index_columns(cur: Any, oid: int, flag: str) -> tuple[str, ...]:
     return tuple(r[0] for r in cur.fetchall())
 
 
+def fingerprints(cur, tables: Sequence[str]) -> dict[str, str]:
+    """One query for every table: an md5 of what ``read_table`` reads of it (its columns'
+    names, types as ``format_type`` prints them and nullability, its replica identity and
+    its indexes); tables that do not exist are left out."""
+    cur.execute(
+        "SELECT t.name, md5(concat_ws('|', c.relreplident, "
+        "(SELECT string_agg(a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || a.attnotnull, "
+        "',' ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 "
+        "AND NOT a.attisdropped), "
+        "(SELECT string_agg(i.indexrelid || ':' || i.indisprimary || ':' || i.indisreplident || ':' "
+        "|| i.indisunique || ':' || i.indisvalid || ':' || i.indkey::text, ',' ORDER BY i.indexrelid) "
+        "FROM pg_index i WHERE i.indrelid = c.oid))) "
+        "FROM unnest(%s::text[], %s::text[]) AS t(name, quoted) JOIN pg_class c ON c.oid = to_regclass(t.quoted)",
+        (list(tables), [quote_table(t) for t in tables]),
+    )
+    return {name: digest for name, digest in cur.fetchall()}
+
+
 def read_table(cur, table: str, key_columns: Optional[Sequence[str]] = None) -> TableInfo:
     """The table's schema from the catalog; RequestError if it does not exist,
     ConfigurationError if it has no usable key."""

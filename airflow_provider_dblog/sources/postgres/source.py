@@ -49,7 +49,7 @@ from ...core.batch import LogRows
 from ...core.chunks import POSTGRES, chunk_query
 from ...core.errors import ConfigurationError, RequestError, SourceUnavailable
 from ...core.events import Key, LogItem, Position, Row, TableSchema
-from ...core.protocols import ChunkResult, RowTextChunks, RowTextLog
+from ...core.protocols import CatalogFingerprints, ChunkResult, RowTextChunks, RowTextLog
 from ..connection_loss import on_connection_loss
 from ..dump_errors import filter_errors, postgres_dump_errors
 from ..keyset_reader import KeysetChunkReader
@@ -59,6 +59,7 @@ from .catalog import (
     captured_ancestor,
     check_partitions,
     check_replica_identity,
+    fingerprints,
     format_types,
     list_tables,
     quote_table,
@@ -99,9 +100,10 @@ def slot_name_for(source_id: str) -> str:
     return ("dblog_" + re.sub(r"[^a-z0-9_]", "_", source_id.lower()))[:63]
 
 
-class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
+class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerprints):
     # Capabilities (core/protocols.py): rows as their JSON text from chunk SELECTs and from the
-    # log; parallel chunk readers and range digests come with the keyset reader.
+    # log; catalog fingerprints (the schema check reads changed tables only); parallel chunk
+    # readers and range digests come with the keyset reader.
     selects_row_text = True
     logs_row_text = True
 
@@ -352,6 +354,11 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog):
     @on_connection_loss
     def table_schema(self, table: str):
         return self._info(table).schema
+
+    @on_connection_loss
+    def catalog_fingerprints(self, tables: Sequence[str]) -> dict[str, str]:
+        with self._cur() as cur:
+            return fingerprints(cur, tables)
 
     @on_connection_loss
     def catalog_schema(self, table: str):
