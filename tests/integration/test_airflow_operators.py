@@ -31,6 +31,7 @@ from airflow_provider_dblog.outputs import make_output  # noqa: E402
 from airflow_provider_dblog.state.local import LocalStateStore  # noqa: E402
 from airflow_provider_dblog.triggers.capture import CaptureTrigger  # noqa: E402
 
+from ..support.processes import running  # noqa: E402
 from .databases import MySQLAdapter, env  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -134,15 +135,6 @@ async def main(conn_id, state, output):
 
 asyncio.run(main(*sys.argv[1:]))
 """
-
-
-def running(pid: int) -> bool:
-    """The process exists and has not exited (an exited orphan may stay a zombie here)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def run_session(trigger, during) -> dict:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+from tests.support.processes import running
+
 CHILD = """
 import sys, threading
 from airflow_provider_dblog.parent_pipe import stop_with_parent
@@ -25,14 +27,6 @@ child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdin=subprocess.P
 print(child.pid, flush=True)
 child.wait()
 """
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # an exited orphan may stay a zombie
-    except FileNotFoundError:
-        return False
 
 
 def test_the_child_stops_when_its_parent_is_killed_and_not_before():
