@@ -83,6 +83,14 @@ def repair_dag(
                 title="Chunk size",
                 description="Rows per chunk (between a low and a high watermark).",
             ),
+            "delay_ms": Param(
+                0,
+                type="integer",
+                minimum=0,
+                maximum=600_000,
+                title="Pause between chunks (ms)",
+                description="Throttles the dump on a busy source: the capture waits this long after each chunk.",
+            ),
             "readers": Param(
                 1,
                 type="integer",
@@ -105,6 +113,7 @@ def repair_dag(
             keys="{{ params['keys'] or '' }}",
             where="{{ params['where'] or '' }}",
             chunk_size="{{ params.chunk_size }}",
+            delay_ms="{{ params.delay_ms }}",
             readers="{{ params.readers }}",
             poll_interval=poll_interval,
             outlets=[asset],  # dblog_land lands the repaired rows

@@ -121,6 +121,18 @@ class Proc:
             pass
         self.proc = None
 
+    def kill(self) -> None:
+        """SIGKILL to the group at once, as the OOM killer or a node drain ends a component.
+        Children in a session of their own (a capture child) are not in the group."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+        self.proc = None
+
     def tail(self, n: int = 40) -> str:
         try:
             return f"--- {self.name} ---\n" + "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
@@ -185,8 +197,29 @@ class Airflow:
         for p in self.procs.values():
             p.start()
 
+    def add_triggerer(self) -> str:
+        """One more triggerer (Airflow spreads triggers over the live ones); its name."""
+        name = f"triggerer-{sum(n.startswith('triggerer') for n in self.procs) + 1}"
+        self.procs[name] = Proc(name, ["triggerer"], self.environ, self.home / "proc-logs")
+        self.procs[name].start()
+        return name
+
+    def host_of(self, pid: int) -> Optional[str]:
+        """The component whose process tree ``pid`` is in (walking up its parents), if any."""
+        mine = {p.proc.pid: name for name, p in self.procs.items() if p.proc is not None}
+        while pid > 1:
+            if pid in mine:
+                return mine[pid]
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except FileNotFoundError:
+                return None
+            pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state: ppid
+        return None
+
     def stop(self) -> None:
-        for name in ("scheduler", "triggerer", "dag-processor", "api-server"):
+        order = ("scheduler", "dag-processor", "api-server")
+        for name in [n for n in self.procs if n not in order] + list(order):  # the triggerers first
             self.procs[name].stop()
 
     def tails(self) -> str:

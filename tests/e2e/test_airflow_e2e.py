@@ -43,6 +43,7 @@ from scripts.airflow_stack import (  # noqa: E402
 )
 from scripts.polling import wait_for  # noqa: E402
 from tests.integration.databases import MySQLAdapter, env  # noqa: E402
+from tests.support.processes import running  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -134,6 +135,9 @@ def stack(tmp_path_factory, metadata_db):
             "DBLOG_LAND_POLL_INTERVAL": "1",
             "DBLOG_LAND_MIN_INTERVAL": "5",
             "DBLOG_LAND_SCHEDULE": "0 0 1 1 *",  # no cron run in the test's lifetime: only events
+            # a quiet capture (no status line to a dead triggerer's pipe, which would also end it):
+            # a SIGKILLed triggerer's child must stop through parent_pipe.py alone
+            "DBLOG_CAPTURE_STATUS_INTERVAL": "600",
         }
     )
     af = Airflow(tmp_path / "airflow", metadata_db, dag_settings)
@@ -227,6 +231,128 @@ def test_airflow_end_to_end(stack, capsys):
         interval=0.5,
     )
     assert af.task_state("dblog_capture", "capture") == "deferred"  # still the same long-lived task
+
+
+# -- a second triggerer, and the first one SIGKILLed mid-dump --------------------------------
+def changelog_counts(lake: str, source_id: str, table: str, op: str) -> dict:
+    """How many ``op`` events each key of ``table`` has in the changelog."""
+    from airflow_provider_dblog.outputs import make_output
+
+    out = make_output(lake)
+    out.open()
+    try:
+        counts: dict = {}
+        for e in out.scan(source_id, table):
+            if e.op.value == op:
+                counts[e.key] = counts.get(e.key, 0) + 1
+        return counts
+    finally:
+        out.close()
+
+
+def verify_table(db: MySQLAdapter, source_id: str, lake: str, table: str) -> subprocess.CompletedProcess:
+    """``dblog verify`` of one table: the changelog's replay against the source, row for row."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_dblog.cli",
+            "verify",
+            *("--source-type", "mysql", "--source-id", source_id, "--host", db.host, "--port", str(db.port)),
+            *("--user", db.user, "--password-env", "E2E_VERIFY_PASSWORD", "--tables", table),
+            *("--output", lake, "--table", table),
+        ],
+        env={**os.environ, "E2E_VERIFY_PASSWORD": db.password},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_sigkilled_triggerer_hands_its_capture_to_the_other_mid_dump(stack, capsys):
+    """Two triggerers; the one running the capture is SIGKILLed (its whole process group, as
+    the OOM killer or a node drain would) while a whole-table repair dump runs. Its capture
+    child must stop by itself (parent_pipe.py), Airflow must hand the trigger to the other
+    triggerer, whose new child resumes from the checkpoint: the dump finishes, every row
+    written during the outage arrives once, and ``dblog verify`` finds no difference."""
+    af, db, lake, source_id, accounts = stack.af, stack.db, stack.lake, stack.source_id, stack.accounts
+    other = af.add_triggerer()
+    wait_for(
+        lambda: len(af.request("GET", "/api/v2/jobs?job_type=TriggererJob&is_alive=true")["jobs"]) >= 2,
+        60,
+        "the second triggerer to heartbeat",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.5,
+    )
+    insert_accounts(db, range(930001, 930401))  # a table of ~550 rows: a dump of ~55 chunks
+    before = sum(changelog_counts(lake, source_id, accounts, "r").values())
+    run_id = af.trigger("dblog_repair_dump", {"table": accounts, "keys": "", "chunk_size": 10, "delay_ms": 300})
+    wait_for(  # the dump is under way: a few chunks are in the changelog
+        lambda: sum(changelog_counts(lake, source_id, accounts, "r").values()) >= before + 50,
+        120,
+        "the dump's first chunks",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.2,
+    )
+    old_pids = set(af.capture_pids())
+    (child,) = [p for p in old_pids if running(p)]  # one capture at a time (its lease)
+    host = af.host_of(child)
+    assert host is not None and host.startswith("triggerer"), (child, host)
+    survivor = other if host != other else "triggerer"
+    killed_at = time.monotonic()
+    af.procs[host].kill()
+
+    # rows written from the kill on, one every 0.2 s, until the new child captured one
+    probes: list[int] = []
+
+    def write_probe() -> None:
+        probes.append(940001 + len(probes))
+        insert_accounts(db, probes[-1:])
+
+    wait_for(lambda: (write_probe(), not running(child))[1], 30, "the orphaned capture child to exit", interval=0.2)
+    child_exited = time.monotonic() - killed_at
+    wait_for(
+        lambda: (write_probe(), bool(set(af.capture_pids()) - old_pids))[1],
+        120,
+        "the surviving triggerer to start a new capture child",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.2,
+    )
+    (new_child,) = set(af.capture_pids()) - old_pids
+    new_child_at = time.monotonic() - killed_at
+    assert af.host_of(new_child) == survivor, (new_child, af.host_of(new_child), survivor)
+    first = probes[-1]
+    wait_for(
+        lambda: (write_probe(), (first,) in changelog_counts(lake, source_id, accounts, "c"))[1],
+        120,
+        "the new capture to write a row",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.2,
+    )
+    outage = time.monotonic() - killed_at
+    with capsys.disabled():
+        print(
+            f"\n[e2e] triggerer SIGKILL: old child gone after {child_exited:.1f} s, new child after "
+            f"{new_child_at:.1f} s, first new row durable after {outage:.1f} s"
+        )
+    assert af.wait_run("dblog_repair_dump", run_id, timeout=300) == "success", af.tails()
+    wait_for(
+        lambda: {(k,) for k in probes} <= set(changelog_counts(lake, source_id, accounts, "c")),
+        120,
+        "every row written during the outage",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=0.5,
+    )
+    created = changelog_counts(lake, source_id, accounts, "c")
+    assert [k for k in probes if created[(k,)] != 1] == []  # nothing lost, nothing twice
+    verified = verify_table(db, source_id, lake, accounts)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert af.task_state("dblog_capture", "capture") == "deferred"  # still the one long-lived task
 
 
 # -- the Trigger form in a real browser -----------------------------------------------------

@@ -55,7 +55,7 @@ def test_repair_dag_serialises_with_its_form(repair_dag):
     from airflow.serialization.serialized_objects import DagSerialization
 
     again = DagSerialization.from_dict(DagSerialization.to_dict(repair_dag))
-    assert set(again.params.keys()) == {"source", "table", "keys", "where", "chunk_size", "readers"}
+    assert set(again.params.keys()) == {"source", "table", "keys", "where", "chunk_size", "delay_ms", "readers"}
     assert again.get_task("dump").task_type == "DumpOperator"
 
 
@@ -92,8 +92,11 @@ def test_repair_form_text_reaches_the_operator_as_text(repair_dag, text, keys):
 def test_repair_form_counts_reach_the_operator_as_whole_numbers(repair_dag):
     from airflow_provider_dblog.operators.dump import _count
 
-    task = render(repair_dag, "dump", {"table": "shop.orders", "chunk_size": 500, "readers": 3, "where": None})
-    assert (_count("chunk_size", task.chunk_size), _count("readers", task.readers)) == (500, 3)
+    task = render(
+        repair_dag, "dump", {"table": "shop.orders", "chunk_size": 500, "delay_ms": 250, "readers": 3, "where": None}
+    )
+    counts = ("chunk_size", task.chunk_size), ("delay_ms", task.delay_ms), ("readers", task.readers)
+    assert [_count(name, value) for name, value in counts] == [500, 250, 3]
     assert task.where == ""  # no filter (the operator and request_dump read "" as none)
 
 
