@@ -1,11 +1,12 @@
 """One source with many tables (issue 33, part 4b): what a table costs a capture.
 
     eval "$(scripts/services env)"
-    python -m bench.many_tables [--tables 1000] [--rows 20] [--idle-seconds 30]
+    python -m bench.many_tables [--kind postgres|mysql] [--tables 1000] [--rows 20] [--idle-seconds 30]
 
-A PostgreSQL schema of ``--tables`` narrow tables (bigint key, int, 10 characters) with
-``--rows`` rows each, captured by ``dblog capture`` in a child process (pgoutput, a local state
-store, the Delta changelog), and the same with 10 tables, the baseline, in the same run:
+A PostgreSQL schema (or a MariaDB database) of ``--tables`` narrow tables (bigint key, int, 10
+characters) with ``--rows`` rows each, captured by ``dblog capture`` in a child process
+(pgoutput or the binlog, a local state store, the Delta changelog), and the same with 10
+tables, the baseline, in the same run:
 
 * start-up: from the process's start to its first checkpoint (a primer row in the first table);
 * idle: CPU of the capture process (percent of one core) and its RSS over ``--idle-seconds``
@@ -28,7 +29,7 @@ from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus
 
 from .common import say
-from .dbs import PostgresBench
+from .dbs import MariaDBBench, PostgresBench
 from .engine_runs import ChildCapture
 
 BASELINE_TABLES = 10
@@ -66,14 +67,39 @@ class ManyTables(PostgresBench):
         self._run(f"DROP SCHEMA IF EXISTS {self.ns} CASCADE")
 
 
+class ManyMariaTables(MariaDBBench):
+    """A MariaDB database of ``tables`` narrow tables of ``rows`` rows each."""
+
+    def __init__(self, tables: int, rows: int) -> None:
+        super().__init__()
+        self.names = [f"{self.ns}.t{i:05d}" for i in range(tables)]
+        self.rows = rows
+
+    def create(self) -> None:
+        stmts = [f"CREATE DATABASE {self.ns}"]
+        for name in self.names:
+            stmts.append(f"CREATE TABLE {name} (id bigint PRIMARY KEY, v int NOT NULL, s varchar(16) NOT NULL)")
+            stmts.append(f"INSERT INTO {name} SELECT seq, seq, LEFT(MD5(seq), 10) FROM {self.ns}.seq_1_to_{self.rows}")
+        self._run(*stmts)
+
+    def source_config(self, source_id: str) -> dict:
+        return {**super().source_config(source_id), "tables": self.names}
+
+    def insert_primer(self, key: int) -> None:
+        self._run(f"INSERT INTO {self.names[0]} VALUES ({key}, 0, 'primer')")
+
+    def drop(self, source_ids: list[str]) -> None:
+        self.cleanup(source_ids)
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def one_run(tables: int, rows: int, idle: float, workdir: str) -> dict:
-    db = ManyTables(tables, rows)
+def one_run(tables: int, rows: int, idle: float, workdir: str, kind: str = "postgres") -> dict:
+    db = ManyTables(tables, rows) if kind == "postgres" else ManyMariaTables(tables, rows)
     source_id = f"bench_mt_{db.tag}"
     say(f"{tables} tables: creating them ({rows} rows each)")
     db.create()
@@ -146,10 +172,11 @@ def main() -> int:
     p.add_argument("--tables", type=int, default=1000)
     p.add_argument("--rows", type=int, default=20)
     p.add_argument("--idle-seconds", type=float, default=30)
+    p.add_argument("--kind", choices=("postgres", "mysql"), default="postgres")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="dblog-bench-many-tables-") as workdir:
-        base = one_run(BASELINE_TABLES, a.rows, a.idle_seconds, workdir)
-        big = one_run(a.tables, a.rows, a.idle_seconds, workdir)
+        base = one_run(BASELINE_TABLES, a.rows, a.idle_seconds, workdir, a.kind)
+        big = one_run(a.tables, a.rows, a.idle_seconds, workdir, a.kind)
     print(json.dumps({"baseline": base, "many": big}, indent=2))
     print(markdown(base, big))
     return 0

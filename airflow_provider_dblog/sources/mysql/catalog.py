@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import re
 import ssl
@@ -293,6 +294,44 @@ def _type_text(column_type: str) -> str:
     if head.strip().lower() in ("enum", "set"):
         return head.lower() + paren + rest
     return column_type.lower()
+
+
+def fingerprints(session: Session, tables: Sequence[str], mariadb: bool) -> dict[str, str]:
+    """A digest per table of what ``read_table_schema`` reads of it (its columns' names, types,
+    nullability, the primary key's columns in order, MariaDB's json_valid checks), from one
+    query over the tables' databases (two on MariaDB); tables that do not exist are left out."""
+    wanted = {split_table(t): t for t in tables}
+    dbs = sorted({db for db, _ in wanted})
+    if not dbs:
+        return {}
+    marks = ",".join(["%s"] * len(dbs))
+    parts: dict[str, list[str]] = {}
+    for db, name, *col in session.query(
+        "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION, c.COLUMN_NAME, c.COLUMN_TYPE, c.IS_NULLABLE, "
+        "c.DATA_TYPE, k.ORDINAL_POSITION FROM information_schema.COLUMNS c JOIN information_schema.TABLES t "
+        "ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME AND t.TABLE_TYPE = 'BASE TABLE' "
+        "LEFT JOIN information_schema.KEY_COLUMN_USAGE k ON k.TABLE_SCHEMA = c.TABLE_SCHEMA "
+        "AND k.TABLE_NAME = c.TABLE_NAME AND k.COLUMN_NAME = c.COLUMN_NAME AND k.CONSTRAINT_NAME = 'PRIMARY' "
+        f"WHERE c.TABLE_SCHEMA IN ({marks})",
+        dbs,
+    ):
+        table = wanted.get((str(db), str(name)))
+        if table is not None:
+            parts.setdefault(table, []).append(":".join(map(str, col)))
+    if mariadb and parts:
+        try:
+            checks = session.query(
+                "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+                f"WHERE CONSTRAINT_SCHEMA IN ({marks})",
+                dbs,
+            )
+        except pymysql.err.OperationalError:  # as in _mariadb_json_columns
+            checks = []
+        for db, name, clause in checks:
+            table = wanted.get((str(db), str(name)))
+            if table in parts:
+                parts[table].append(f"check:{clause}")
+    return {t: hashlib.md5("|".join(sorted(p)).encode(), usedforsecurity=False).hexdigest() for t, p in parts.items()}
 
 
 def read_table_schema(session: Session, table: str, key_columns: Optional[Sequence[str]], mariadb: bool) -> TableSchema:

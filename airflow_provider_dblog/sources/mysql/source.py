@@ -40,7 +40,7 @@ from ...core.batch import LogRows
 from ...core.chunks import MYSQL
 from ...core.errors import ConfigurationError, RequestError, SourceUnavailable
 from ...core.events import Key, LogItem, Position, Row, TableSchema
-from ...core.protocols import ChunkResult, RowTextChunks, RowTextLog
+from ...core.protocols import CatalogFingerprints, ChunkResult, RowTextChunks, RowTextLog
 from ..connection_loss import on_connection_loss
 from ..dump_errors import mysql_dump_errors
 from ..keyset_reader import KeysetChunkReader
@@ -83,7 +83,7 @@ def default_server_id(source_id: str) -> int:
     return 10000 + digest % (2**31 - 10000)
 
 
-class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog):
+class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerprints):
     """A DBLog source for MySQL 8 and MariaDB 10.5+ (binlog_format=ROW, row image FULL)."""
 
     # Capabilities (core/protocols.py): rows as their JSON text from chunk SELECTs and from the
@@ -246,6 +246,10 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog):
         schema = catalog.read_table_schema(self._require_session(), table, self._key_columns.get(table), self._mariadb)
         self._schemas[table] = schema
         return schema
+
+    @on_connection_loss
+    def catalog_fingerprints(self, tables: Sequence[str]) -> dict[str, str]:
+        return catalog.fingerprints(self._require_session(), tables, self._mariadb)
 
     @on_connection_loss
     def catalog_schema(self, table: str) -> TableSchema:
