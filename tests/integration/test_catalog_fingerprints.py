@@ -62,3 +62,32 @@ def test_every_schema_change_moves_its_tables_fingerprint_and_no_other(db):
             before = after
     finally:
         source.close()
+
+
+def test_mysql_reads_every_tables_schema_at_once_as_it_reads_each_alone():
+    """``MySQLSource.open`` reads all its tables' schemas in three queries
+    (``catalog.read_table_schemas``): the same schemas as one table at a time, on every type of
+    the wide table (MariaDB's JSON columns included), a composite key and a key named in
+    ``key_columns`` for a table without a primary key."""
+    from airflow_provider_dblog.sources.mysql import catalog
+
+    db = ADAPTERS["mysql"]()
+    db.wide = True
+    db.create()
+    try:
+        _exec(db, f"CREATE TABLE {db.ns}.nokey (a int NOT NULL, b varchar(10) NOT NULL, UNIQUE (a, b))")
+        tables = [*db.tables(), f"{db.ns}.nokey"]
+        keys = {f"{db.ns}.nokey": ["a", "b"]}
+        source = make_source({**db.source_config(f"rs_{uuid.uuid4().hex[:6]}"), "tables": tables, "key_columns": keys})
+        source.open()
+        try:
+            session, mariadb = source._require_session(), source._mariadb
+            together = catalog.read_table_schemas(session, tables, keys, mariadb)
+            alone = {t: catalog.read_table_schema(session, t, keys.get(t), mariadb) for t in tables}
+        finally:
+            source.close()
+        assert together == alone
+        assert any(c.type == "json" for c in together[f"{db.ns}.wide"].columns) == mariadb
+        assert together[f"{db.ns}.orders"].key == ("region", "order_no")
+    finally:
+        db.drop("")

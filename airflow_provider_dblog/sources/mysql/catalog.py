@@ -319,52 +319,101 @@ def fingerprints(session: Session, tables: Sequence[str], mariadb: bool) -> dict
         if table is not None:
             parts.setdefault(table, []).append(":".join(map(str, col)))
     if mariadb and parts:
-        try:
-            checks = session.query(
-                "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
-                f"WHERE CONSTRAINT_SCHEMA IN ({marks})",
-                dbs,
-            )
-        except pymysql.err.OperationalError:  # as in _mariadb_json_columns
-            checks = []
-        for db, name, clause in checks:
+        for db, name, clause in _mariadb_checks(session, dbs):
             table = wanted.get((str(db), str(name)))
             if table in parts:
                 parts[table].append(f"check:{clause}")
     return {t: hashlib.md5("|".join(sorted(p)).encode(), usedforsecurity=False).hexdigest() for t, p in parts.items()}
 
 
+COLUMNS_SQL = (
+    "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, c.IS_NULLABLE, c.DATA_TYPE "
+    "FROM information_schema.COLUMNS c JOIN information_schema.TABLES t "
+    "ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME "
+    "WHERE {where} AND t.TABLE_TYPE = 'BASE TABLE' "
+    "ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION"
+)
+PRIMARY_KEYS_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
+    "WHERE {where} AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION"
+)
+
+
 def read_table_schema(session: Session, table: str, key_columns: Optional[Sequence[str]], mariadb: bool) -> TableSchema:
     db, name = split_table(table)
-    rows = session.query(
-        "SELECT c.COLUMN_NAME, c.COLUMN_TYPE, c.IS_NULLABLE, c.DATA_TYPE "
-        "FROM information_schema.COLUMNS c JOIN information_schema.TABLES t "
-        "ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME "
-        "WHERE c.TABLE_SCHEMA = %s AND c.TABLE_NAME = %s AND t.TABLE_TYPE = 'BASE TABLE' "
-        "ORDER BY c.ORDINAL_POSITION",
-        [db, name],
-    )
+    where = "c.TABLE_SCHEMA = %s AND c.TABLE_NAME = %s"
+    rows = [r[2:] for r in session.query(COLUMNS_SQL.format(where=where), [db, name])]
+    json_cols = _mariadb_json_columns(session, db, name) if mariadb else set()
+    pk_where = "TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+    pk = [r[2] for r in session.query(PRIMARY_KEYS_SQL.format(where=pk_where), [db, name])]
+    return _table_schema(table, rows, json_cols, pk, key_columns)
+
+
+def read_table_schemas(
+    session: Session, tables: Sequence[str], key_columns: dict[str, Sequence[str]], mariadb: bool
+) -> dict[str, TableSchema]:
+    """``read_table_schema`` of many tables in three queries over their databases, not three
+    per table: a source of a thousand tables opens in a second, not in half a minute."""
+    wanted = {split_table(t): t for t in tables}
+    dbs = sorted({db for db, _ in wanted})
+    if not dbs:
+        return {}
+    marks = ",".join(["%s"] * len(dbs))
+    columns: dict[str, list[tuple]] = {t: [] for t in tables}
+    for db, name, *col in session.query(COLUMNS_SQL.format(where=f"c.TABLE_SCHEMA IN ({marks})"), dbs):
+        table = wanted.get((str(db), str(name)))
+        if table is not None:
+            columns[table].append(tuple(col))
+    pks: dict[str, list[str]] = {t: [] for t in tables}
+    for db, name, col in session.query(PRIMARY_KEYS_SQL.format(where=f"TABLE_SCHEMA IN ({marks})"), dbs):
+        table = wanted.get((str(db), str(name)))
+        if table is not None:
+            pks[table].append(str(col))
+    json_cols: dict[str, set[str]] = {t: set() for t in tables}
+    if mariadb:
+        for db, name, clause in _mariadb_checks(session, dbs):
+            table = wanted.get((str(db), str(name)))
+            m = _JSON_CHECK.match(str(clause).strip())
+            if table is not None and m:
+                json_cols[table].add(m.group(1).replace("``", "`"))
+    return {
+        # a table the batch did not match by name (a server that folds names' case) is read alone
+        t: _table_schema(t, columns[t], json_cols[t], pks[t], key_columns.get(t))
+        if columns[t]
+        else read_table_schema(session, t, key_columns.get(t), mariadb)
+        for t in tables
+    }
+
+
+def _mariadb_checks(session: Session, dbs: Sequence[str]) -> list[tuple]:
+    """(database, table, clause) of the CHECK constraints in ``dbs``."""
+    try:
+        return session.query(
+            "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+            f"WHERE CONSTRAINT_SCHEMA IN ({','.join(['%s'] * len(dbs))})",
+            list(dbs),
+        )
+    except pymysql.err.OperationalError:  # as in _mariadb_json_columns
+        return []
+
+
+def _table_schema(
+    table: str, rows: Sequence[tuple], json_cols: set[str], pk: list[str], key_columns: Optional[Sequence[str]]
+) -> TableSchema:
+    """The schema from the catalog's rows of one table: (name, COLUMN_TYPE, IS_NULLABLE,
+    DATA_TYPE) per column in order, its JSON columns (MariaDB) and its primary key."""
     if not rows:
         raise RequestError(
             f"table {table} does not exist on the source (or is a view).",
             "check the database.table name (names are case sensitive on most servers) "
             "and that the source's user can see it.",
         )
-    json_cols = _mariadb_json_columns(session, db, name) if mariadb else set()
     columns = []
     for col, col_type, nullable, data_type in rows:
         text = _type_text(str(col_type))
         if col in json_cols and str(data_type).lower() == "longtext":
             text = "json"
         columns.append(Column(str(col), text, str(nullable).upper() == "YES"))
-    pk = [
-        r[0]
-        for r in session.query(
-            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
-            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-            [db, name],
-        )
-    ]
     if not pk:
         if not key_columns:
             raise ConfigurationError(

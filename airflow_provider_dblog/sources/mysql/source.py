@@ -173,8 +173,9 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         self._tables = check.resolve_tables(self._configured_tables, self._databases, self._wm_db)
         check.filters(self._tables, self._wm_db)
         check.watermark_row(self._wm_db, self.source_id)
+        # ConfigurationError for a table without a key; one catalog read for every table
+        self._schemas.update(catalog.read_table_schemas(self._session, self._tables, self._key_columns, self._mariadb))
         for table in self._tables:
-            self.table_schema(table)  # ConfigurationError for a table without a key
             check.readable(table)
 
     def _writable_server(self) -> tuple[ConnectionSettings, Session]:
