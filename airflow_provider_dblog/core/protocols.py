@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, runtim
 
 from .batch import LogRows
 from .dumps import Dump, DumpControl, DumpSpec, DumpStatus, TableProgress
+from .errors import DBLogError
 from .events import ChangeEvent, Key, LogItem, Position, Row, TableSchema
 
 
@@ -213,6 +214,16 @@ class CatalogFingerprints(Protocol):
         """A text per table that changes whenever what ``catalog_schema`` reads of it changes
         (columns, their types and nullability, the key); a table that does not exist is left
         out."""
+
+
+@runtime_checkable
+class CatalogSchemas(Protocol):
+    """A source that reads many tables' catalog schemas in a few queries: the schema check's
+    first and every full pass then cost a few round trips, not a few per table."""
+
+    def catalog_schemas(self, tables: Sequence[str]) -> dict[str, TableSchema | DBLogError]:
+        """Each table's ``catalog_schema``, or the error that would raise for it (a dropped
+        table, a table without a key); SourceUnavailable for the whole read."""
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ from typing import Optional
 from .errors import DBLogError, SourceUnavailable
 from .events import ChangeEvent, Op, Origin, TableSchema, WatermarkEvent, split_key_update
 from .markers import TableReset
-from .protocols import CatalogFingerprints, Source
+from .protocols import CatalogFingerprints, CatalogSchemas, Source
 from .scheduler import DumpScheduler
 from .schema_watch import SchemaWatch, describe
 from .watermark import WatermarkWindow
@@ -81,11 +81,16 @@ class SchemaStep:
         queued = False
         tables = self.source.tables()
         prints = self._fingerprints(tables)
-        for table in tables:
-            if prints is not None and table in prints and self._prints.get(table) == prints[table]:
-                continue  # its catalog did not move since it was last read
+        # its catalog did not move since it was last read
+        unmoved = {t for t in tables if prints is not None and t in prints and self._prints.get(t) == prints[t]}
+        to_read = [t for t in tables if t not in unmoved]
+        read = self.source.catalog_schemas(to_read) if isinstance(self.source, CatalogSchemas) and to_read else {}
+        for table in to_read:
             try:
-                schema = self.source.catalog_schema(table)
+                found = read[table] if table in read else self.source.catalog_schema(table)
+                if isinstance(found, DBLogError):
+                    raise found
+                schema = found
             except SourceUnavailable:
                 raise
             except DBLogError as exc:  # dropped, or no key any more: its dumps say why

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from airflow_provider_dblog.config import make_source
+from airflow_provider_dblog.core.errors import ConfigurationError, RequestError
 
 from .databases import ADAPTERS
 
@@ -84,9 +85,15 @@ def test_mysql_reads_every_tables_schema_at_once_as_it_reads_each_alone():
             session, mariadb = source._require_session(), source._mariadb
             together = catalog.read_table_schemas(session, tables, keys, mariadb)
             alone = {t: catalog.read_table_schema(session, t, keys.get(t), mariadb) for t in tables}
+            assert together == alone
+            gone = f"{db.ns}.gone"
+            _exec(db, f"CREATE TABLE {gone} (a int)")  # no key, then dropped: the error, for it alone
+            read = catalog.read_table_schemas(session, [gone, *tables], keys, mariadb)
+            assert isinstance(read[gone], ConfigurationError) and read[tables[0]] == alone[tables[0]]
+            _exec(db, f"DROP TABLE {gone}")
+            assert isinstance(catalog.read_table_schemas(session, [gone], {}, mariadb)[gone], RequestError)
         finally:
             source.close()
-        assert together == alone
         assert any(c.type == "json" for c in together[f"{db.ns}.wide"].columns) == mariadb
         assert together[f"{db.ns}.orders"].key == ("region", "order_no")
     finally:

@@ -17,7 +17,7 @@ from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus,
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import DBLogError, PositionLostError, StaleEpochError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema, WatermarkEvent
-from airflow_provider_dblog.core.protocols import CatalogFingerprints, ChunkResult
+from airflow_provider_dblog.core.protocols import CatalogFingerprints, CatalogSchemas, ChunkResult
 from airflow_provider_dblog.core.row_text import ChunkTexts, as_row, dumps
 from airflow_provider_dblog.core.schema_step import FULL_CHECK_EVERY
 from airflow_provider_dblog.core.schema_watch import schema_key
@@ -493,6 +493,41 @@ def test_the_schema_check_reads_only_the_tables_whose_catalog_moved(db, state):
     db.alter(WIDER, lambda r: {"id": r["id"], "w": r["id"] * 7})
     wait_until(lambda: state.list_dumps(SOURCE_ID), what="a re-dump request")
     run.stop()
+
+
+class _BatchSource(_PrintedSource, CatalogSchemas):
+    """Reads every asked table's catalog in one call (``catalog_schemas``), counted."""
+
+    def __init__(self, db):
+        super().__init__(db)
+        self.batch_reads: list[list[str]] = []
+
+    def catalog_schemas(self, tables):
+        self.batch_reads.append(list(tables))
+        out = {}
+        for t in tables:
+            try:
+                out[t] = MemorySource.catalog_schema(self, t)
+            except DBLogError as exc:
+                out[t] = exc
+        return out
+
+
+def test_the_schema_check_reads_many_tables_catalog_in_one_call_when_the_source_can(db, state):
+    """The first and every full check ask a CatalogSchemas source once for all the tables to
+    read, never table by table; a change is still found (and dumped again)."""
+    source, out = _BatchSource(db), MemoryChangelog()
+    run = Running(source, out, state, schema_check_interval=0.05)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    wait_until(lambda: source.print_checks >= 2 * FULL_CHECK_EVERY, what="many checks")
+    run.stop()
+    assert source.catalog_reads == 0 and source.batch_reads  # no read of one table alone
+    assert source.batch_reads[0] == source.tables()
+    run = Running(source, out, state, schema_check_interval=0.05)
+    db.alter(WIDER, lambda r: {"id": r["id"], "w": r["id"] * 7})
+    wait_until(lambda: state.list_dumps(SOURCE_ID), what="a re-dump request")
+    run.stop()
+    assert source.catalog_reads == 0
 
 
 def test_a_chunk_naming_a_dropped_column_is_selected_again_in_the_new_shape(db, state):

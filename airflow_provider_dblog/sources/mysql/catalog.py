@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 import pymysql
 
 from ...core import names
-from ...core.errors import ConfigurationError, RequestError, SourceUnavailable
+from ...core.errors import ConfigurationError, DBLogError, RequestError, SourceUnavailable
 from ...core.events import Column, TableSchema
 from ..tls import TLSSettings, tls_error_fix
 from .select_native import query_packets
@@ -351,9 +351,10 @@ def read_table_schema(session: Session, table: str, key_columns: Optional[Sequen
 
 def read_table_schemas(
     session: Session, tables: Sequence[str], key_columns: Mapping[str, Sequence[str]], mariadb: bool
-) -> dict[str, TableSchema]:
+) -> dict[str, TableSchema | DBLogError]:
     """``read_table_schema`` of many tables in three queries over their databases, not three
-    per table: a source of a thousand tables opens in a second, not in half a minute."""
+    per table (a source of a thousand tables opens in a second, not in half a minute); for a
+    table it would fail on, the error."""
     wanted = {split_table(t): t for t in tables}
     dbs = sorted({db for db, _ in wanted})
     if not dbs:
@@ -376,13 +377,18 @@ def read_table_schemas(
             m = _JSON_CHECK.match(str(clause).strip())
             if table is not None and m:
                 json_cols[table].add(m.group(1).replace("``", "`"))
-    return {
-        # a table the batch did not match by name (a server that folds names' case) is read alone
-        t: _table_schema(t, columns[t], json_cols[t], pks[t], key_columns.get(t))
-        if columns[t]
-        else read_table_schema(session, t, key_columns.get(t), mariadb)
-        for t in tables
-    }
+    out: dict[str, TableSchema | DBLogError] = {}
+    for t in tables:
+        try:
+            if columns[t]:
+                out[t] = _table_schema(t, columns[t], json_cols[t], pks[t], key_columns.get(t))
+            else:  # not matched by name (a server that folds names' case): read alone
+                out[t] = read_table_schema(session, t, key_columns.get(t), mariadb)
+        except SourceUnavailable:
+            raise
+        except DBLogError as exc:
+            out[t] = exc
+    return out
 
 
 def _mariadb_checks(session: Session, dbs: Sequence[str]) -> list[tuple]:

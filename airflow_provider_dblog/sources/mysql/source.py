@@ -38,9 +38,9 @@ import pymysql
 from ...core import names
 from ...core.batch import LogRows
 from ...core.chunks import MYSQL
-from ...core.errors import ConfigurationError, RequestError, SourceUnavailable
+from ...core.errors import ConfigurationError, DBLogError, RequestError, SourceUnavailable
 from ...core.events import Key, LogItem, Position, Row, TableSchema
-from ...core.protocols import CatalogFingerprints, ChunkResult, RowTextChunks, RowTextLog
+from ...core.protocols import CatalogFingerprints, CatalogSchemas, ChunkResult, RowTextChunks, RowTextLog
 from ..connection_loss import on_connection_loss
 from ..dump_errors import mysql_dump_errors
 from ..keyset_reader import KeysetChunkReader
@@ -83,7 +83,7 @@ def default_server_id(source_id: str) -> int:
     return 10000 + digest % (2**31 - 10000)
 
 
-class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerprints):
+class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerprints, CatalogSchemas):
     """A DBLog source for MySQL 8 and MariaDB 10.5+ (binlog_format=ROW, row image FULL)."""
 
     # Capabilities (core/protocols.py): rows as their JSON text from chunk SELECTs and from the
@@ -173,9 +173,13 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         self._tables = check.resolve_tables(self._configured_tables, self._databases, self._wm_db)
         check.filters(self._tables, self._wm_db)
         check.watermark_row(self._wm_db, self.source_id)
-        # ConfigurationError for a table without a key; one catalog read for every table
-        self._schemas.update(catalog.read_table_schemas(self._session, self._tables, self._key_columns, self._mariadb))
-        for table in self._tables:
+        # one catalog read for every table; ConfigurationError for a table without a key
+        for table, schema in catalog.read_table_schemas(
+            self._session, self._tables, self._key_columns, self._mariadb
+        ).items():
+            if isinstance(schema, DBLogError):
+                raise schema
+            self._schemas[table] = schema
             check.readable(table)
 
     def _writable_server(self) -> tuple[ConnectionSettings, Session]:
@@ -251,6 +255,10 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
     @on_connection_loss
     def catalog_fingerprints(self, tables: Sequence[str]) -> dict[str, str]:
         return catalog.fingerprints(self._require_session(), tables, self._mariadb)
+
+    @on_connection_loss
+    def catalog_schemas(self, tables: Sequence[str]) -> dict[str, TableSchema | DBLogError]:
+        return catalog.read_table_schemas(self._require_session(), tables, self._key_columns, self._mariadb)
 
     @on_connection_loss
     def catalog_schema(self, table: str) -> TableSchema:
