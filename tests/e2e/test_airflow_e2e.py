@@ -476,9 +476,9 @@ def test_new_commits_land_through_the_asset_watcher_and_mirrors_equal_sources(st
     af.unpause("dblog_backfill")
     run_id = af.trigger("dblog_backfill", {})
     assert af.wait_run("dblog_backfill", run_id, timeout=300) == "success", af.tails()
-    insert_accounts(db, range(930001, 930006))  # a last write: the landing must carry it too
+    insert_accounts(db, range(950001, 950006))  # a last write: the landing must carry it too
     wait_for(
-        lambda: {(i,) for i in range(930001, 930006)} <= changelog_keys(lake, source_id, stack.accounts, "c"),
+        lambda: {(i,) for i in range(950001, 950006)} <= changelog_keys(lake, source_id, stack.accounts, "c"),
         120,
         "the last writes in the changelog",
         alive=af.assert_alive,
