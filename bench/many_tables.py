@@ -35,12 +35,23 @@ from .engine_runs import ChildCapture
 BASELINE_TABLES = 10
 
 
-class ManyTables(PostgresBench):
+class NarrowTables:
+    """``tables`` narrow tables of ``rows`` rows each (mixed into a bench database), and a
+    source that captures exactly them."""
+
     def __init__(self, tables: int, rows: int) -> None:
-        super().__init__()
+        super().__init__()  # the bench database's
         self.names = [f"{self.ns}.t{i:05d}" for i in range(tables)]
         self.rows = rows
 
+    def source_config(self, source_id: str) -> dict:
+        return {**super().source_config(source_id), "tables": self.names}
+
+    def insert_primer(self, key: int) -> None:
+        self._run(f"INSERT INTO {self.names[0]} VALUES ({key}, 0, 'primer')")
+
+
+class ManyTables(NarrowTables, PostgresBench):
     def create(self) -> None:
         c = self.connect()
         try:
@@ -56,24 +67,13 @@ class ManyTables(PostgresBench):
         finally:
             c.close()
 
-    def source_config(self, source_id: str) -> dict:
-        return {**super().source_config(source_id), "tables": self.names}
-
-    def insert_primer(self, key: int) -> None:
-        self._run(f"INSERT INTO {self.names[0]} VALUES ({key}, 0, 'primer')")
-
     def drop(self, source_ids: list[str]) -> None:
         self.cleanup(source_ids)
         self._run(f"DROP SCHEMA IF EXISTS {self.ns} CASCADE")
 
 
-class ManyMariaTables(MariaDBBench):
+class ManyMariaTables(NarrowTables, MariaDBBench):
     """A MariaDB database of ``tables`` narrow tables of ``rows`` rows each."""
-
-    def __init__(self, tables: int, rows: int) -> None:
-        super().__init__()
-        self.names = [f"{self.ns}.t{i:05d}" for i in range(tables)]
-        self.rows = rows
 
     def create(self) -> None:
         stmts = [f"CREATE DATABASE {self.ns}"]
@@ -81,12 +81,6 @@ class ManyMariaTables(MariaDBBench):
             stmts.append(f"CREATE TABLE {name} (id bigint PRIMARY KEY, v int NOT NULL, s varchar(16) NOT NULL)")
             stmts.append(f"INSERT INTO {name} SELECT seq, seq, LEFT(MD5(seq), 10) FROM {self.ns}.seq_1_to_{self.rows}")
         self._run(*stmts)
-
-    def source_config(self, source_id: str) -> dict:
-        return {**super().source_config(source_id), "tables": self.names}
-
-    def insert_primer(self, key: int) -> None:
-        self._run(f"INSERT INTO {self.names[0]} VALUES ({key}, 0, 'primer')")
 
     def drop(self, source_ids: list[str]) -> None:
         self.cleanup(source_ids)
