@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import tempfile
 import threading
 import time
@@ -57,17 +56,17 @@ class FleetCapture(ChildCapture):
 
 
 def zk_mntr(hosts: str) -> dict:
-    host, port = hosts.split(",")[0].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.sendall(b"mntr")
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    out = {}
-    for line in data.decode().splitlines():
-        k, _, v = line.partition("\t")
-        out[k] = v
-    return out
+    """ZooKeeper's ``mntr`` figures (zk_znode_count, zk_packets_received, ...) of one server."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=hosts.split(",")[0])
+    client.start(timeout=10)
+    try:
+        text = client.command(b"mntr")
+    finally:
+        client.stop()
+        client.close()
+    return dict(line.split("\t", 1) for line in text.splitlines() if "\t" in line)
 
 
 class Writer(threading.Thread):

@@ -352,20 +352,24 @@ def test_a_zookeeper_ensemble_loses_a_follower_then_its_leader_then_its_quorum(z
     a = pair.start("a")
     wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.tail)
 
-    def writes_on(what: str) -> None:
+    outages: dict[str, float] = {}  # printed (docs/deploy.md), not asserted
+
+    def writes_on(what: str, since: float = 0.0) -> None:
         n = len(pair.changelog()[0])
         wait_for(lambda: len(pair.changelog()[0]) > n, 90, f"a to write {what}", a.assert_alive, detail=a.tail)
+        if since:
+            outages[what] = time.monotonic() - since
 
     with Workload(pair.db, seed=17):
         writes_on("at first")
         leader = zk.leader()
         follower = next(n for n in (1, 2, 3) if n != leader)
         zk.kill(follower)
-        writes_on("without a follower")
+        writes_on("without a follower", time.monotonic())
         zk.start(follower)
         leader = zk.leader()
         zk.kill(leader)
-        writes_on("after the ensemble's leader died")
+        writes_on("after the ensemble's leader died", time.monotonic())
         zk.start(leader)
         survivor = zk.leader()
         down = [n for n in (1, 2, 3) if n != survivor]
@@ -377,7 +381,11 @@ def test_a_zookeeper_ensemble_loses_a_follower_then_its_leader_then_its_quorum(z
         a.assert_alive()  # waiting, not failed
         assert len(pair.changelog()[0]) == n, "a committed without a quorum to check its lease with"
         zk.start(*down)
-        writes_on("once the quorum is back")
+        writes_on("once the quorum is back (from the restart)", time.monotonic())
+    print(
+        "\n[zk ensemble] kill -> the capture's next changelog commit: "
+        + "; ".join(f"{k}: {v:.1f} s" for k, v in outages.items())
+    )
     pair.converge(a)
     log = a.log_path.read_text()
     assert "no contact with ZooKeeper (its servers down, or too few of them for a quorum)" in log, a.tail()
