@@ -65,36 +65,48 @@ def test_every_schema_change_moves_its_tables_fingerprint_and_no_other(db):
         source.close()
 
 
-def test_mysql_reads_every_tables_schema_at_once_as_it_reads_each_alone():
-    """``MySQLSource.open`` reads all its tables' schemas in three queries
-    (``catalog.read_table_schemas``): the same schemas as one table at a time, on every type of
-    the wide table (MariaDB's JSON columns included), a composite key and a key named in
-    ``key_columns`` for a table without a primary key."""
-    from airflow_provider_dblog.sources.mysql import catalog
-
-    db = ADAPTERS["mysql"]()
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+def test_every_tables_schema_read_at_once_equals_each_read_alone(kind):
+    """Both sources' ``open()`` and the schema check's full passes read all their tables'
+    catalogs at once (``CatalogSchemas``; ``catalog.read_tables`` / ``read_table_schemas``):
+    the same as one table at a time on every type of the wide table (MariaDB's JSON columns
+    included), a composite key, a key named in ``key_columns`` for a table without a primary
+    key and a replica identity index; a table without a key or gone is an error for it alone."""
+    db = ADAPTERS[kind]()
     db.wide = True
+    db.partitioned = kind == "postgres"  # a partitioned table too (relkind p)
+    sid = f"rs_{uuid.uuid4().hex[:6]}"
     db.create()
     try:
         _exec(db, f"CREATE TABLE {db.ns}.nokey (a int NOT NULL, b varchar(10) NOT NULL, UNIQUE (a, b))")
+        if kind == "postgres":
+            _exec(db, f"CREATE UNIQUE INDEX nokey_ab ON {db.ns}.nokey (b, a)")
+            _exec(db, f"ALTER TABLE {db.ns}.nokey REPLICA IDENTITY USING INDEX nokey_ab")
         tables = [*db.tables(), f"{db.ns}.nokey"]
         keys = {f"{db.ns}.nokey": ["a", "b"]}
-        source = make_source({**db.source_config(f"rs_{uuid.uuid4().hex[:6]}"), "tables": tables, "key_columns": keys})
+        source = make_source({**db.source_config(sid), "tables": tables, "key_columns": keys})
         source.open()
         try:
-            session, mariadb = source._require_session(), source._mariadb
-            together = catalog.read_table_schemas(session, tables, keys, mariadb)
-            alone = {t: catalog.read_table_schema(session, t, keys.get(t), mariadb) for t in tables}
+            together = source.catalog_schemas(tables)
+            alone = {t: source.catalog_schema(t) for t in tables}
             assert together == alone
+            if kind == "postgres":
+                from airflow_provider_dblog.sources.postgres import catalog as pg
+
+                with source._cur() as cur:
+                    infos = pg.read_tables(cur, tables, keys)
+                    assert infos == {t: pg.read_table(cur, t, keys.get(t)) for t in tables}
+                assert infos[f"{db.ns}.nokey"].identity_columns == ("b", "a")
             gone = f"{db.ns}.gone"
             _exec(db, f"CREATE TABLE {gone} (a int)")  # no key, then dropped: the error, for it alone
-            read = catalog.read_table_schemas(session, [gone, *tables], keys, mariadb)
+            read = source.catalog_schemas([gone, *tables])
             assert isinstance(read[gone], ConfigurationError) and read[tables[0]] == alone[tables[0]]
             _exec(db, f"DROP TABLE {gone}")
-            assert isinstance(catalog.read_table_schemas(session, [gone], {}, mariadb)[gone], RequestError)
+            assert isinstance(source.catalog_schemas([gone])[gone], RequestError)
         finally:
             source.close()
-        assert any(c.type == "json" for c in together[f"{db.ns}.wide"].columns) == mariadb
+        wide = together[f"{db.ns}.wide"]
+        assert kind == "postgres" or any(c.type == "json" for c in wide.columns) == source._mariadb
         assert together[f"{db.ns}.orders"].key == ("region", "order_no")
     finally:
-        db.drop("")
+        db.drop(sid)

@@ -47,9 +47,9 @@ import psycopg2.extras
 
 from ...core.batch import LogRows
 from ...core.chunks import POSTGRES, chunk_query
-from ...core.errors import ConfigurationError, RequestError, SourceUnavailable
+from ...core.errors import ConfigurationError, DBLogError, RequestError, SourceUnavailable
 from ...core.events import Key, LogItem, Position, Row, TableSchema
-from ...core.protocols import CatalogFingerprints, ChunkResult, RowTextChunks, RowTextLog
+from ...core.protocols import CatalogFingerprints, CatalogSchemas, ChunkResult, RowTextChunks, RowTextLog
 from ..connection_loss import on_connection_loss
 from ..dump_errors import filter_errors, postgres_dump_errors
 from ..keyset_reader import KeysetChunkReader
@@ -64,6 +64,7 @@ from .catalog import (
     list_tables,
     quote_table,
     read_table,
+    read_tables,
     server_version,
     type_names,
 )
@@ -100,7 +101,7 @@ def slot_name_for(source_id: str) -> str:
     return ("dblog_" + re.sub(r"[^a-z0-9_]", "_", source_id.lower()))[:63]
 
 
-class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerprints):
+class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerprints, CatalogSchemas):
     # Capabilities (core/protocols.py): rows as their JSON text from chunk SELECTs and from the
     # log; catalog fingerprints (the schema check reads changed tables only); parallel chunk
     # readers and range digests come with the keyset reader.
@@ -255,6 +256,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
             self._tables = self._resolve_tables()
             self._captured.clear()  # in place: the log decoder holds this set
             self._captured.update(self._tables)
+            self._read_infos(self._tables)
             for table in self._tables:
                 check_replica_identity(self._info(table))
             roots = {t: self._infos[t].oid for t in self._tables if self._infos[t].partitioned}
@@ -272,12 +274,11 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
         with self._cur() as cur:
             if self._requested_tables is None:
                 return list_tables(cur, [self.watermark_schema])
-            unknown = []
-            for table in self._requested_tables:
-                try:
-                    self._info(table)
-                except RequestError:
-                    unknown.append(table)
+        errors = self._read_infos(self._requested_tables)
+        unknown = [t for t, e in errors.items() if isinstance(e, RequestError)]
+        for error in errors.values():
+            if not isinstance(error, RequestError):
+                raise error  # a table without a usable key
         if unknown:
             raise ConfigurationError(
                 f"table(s) {unknown} to capture do not exist in database {self._dsn['dbname']} "
@@ -343,13 +344,28 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
     def _info(self, table: str, refresh: bool = False) -> TableInfo:
         info = None if refresh else self._infos.get(table)
         if info is None:
-            keys = self._key_columns.get(table)
             with self._cur() as cur:
-                info = read_table(cur, table, keys)
-            if keys and tuple(keys) != info.schema.key:
-                log.warning("table %s has a primary key %s; key_columns %s are not used", table, info.schema.key, keys)
-            self._infos[table] = info
+                info = read_table(cur, table, self._key_columns.get(table))
+            self._remember(table, info)
         return info
+
+    def _read_infos(self, tables: Sequence[str]) -> dict[str, DBLogError]:
+        """Read the tables not read yet, all at once; the errors of those that failed."""
+        todo = [t for t in tables if t not in self._infos]
+        if not todo:
+            return {}
+        with self._cur() as cur:
+            read = read_tables(cur, todo, self._key_columns)
+        for table, info in read.items():
+            if not isinstance(info, DBLogError):
+                self._remember(table, info)
+        return {t: e for t, e in read.items() if isinstance(e, DBLogError)}
+
+    def _remember(self, table: str, info: TableInfo) -> None:
+        keys = self._key_columns.get(table)
+        if keys and tuple(keys) != info.schema.key:
+            log.warning("table %s has a primary key %s; key_columns %s are not used", table, info.schema.key, keys)
+        self._infos[table] = info
 
     @on_connection_loss
     def table_schema(self, table: str):
@@ -359,6 +375,12 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
     def catalog_fingerprints(self, tables: Sequence[str]) -> dict[str, str]:
         with self._cur() as cur:
             return fingerprints(cur, tables)
+
+    @on_connection_loss
+    def catalog_schemas(self, tables: Sequence[str]) -> dict[str, TableSchema | DBLogError]:
+        with self._cur() as cur:
+            read = read_tables(cur, tables, self._key_columns)
+        return {t: i if isinstance(i, DBLogError) else i.schema for t, i in read.items()}
 
     @on_connection_loss
     def catalog_schema(self, table: str):
