@@ -87,7 +87,9 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
     """A DBLog source for MySQL 8 and MariaDB 10.5+ (binlog_format=ROW, row image FULL)."""
 
     # Capabilities (core/protocols.py): rows as their JSON text from chunk SELECTs and from the
-    # log; parallel chunk readers and range digests come with the keyset reader.
+    # log; catalog fingerprints and every table's catalog in one read (the schema check reads
+    # changed tables only, and all of them in three queries); parallel chunk readers and range
+    # digests come with the keyset reader.
     selects_row_text = True
     logs_row_text = True
 

@@ -103,8 +103,9 @@ def slot_name_for(source_id: str) -> str:
 
 class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerprints, CatalogSchemas):
     # Capabilities (core/protocols.py): rows as their JSON text from chunk SELECTs and from the
-    # log; catalog fingerprints (the schema check reads changed tables only); parallel chunk
-    # readers and range digests come with the keyset reader.
+    # log; catalog fingerprints and every table's catalog in one read (the schema check reads
+    # changed tables only, and all of them in four queries); parallel chunk readers and range
+    # digests come with the keyset reader.
     selects_row_text = True
     logs_row_text = True
 
