@@ -10,7 +10,11 @@ scripts/airflow_stack.py, its settings docker/airflow.env (shared with docker/co
    one-key repairs (an integer key, a text key, a composite key), the commonest repair.
 3. The triggerer is stopped while the capture runs, rows are written, the triggerer starts
    again: the capture resumes and every written row arrives (nothing lost across the gap).
-4. ``dblog_land`` (event mode): a backfill of every table through REST, then the changelog's
+4. A second triggerer starts; the one running the capture is SIGKILLed (its process group)
+   during a whole-table repair dump: the old child exits by itself, the other triggerer runs
+   the capture on, the dump finishes, rows written meanwhile arrive once, ``dblog verify``
+   finds no difference. The outage is printed.
+5. ``dblog_land`` (event mode): a backfill of every table through REST, then the changelog's
    new commits fire the AssetWatcher in the triggerer, dblog_land's SparkSubmitOperator runs
    a real spark-submit, and every typed mirror equals its source table row for row.
 """
