@@ -13,6 +13,7 @@ import random
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.integration
 
 KINDS = ("postgres", "mysql", "postgres", "mysql", "postgres")
 TABLES = 20
-ROWS = 30
+ROWS = 12
 
 
 class Fleet:
@@ -147,7 +148,7 @@ def test_five_sources_of_twenty_tables_captured_at_once_each_converge(fleet, tmp
     try:
         load = Load(fleet.dbs)
         load.start()
-        dumps = [dblog(db.config, "dump", "--all", "--chunk-size", "7").stdout.strip() for db in fleet.dbs]
+        dumps = [dblog(db.config, "dump", "--all", "--chunk-size", "5").stdout.strip() for db in fleet.dbs]
         wait_for(
             lambda: all(s.get_dump(d).status is DumpStatus.DONE for s, d in zip(stores, dumps)),
             300,
@@ -176,8 +177,10 @@ def test_five_sources_of_twenty_tables_captured_at_once_each_converge(fleet, tmp
     finally:
         for s in stores:
             s.close()
-    assert [cap.stop() for cap in fleet.caps] == [0] * len(KINDS)  # each ran to the end and stopped cleanly
-    for db in fleet.dbs:
-        verified = dblog(db.config, "verify", check=False)
+    with ThreadPoolExecutor(len(KINDS)) as pool:  # the five at once, as the captures ran
+        stopped = list(pool.map(lambda cap: cap.stop(), fleet.caps))
+        assert stopped == [0] * len(KINDS)  # each ran to the end and stopped cleanly
+        verifies = list(pool.map(lambda db: dblog(db.config, "verify", check=False), fleet.dbs))
+    for db, verified in zip(fleet.dbs, verifies):
         assert verified.returncode == 0, (db.source_id, verified.stdout[-3000:], verified.stderr[-3000:])
         assert verified.stdout.count(", 0 mismatches") == TABLES, verified.stdout  # each of its tables compared
