@@ -280,12 +280,13 @@ def _mariadb_json_columns(session: Session, db: str, name: str) -> set[str]:
         )
     except pymysql.err.OperationalError:  # MySQL's CHECK_CONSTRAINTS has no TABLE_NAME
         return set()
-    found = set()
-    for (clause,) in rows:
-        m = _JSON_CHECK.match(str(clause).strip())
-        if m:
-            found.add(m.group(1).replace("``", "`"))
-    return found
+    return {col for (clause,) in rows if (col := _json_column(clause)) is not None}
+
+
+def _json_column(clause: Any) -> Optional[str]:
+    """The column a ``json_valid(`col`)`` CHECK clause guards, else None."""
+    m = _JSON_CHECK.match(str(clause).strip())
+    return m.group(1).replace("``", "`") if m else None
 
 
 def _type_text(column_type: str) -> str:
@@ -373,10 +374,9 @@ def read_table_schemas(
     json_cols: dict[str, set[str]] = {t: set() for t in tables}
     if mariadb:
         for db, name, clause in _mariadb_checks(session, dbs):
-            table = wanted.get((str(db), str(name)))
-            m = _JSON_CHECK.match(str(clause).strip())
-            if table is not None and m:
-                json_cols[table].add(m.group(1).replace("``", "`"))
+            table, json_col = wanted.get((str(db), str(name))), _json_column(clause)
+            if table is not None and json_col is not None:
+                json_cols[table].add(json_col)
     out: dict[str, TableSchema | DBLogError] = {}
     for t in tables:
         try:
