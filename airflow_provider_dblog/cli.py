@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import faulthandler
 import functools
 import json
 import logging
@@ -207,6 +208,9 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    # `kill -USR1 PID` prints every thread's stack to stderr, the capture going on: what a
+    # capture that reports nothing is waiting for (docs/cli.md).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if args.exit_with_parent:
         stop_with_parent(stop)
 

@@ -95,6 +95,12 @@ class Capture:
             raise AssertionError(f"capture exited with {self.proc.returncode}:\n{self.tail()}")
 
     def tail(self, n: int = 60) -> str:
+        """The log's last ``n`` lines; of a running capture, with its thread stacks (SIGUSR1,
+        cli.py): a test that gives up on it shows where it was waiting."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            n += 120
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
     def close(self) -> None:

@@ -72,3 +72,22 @@ def test_a_walsender_of_another_lease_domain_is_named_not_terminated(holder):
     assert source.terminations == 0
     assert "pid 4242" in str(err.value) and repr(holder) in str(err.value) and "10.0.0.7/32" in str(err.value)
     assert "share one state store" in str(err.value)
+
+
+def test_a_leaders_application_name_names_the_domain_and_a_long_source_whole():
+    """The next leader ends the sessions carrying its application_name: two sources whose
+    long ids share the first 63 bytes must not share it (PostgreSQL keeps 63 bytes)."""
+    from airflow_provider_dblog.sources.postgres.source import leader_application_name
+
+    assert leader_application_name("d0main", "orders") == "dblog-d0main-orders"
+    one, two = (leader_application_name("d0main", "x" * 80 + tail) for tail in ("1", "2"))
+    assert one != two and len(one.encode()) <= 63 and len(two.encode()) <= 63
+    assert len(leader_application_name("d0main", "é" * 40).encode()) <= 63  # cut on a character
+
+
+def test_a_mysql_leaders_session_lock_fits_mysqls_64_characters():
+    from airflow_provider_dblog.sources.mysql.leader_sessions import session_marker
+
+    marker = session_marker("s" * 200, "d0main012345")
+    assert len(marker) + len(str(2**64 - 1)) <= 64
+    assert session_marker("a", "d") != session_marker("b", "d") != session_marker("a", "e")

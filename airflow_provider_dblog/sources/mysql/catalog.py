@@ -131,14 +131,21 @@ _T = TypeVar("_T")
 class Session:
     """One PyMySQL connection with reconnect-and-retry on connection loss. One thread each."""
 
-    def __init__(self, settings: ConnectionSettings):
+    def __init__(self, settings: ConnectionSettings, marker: Optional[str] = None):
         self.settings = settings
+        # A leader's session: each connection holds the named lock marker + its id, by which
+        # the next leader ends it (sources/mysql/leader_sessions.py).
+        self.marker = marker
         self._conn: Optional[pymysql.connections.Connection] = None
         self.lock = threading.RLock()
 
     def conn(self) -> pymysql.connections.Connection:
         if self._conn is None:
-            self._conn = connect(self.settings)
+            conn = connect(self.settings)
+            if self.marker is not None:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT GET_LOCK(CONCAT(%s, CONNECTION_ID()), 0)", [self.marker])
+            self._conn = conn
         return self._conn
 
     def _retried(self, work: Callable[[pymysql.connections.Connection], _T]) -> _T:

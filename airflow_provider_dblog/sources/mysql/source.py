@@ -51,6 +51,7 @@ from .binlog_log import BinlogLog, BinlogLogParts
 from .catalog import ConnectionSettings, Session
 from .checks import StartupChecks
 from .chunk_select import ChunkSelect
+from .leader_sessions import end_deposed_sessions, session_marker
 from .values import select_expression, to_param
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,11 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         self._wm_table = names.table_name(watermark_database, "watermarks")
         self._key_columns = dict(key_columns or {})
         self._session: Optional[Session] = None
+        # Set by take_over: the lock-name prefix of a leader's sessions, and whether open()
+        # still has to end the previous leader's (sources/mysql/leader_sessions.py).
+        self._marker: Optional[str] = None
+        self._lease_check: Optional[Callable[[], None]] = None
+        self._deposed_ended = True
         self._mariadb = False
         self._tables: list[str] = []
         self._schemas: dict[str, TableSchema] = {}
@@ -162,8 +168,12 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         if len(self._endpoints) > 1:
             self._settings, self._session = self._writable_server()
         else:
-            self._session = Session(self._settings)
+            self._session = Session(self._settings, self._marker)
             self._session.conn()  # ConfigurationError when the server refuses us
+        if self._marker is not None and self._lease_check is not None and not self._deposed_ended:
+            # the first open as leader, before any reader of ours exists
+            end_deposed_sessions(self._session, self._marker, self._lease_check, self.source_id)
+            self._deposed_ended = True
         self._mariadb = catalog.is_mariadb(self._session)
         check = StartupChecks(self._session, self._settings, self._mariadb)
         check.binlog_settings()
@@ -190,7 +200,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         seen = []
         for host, port in self._endpoints:
             settings = dataclasses.replace(self._settings, host=host, port=port)
-            session = Session(settings)
+            session = Session(settings, self._marker)
             try:
                 read_only = session.query("SELECT @@GLOBAL.read_only")[0][0]
             except SourceUnavailable as exc:
@@ -296,6 +306,8 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None, domain: Optional[str] = None
     ) -> None:
         self._log.take_over(check, previous, domain)
+        if domain is not None:  # our sessions hold a lock the next leader finds them by
+            self._marker, self._lease_check, self._deposed_ended = session_marker(self.source_id, domain), check, False
 
     @on_connection_loss
     def reset_log(self) -> None:
@@ -380,7 +392,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         self._require_session().read_only_query("EXPLAIN " + sql, list(params))
 
     def _open_reader(self) -> Session:
-        return Session(self._settings)
+        return Session(self._settings, self._marker)
 
     def _readers(self) -> list[Session]:
         return self._reader_sessions

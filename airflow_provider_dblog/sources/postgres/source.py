@@ -36,6 +36,7 @@ terminated backend or walsender); the public methods raise those as ``SourceUnav
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from typing import Any, Callable, Optional, Sequence
@@ -94,6 +95,17 @@ SESSION_SETTINGS = {
 }
 _OPTIONS = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
 _PLUGINS = ("pgoutput", "wal2json")
+
+
+def leader_application_name(domain: str, source_id: str) -> str:
+    """The application_name of a leader's sessions: the lease domain and the source. PostgreSQL
+    keeps 63 bytes of it, so a longer source id is cut and a digest of the whole id kept,
+    so that two sources never share the name."""
+    name = f"dblog-{domain}-{source_id}"
+    if len(name.encode()) <= 63:
+        return name
+    digest = hashlib.sha256(source_id.encode()).hexdigest()[:12]
+    return f"dblog-{domain}-{digest}-{source_id}".encode()[:63].decode(errors="ignore")
 
 
 def slot_name_for(source_id: str) -> str:
@@ -155,6 +167,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
         self._key_columns = dict(key_columns or {})
         self._conn: Any = None
         self._reader_conns: list[Any] = []  # parallel chunk readers' connections (chunk_readers)
+        self._deposed_ended = True  # set False by take_over: open() then ends the old leader's sessions
         self._tables: list[str] = []
         self._captured: set[str] = set()
         self._infos: dict[str, TableInfo] = {}
@@ -250,6 +263,9 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
     def open(self) -> None:
         self._conn = self._connect()
         try:
+            if self.slot.lease_check is not None and not self._deposed_ended:
+                self._end_deposed_sessions()  # the first open as leader: no reader of ours yet
+                self._deposed_ended = True
             self._encoding = psycopg2.extensions.encodings.get(self._scalar("SHOW server_encoding"), "utf-8")
             with self._cur() as cur:
                 check_server(cur, self._dsn["user"], self.plugin)
@@ -334,9 +350,34 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
     ) -> None:
         self.slot.lease_check = check  # the previous holder's session is found through the slot
         if domain is not None:
-            # Every session, the walsender included, says which lease domain it reads for:
-            # the domain first, as PostgreSQL cuts application_name at 63 bytes.
-            self._dsn["application_name"] = f"dblog-{domain}-{self.source_id}"[:63]
+            # Every session, the walsender included, says which lease domain and source it
+            # works for: the previous leader's sessions are found by it (_end_deposed_sessions).
+            self._dsn["application_name"] = leader_application_name(domain, self.source_id)
+            self._deposed_ended = False
+
+    def _end_deposed_sessions(self) -> None:
+        """Once we lead: end the client sessions of the previous leader of this source and
+        lease domain (paused, cut off, or killed while the server has not noticed). A session
+        paused inside a chunk's transaction keeps its lock on the table; a TRUNCATE or ALTER
+        queued behind that lock stalls every later reader of the table, this capture first,
+        until the old process wakes. They carry our application_name (which names the domain
+        and the source); its walsender is the slot's to end (slot.py)."""
+        if self.slot.lease_check is not None:
+            self.slot.lease_check()  # still ours: whoever else has our name is deposed
+        with self._cur() as cur:
+            try:
+                cur.execute(
+                    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s "
+                    "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+                    "AND datname = current_database() AND usename = current_user",
+                    (self._dsn["application_name"],),
+                )
+            except psycopg2.errors.InsufficientPrivilege as exc:  # then only the server's timeouts help
+                log.warning("cannot end the previous leader's sessions of %s: %s", self.source_id, first_line(exc))
+                return
+            ended = sorted(pid for pid, done in cur.fetchall() if done)
+        if ended:
+            log.warning("ended the session(s) %s of the previous leader of %s", ended, self.source_id)
 
     # -- schemas -------------------------------------------------------------------------
     def tables(self) -> list[str]:
