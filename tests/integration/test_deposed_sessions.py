@@ -15,6 +15,7 @@ the test fails after 30 s."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import uuid
 
 import pytest
@@ -97,8 +98,6 @@ def test_the_new_leader_ends_the_previous_leaders_sessions_and_no_other_domains(
     finally:
         for source in (a, c, b):  # closing a's connection also frees a stuck TRUNCATE
             if source is not None:
-                try:
+                with contextlib.suppress(Exception):  # a's connection was ended
                     source.close()
-                except Exception:  # noqa: BLE001 - a's connection was ended
-                    pass
         pool.shutdown(wait=True)
