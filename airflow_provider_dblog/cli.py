@@ -96,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
         "its other end, so its death, even by SIGKILL, ends this capture (the Airflow trigger uses it)",
     )
 
+    p.add_argument(
+        "--metrics-port",
+        type=number(int, 1, 65535, " (a TCP port)"),
+        help="serve the capture's metrics for Prometheus on this port (docs/operations.md); OTLP export "
+        "follows the standard OTEL_EXPORTER_OTLP_* environment",
+    )
+    p.add_argument("--metrics-host", default="0.0.0.0", help="the address of the metrics endpoint (default all)")
+
     p = sub.add_parser("dump", help="request a dump (the running capture performs it)")
     _source_options(p)
     g = p.add_mutually_exclusive_group(required=True)
@@ -214,7 +222,13 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     if args.exit_with_parent:
         stop_with_parent(stop)
 
+    from .metrics import start_metrics
+
+    metrics = start_metrics(source.source_id, args.metrics_port, args.metrics_host, args.identity)
+
     def progress(st: dict) -> None:
+        if metrics is not None:
+            metrics.update(st)
         dumps = [d for d in state.list_dumps(source.source_id) if not d.status.finished]
         dtext = "; ".join(
             f"dump {d.dump_id} {d.status.value} rows={sum(p.rows for p in d.progress.values())}" for d in dumps

@@ -88,6 +88,7 @@ class StatusReport:
             "events_total": events_in,
             "buffered": writer.buffered() if writer else 0,
             "buffered_mb": round(writer.buffered_bytes() / 2**20, 1) if writer else 0.0,
+            "buffered_bytes": writer.buffered_bytes() if writer else 0,  # exact, for the metrics
             "window": self.window.state.value,
             # seconds between the newest processed commit and now (0 when the log is idle)
             "lag_seconds": round(max(0.0, time.time() - last_commit_ts / 1e6), 3)

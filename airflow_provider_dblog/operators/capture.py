@@ -52,6 +52,7 @@ class CaptureOperator(BaseOperator):
         max_sessions: Optional[int] = None,
         status_interval: float = 30.0,
         redump_on_position_lost: bool = False,
+        metrics_port: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -67,6 +68,8 @@ class CaptureOperator(BaseOperator):
         self.max_sessions = max_sessions
         self.status_interval = status_interval
         self.redump_on_position_lost = redump_on_position_lost
+        # the capture's Prometheus endpoint on the triggerer's host (docs/operations.md)
+        self.metrics_port = metrics_port
 
     @property
     def connections(self) -> DBLogConnections:
@@ -79,6 +82,7 @@ class CaptureOperator(BaseOperator):
             status_interval=self.status_interval,
             session=session,
             redump_on_position_lost=self.redump_on_position_lost,
+            metrics_port=self.metrics_port,
         )
 
     def execute(self, context: Any) -> None:

@@ -52,6 +52,7 @@ class CaptureTrigger(BaseTrigger):
         session: int = 1,
         python: Optional[str] = None,
         redump_on_position_lost: bool = False,
+        metrics_port: Optional[int] = None,
     ) -> None:
         super().__init__()
         self.connections = DBLogConnections(source_conn_id, state_conn_id, state, output, output_conn_id, source_id)
@@ -60,6 +61,7 @@ class CaptureTrigger(BaseTrigger):
         self.session = int(session)
         self.python = python
         self.redump_on_position_lost = bool(redump_on_position_lost)
+        self.metrics_port = None if metrics_port is None else int(metrics_port)
         self._proc: Optional[asyncio.subprocess.Process] = None
         self._config_path: Optional[str] = None
 
@@ -73,6 +75,7 @@ class CaptureTrigger(BaseTrigger):
                 "session": self.session,
                 "python": self.python,
                 "redump_on_position_lost": self.redump_on_position_lost,
+                "metrics_port": self.metrics_port,
             },
         )
 
@@ -102,6 +105,8 @@ class CaptureTrigger(BaseTrigger):
                 "--status-interval",
                 str(self.status_interval),
                 *(["--redump-on-position-lost"] if self.redump_on_position_lost else []),
+                # the Prometheus endpoint (docs/operations.md); OTLP follows the environment
+                *(["--metrics-port", str(self.metrics_port)] if self.metrics_port is not None else []),
                 "--exit-with-parent",
                 # never written to: its end, when this process dies however it dies, stops the
                 # child (parent_pipe.py), so no orphan keeps the lease or the slot

@@ -51,9 +51,10 @@ def test_capture_trigger_round_trip_holds_no_secret(monkeypatch):
             status_interval=2,
             session=3,
             python="/usr/bin/python3",
+            metrics_port=9464,
         )
     )
-    assert kwargs["session"] == 3 and kwargs["session_seconds"] == 60.0
+    assert kwargs["session"] == 3 and kwargs["session_seconds"] == 60.0 and kwargs["metrics_port"] == 9464
     assert SECRET not in json.dumps(kwargs)
 
 
@@ -99,7 +100,9 @@ def test_session_end_config_without_password_and_password_in_env(monkeypatch, tm
         echo "[dblog] position=2 checkpoint=2"
     """,
     )
-    trigger = CaptureTrigger("src", state=str(tmp_path / "s.db"), output="jsonl:///x", session_seconds=5, python=py)
+    trigger = CaptureTrigger(
+        "src", state=str(tmp_path / "s.db"), output="jsonl:///x", session_seconds=5, python=py, metrics_port=9464
+    )
     (event,) = run_events(trigger)
     assert event == {
         "status": "session_end",
@@ -113,6 +116,7 @@ def test_session_end_config_without_password_and_password_in_env(monkeypatch, tm
     assert (tmp_path / "seen.pw").read_text() == SECRET
     argv = (tmp_path / "seen.argv").read_text()
     assert SECRET not in argv and "--max-seconds 5.0" in argv and "--exit-with-parent" in argv
+    assert "--metrics-port 9464" in argv
     # the file the child read is a config the real loader accepts, and it is gone now
     cfg = load_config(str(tmp_path / "seen.toml"))
     monkeypatch.setenv("DBLOG_SOURCE_PASSWORD", SECRET)  # as the child has it (password_env must be set)

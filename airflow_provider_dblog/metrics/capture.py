@@ -1,0 +1,169 @@
+"""The capture's metrics (docs/operations.md, "Metrics"), through OpenTelemetry.
+
+They are read from the status report the capture makes every ``status_interval``
+(core/status_report.py, handed over by ``on_progress``), so the event path pays nothing for
+them: each instrument is observable and reads the newest report when an exporter collects.
+``dblog.capture.report.age`` is computed at collection: a capture whose loop is stuck keeps
+answering scrapes, with that age growing.
+
+Exporters (``start_metrics``): a Prometheus scrape endpoint on an opt-in port, and OTLP when
+the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` is set
+(HTTP/protobuf; the interval from ``OTEL_METRIC_EXPORT_INTERVAL``, as the SDK reads it).
+Names and units follow OpenTelemetry's conventions; the Prometheus exporter turns
+``dblog.capture.lag`` (unit ``s``) into ``dblog_capture_lag_seconds`` and a counter
+``dblog.capture.events`` into ``dblog_capture_events_total``. Attributes carry the source
+and dump ids only: nothing from the connection settings.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Iterable, Optional
+
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+
+from ..core.errors import ConfigurationError
+
+_Callback = Callable[[CallbackOptions], Iterable[Observation]]
+
+
+class CaptureMetrics:
+    """The instruments of one capture, fed by ``update(status_report)``."""
+
+    def __init__(self, source_id: str, provider: MeterProvider, clock: Callable[[], float] = time.time):
+        self.source_id = source_id
+        self.provider = provider
+        self._clock = clock
+        self._status: dict[str, Any] = {}
+        self._attrs = {"dblog.source.id": source_id}
+        meter = provider.get_meter("airflow_provider_dblog.capture")
+        counters = {
+            # (name, unit, description, the report's value)
+            ("dblog.capture.events", "{event}", "log change events processed", "events_total"),
+            ("dblog.capture.reconnects", "{reconnect}", "reconnects to the source", "reconnects"),
+            ("dblog.capture.heartbeats", "{heartbeat}", "heartbeat writes to the watermark table", "heartbeats"),
+        }
+        for name, unit, description, key in sorted(counters):
+            meter.create_observable_counter(name, [self._value(key)], unit, description)
+        gauges = [
+            (
+                "dblog.capture.lag",
+                "s",
+                "newest processed commit to now (0 while the log is idle)",
+                self._value("lag_seconds"),
+            ),
+            (
+                "dblog.capture.log.unread",
+                "By",
+                "log bytes written on the source and not read yet",
+                self._value("lag_bytes"),
+            ),
+            (
+                "dblog.capture.log.retained",
+                "By",
+                "log the source keeps for this capture (PostgreSQL: the slot's WAL)",
+                self._log("retained_bytes"),
+            ),
+            (
+                "dblog.capture.writer.buffered",
+                "{event}",
+                "events read and not yet committed to the output",
+                self._value("buffered"),
+            ),
+            ("dblog.capture.writer.buffered.size", "By", "bytes of those events", self._value("buffered_bytes")),
+            ("dblog.capture.window.open", "1", "1 while a chunk's watermark window is open", self._window),
+            ("dblog.capture.leader.epoch", "1", "the epoch of the leader lease this capture holds", self._epoch),
+            (
+                "dblog.capture.warnings",
+                "{warning}",
+                "warnings of the source (e.g. the slot's WAL at risk)",
+                self._warnings,
+            ),
+            ("dblog.capture.report.age", "s", "time since the capture's last status report", self._age),
+            ("dblog.dump.rows", "{row}", "rows a running dump delivered", self._dump("rows")),
+            (
+                "dblog.dump.rows.estimated",
+                "{row}",
+                "rows a running dump is estimated to deliver",
+                self._dump("estimated_total"),
+            ),
+            ("dblog.dump.rate", "{row}/s", "rows per second of a running dump", self._dump("rows_per_s")),
+            ("dblog.dump.eta", "s", "estimated time left of a running dump", self._dump("eta_seconds")),
+            ("dblog.dump.paused", "1", "1 while a running dump is paused", self._dump("paused")),
+        ]
+        for name, unit, description, callback in gauges:
+            meter.create_observable_gauge(name, [callback], unit, description)
+
+    def update(self, status: dict[str, Any]) -> None:
+        """The newest status report (one reference swap: exporters read it from their threads)."""
+        self._status = status
+
+    # -- callbacks ---------------------------------------------------------------------------
+    def _observe(self, value: Any, attrs: Optional[dict[str, str]] = None) -> list[Observation]:
+        if value is None or isinstance(value, str):
+            return []
+        return [Observation(int(value) if isinstance(value, bool) else value, attrs or self._attrs)]
+
+    def _value(self, key: str) -> _Callback:
+        return lambda _options: self._observe(self._status.get(key))
+
+    def _log(self, key: str) -> _Callback:
+        return lambda _options: self._observe((self._status.get("log") or {}).get(key))
+
+    def _window(self, _options: CallbackOptions) -> list[Observation]:
+        window = self._status.get("window")
+        return [] if window is None else self._observe(window == "open")
+
+    def _epoch(self, _options: CallbackOptions) -> list[Observation]:
+        return self._observe((self._status.get("leader") or {}).get("epoch"))
+
+    def _warnings(self, _options: CallbackOptions) -> list[Observation]:
+        return [] if not self._status else self._observe(len(self._status.get("warnings") or ()))
+
+    def _age(self, _options: CallbackOptions) -> list[Observation]:
+        updated = self._status.get("updated_at")
+        return [] if updated is None else self._observe(max(0.0, self._clock() - updated))
+
+    def _dump(self, key: str) -> _Callback:
+        def observe(_options: CallbackOptions) -> list[Observation]:
+            out: list[Observation] = []
+            for dump_id, health in (self._status.get("dumps") or {}).items():
+                out += self._observe(health.get(key), {**self._attrs, "dblog.dump.id": dump_id})
+            return out
+
+        return observe
+
+
+def start_metrics(
+    source_id: str, port: Optional[int] = None, host: str = "0.0.0.0", identity: Optional[str] = None
+) -> Optional[CaptureMetrics]:
+    """The capture's metrics with their exporters: a Prometheus endpoint on ``host:port``
+    (``port`` given) and OTLP (its standard environment set); None when neither is asked for."""
+    readers: list[MetricReader] = []
+    if port is not None:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import start_http_server
+
+        try:
+            start_http_server(port, addr=host)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve the capture's metrics on {host}:{port}: {exc.strerror or exc}.",
+                "pass a free --metrics-port (each capture on a host needs a port of its own), or leave it out.",
+            ) from None
+        readers.append(PrometheusMetricReader())
+    if os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+    if not readers:
+        return None
+    attributes = {"service.name": os.environ.get("OTEL_SERVICE_NAME", "dblog-capture"), "dblog.source.id": source_id}
+    if identity:
+        attributes["service.instance.id"] = identity
+    provider = MeterProvider(metric_readers=readers, resource=Resource.create(attributes))
+    return CaptureMetrics(source_id, provider)

@@ -1,0 +1,166 @@
+"""The capture's Prometheus endpoint (docs/operations.md), scraped from a real ``dblog
+capture --metrics-port`` on PostgreSQL while it captures writes and runs a dump:
+
+* the events counter moves with the writes, the dump's rows appear under its id while it
+  runs, and the process's own memory and CPU are there (prometheus_client's collectors);
+* a capture whose loop is stuck (its dump's chunk read waits behind a lock the test holds on
+  the table) still answers, with ``dblog_capture_report_age_seconds`` growing past three
+  status intervals, and back under one after the lock is released; the writes made meanwhile
+  are then counted;
+* its labels carry ids only, no connection setting.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from airflow_provider_dblog.core.dumps import DumpStatus
+from airflow_provider_dblog.state.local import LocalStateStore
+
+from .capture_proc import Capture, dblog, wait_for, write_config
+from .databases import ADAPTERS
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> tuple[str, dict[str, list]]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    samples: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return text, samples
+
+
+def reported(port: int) -> bool:
+    """The endpoint is up (the child has started it) and holds a first report."""
+    try:
+        return "dblog_capture_events_total" in scrape(port)[1]
+    except urllib.error.URLError:  # not listening yet
+        return False
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    """The one sample of ``name`` with ``labels``; 0 while there is none (not reported yet)."""
+    found = [v for lab, v in samples.get(name, []) if all(lab.get(k) == w for k, w in labels.items())]
+    assert len(found) <= 1, (name, labels, samples.get(name))
+    return found[0] if found else 0.0
+
+
+def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_path):
+    db = ADAPTERS["postgres"]()
+    db.create()
+    source_id = f"metrics_{uuid.uuid4().hex[:6]}"
+    capture = None
+    try:
+        db.seed(random.Random(5), 200)
+        config = write_config(
+            tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
+        )
+        port = free_port()
+        capture = Capture(config, tmp_path / "capture.log", "--metrics-port", str(port), "--metrics-host", "127.0.0.1")
+        capture.start()  # --status-interval 1
+        src = source_id
+        wait_for(
+            lambda: reported(port),
+            90,
+            "the first report",
+            capture.assert_alive,
+            detail=capture.tail,
+        )
+        _, first = scrape(port)
+        assert value(first, "dblog_capture_leader_epoch", dblog_source_id=src) == 1
+        assert value(first, "process_resident_memory_bytes") > 50 * 2**20
+        events0 = value(first, "dblog_capture_events_total", dblog_source_id=src)
+
+        c = db.connect()
+        for i in range(1000, 1030):
+            c.cursor().execute(f"UPDATE {db.ns}.accounts SET note = %s WHERE id = %s", (f"m{i}", i - 999))
+            c.commit()
+        wait_for(
+            lambda: value(scrape(port)[1], "dblog_capture_events_total", dblog_source_id=src) >= events0 + 30,
+            60,
+            "the 30 updates to be counted",
+            capture.assert_alive,
+            detail=capture.tail,
+        )
+
+        # A dump, then its table locked: the chunk read waits, the capture's loop with it.
+        dump_id = dblog(
+            config, "dump", "--table", f"{db.ns}.accounts", "--chunk-size", "10", "--delay-ms", "200"
+        ).stdout.strip()
+        wait_for(
+            lambda: value(scrape(port)[1], "dblog_dump_rows", dblog_source_id=src, dblog_dump_id=dump_id) > 0,
+            60,
+            "the dump's rows on the endpoint",
+            capture.assert_alive,
+            detail=capture.tail,
+        )
+        lock = db.connect()
+        lock.cursor().execute(f"LOCK TABLE {db.ns}.accounts IN ACCESS EXCLUSIVE MODE")
+        try:
+            wait_for(
+                lambda: value(scrape(port)[1], "dblog_capture_report_age_seconds", dblog_source_id=src) > 3,
+                60,
+                "the report age of the stuck capture to grow",
+                capture.assert_alive,
+                detail=capture.tail,
+            )
+            stuck_events = value(scrape(port)[1], "dblog_capture_events_total", dblog_source_id=src)
+            for i in range(1, 21):  # writes the stuck capture cannot count yet
+                c.cursor().execute(f"UPDATE {db.ns}.orders SET status = %s WHERE order_no = %s", (f"s{i}", i))
+                c.commit()
+        finally:
+            lock.rollback()
+            lock.close()
+        wait_for(
+            lambda: value(scrape(port)[1], "dblog_capture_report_age_seconds", dblog_source_id=src) < 1.5,
+            60,
+            "the capture to report again",
+            capture.assert_alive,
+            detail=capture.tail,
+        )
+        wait_for(
+            lambda: value(scrape(port)[1], "dblog_capture_events_total", dblog_source_id=src) >= stuck_events + 20,
+            60,
+            "the writes made while stuck to be counted",
+            capture.assert_alive,
+            detail=capture.tail,
+        )
+        state = LocalStateStore(str(tmp_path / "state.db"))
+        wait_for(lambda: state.get_dump(dump_id).status is DumpStatus.DONE, 120, "the dump", capture.assert_alive)
+        wait_for(
+            lambda: (
+                "dblog_dump_rows" not in scrape(port)[1]
+                or not any(lab.get("dblog_dump_id") == dump_id for lab, _ in scrape(port)[1]["dblog_dump_rows"])
+            ),
+            30,
+            "the finished dump to leave the endpoint",
+            capture.assert_alive,
+        )
+        # Labels name the source, the dump and the exporter, never a connection setting.
+        labels = {k for samples in scrape(port)[1].values() for lab, _ in samples for k in lab}
+        allowed = {"dblog_source_id", "dblog_dump_id", "service_name", "service_instance_id"}
+        allowed |= {"otel_scope_name", "otel_scope_schema_url", "otel_scope_version"}
+        allowed |= {"telemetry_sdk_language", "telemetry_sdk_name", "telemetry_sdk_version", "generation"}
+        allowed |= {"implementation", "major", "minor", "patchlevel", "version"}  # python_info
+        assert labels <= allowed, labels - allowed
+        c.close()
+        assert capture.stop() == 0, capture.tail()
+    finally:
+        if capture is not None:
+            capture.close()
+        db.drop(source_id)
