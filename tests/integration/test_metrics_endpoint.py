@@ -7,13 +7,17 @@ capture --metrics-port`` on PostgreSQL while it captures writes and runs a dump:
   the table) still answers, with ``dblog_capture_report_age_seconds`` growing past three
   status intervals, and back under one after the lock is released; the writes made meanwhile
   are then counted;
-* its labels carry ids only, no connection setting.
+* its labels carry ids only, no connection setting;
+* the same capture exports by OTLP (the standard environment) to a receiver in the test,
+  which decodes the requests with the OpenTelemetry protobufs.
 """
 
 from __future__ import annotations
 
+import http.server
 import random
 import socket
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -28,6 +32,42 @@ from .capture_proc import Capture, dblog, wait_for, write_config
 from .databases import ADAPTERS
 
 pytestmark = pytest.mark.integration
+
+
+class OTLPReceiver(http.server.ThreadingHTTPServer):
+    """An OTLP/HTTP metrics endpoint: keeps each request's (metric name, source id, value)."""
+
+    def __init__(self):
+        self.points: list[tuple[str, str, float]] = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportMetricsServiceRequest.FromString(body)
+                for rm in request.resource_metrics:
+                    for sm in rm.scope_metrics:
+                        for m in sm.metrics:
+                            kind = m.WhichOneof("data")
+                            for p in getattr(m, kind).data_points:
+                                attrs = {a.key: a.value.string_value for a in p.attributes}
+                                v = p.as_int if p.WhichOneof("value") == "as_int" else p.as_double
+                                receiver.points.append((m.name, attrs.get("dblog.source.id", ""), v))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def latest(self, name: str, source_id: str) -> float:
+        found = [v for n, s, v in self.points if n == name and s == source_id]
+        return found[-1] if found else 0.0
 
 
 def free_port() -> int:
@@ -60,7 +100,10 @@ def value(samples: dict, name: str, **labels) -> float:
     return found[0] if found else 0.0
 
 
-def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_path):
+def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_path, monkeypatch):
+    receiver = OTLPReceiver()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"http://127.0.0.1:{receiver.server_port}/v1/metrics")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "500")
     db = ADAPTERS["postgres"]()
     db.create()
     source_id = f"metrics_{uuid.uuid4().hex[:6]}"
@@ -151,6 +194,14 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
             "the finished dump to leave the endpoint",
             capture.assert_alive,
         )
+        # OTLP: the same counter, received by the test's collector.
+        wait_for(
+            lambda: receiver.latest("dblog.capture.events", src) >= stuck_events + 20,
+            30,
+            "the OTLP export of the events counter",
+            capture.assert_alive,
+            detail=capture.tail,
+        )
         # Labels name the source, the dump and the exporter, never a connection setting.
         labels = {k for samples in scrape(port)[1].values() for lab, _ in samples for k in lab}
         allowed = {"dblog_source_id", "dblog_dump_id", "service_name", "service_instance_id"}
@@ -163,4 +214,5 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
     finally:
         if capture is not None:
             capture.close()
+        receiver.shutdown()
         db.drop(source_id)
