@@ -95,13 +95,26 @@ class Capture:
             raise AssertionError(f"capture exited with {self.proc.returncode}:\n{self.tail()}")
 
     def tail(self, n: int = 60) -> str:
-        """The log's last ``n`` lines; of a running capture, with its thread stacks (SIGUSR1,
-        cli.py): a test that gives up on it shows where it was waiting."""
-        if self.proc is not None and self.proc.poll() is None:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def detail(self) -> str:
+        """What a test that gives up on this capture shows: of a running capture its thread
+        stacks too (SIGUSR1, cli.py), so the log says where it was waiting; then the tail."""
+        if self.proc is not None and self.proc.poll() is None and self.catches(signal.SIGUSR1):
             self.proc.send_signal(signal.SIGUSR1)
             time.sleep(1)
-            n += 120
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+            return self.tail(180)
+        return self.tail()
+
+    def catches(self, sig: int) -> bool:
+        """The process has a handler for ``sig`` (its SigCgt mask in /proc): a SIGUSR1 before
+        the capture set its handler would end it."""
+        try:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return False
+        caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+        return bool(int(caught, 16) >> (sig - 1) & 1)
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -217,7 +217,7 @@ def captured(request, tmp_path):
             90,
             "the capture to start",
             alive=cap.assert_alive,
-            detail=cap.tail,
+            detail=cap.detail,
         )
         yield db, source_id, lake, dag_env, cap
     finally:

@@ -58,7 +58,7 @@ def capture_dumps_and_follows(tmp_path, monkeypatch, source: dict, password: str
             120,
             "the dump's rows",
             alive=capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         insert()
         wait_for(
@@ -66,7 +66,7 @@ def capture_dumps_and_follows(tmp_path, monkeypatch, source: dict, password: str
             60,
             "the captured insert",
             alive=capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
     finally:
         capture.close()

@@ -101,14 +101,14 @@ class Pair:
 
     def start_pair(self):
         a = self.start("a")
-        wait_for(lambda: self.leader_epoch("a") is not None, 90, "a to lead", a.assert_alive, detail=a.tail)
+        wait_for(lambda: self.leader_epoch("a") is not None, 90, "a to lead", a.assert_alive, detail=a.detail)
         b = self.start("b")
         wait_for(
             lambda: "standby: a (epoch" in b.log_path.read_text(),
             60,
             "b to wait as standby",
             b.assert_alive,
-            detail=b.tail,
+            detail=b.detail,
         )
         assert self.leader_epoch("a") is not None, "b must not have taken the lease"
         return a, b
@@ -152,7 +152,7 @@ class Pair:
             60,
             "the last write to reach the changelog",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
             interval=0.5,
         )
         # The key-list dumps the capture queued itself (unchanged TOAST values, PostgreSQL)
@@ -162,7 +162,7 @@ class Pair:
             300,  # one window per queued key-list dump: slow on a loaded machine, not stuck
             "the capture's own repair dumps",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         result = dblog(self.config, "verify", check=False)
         assert result.returncode == 0, f"verify found mismatches:\n{result.stdout}\n{result.stderr}"
@@ -235,7 +235,7 @@ def test_sigkill_of_the_leader_during_a_dump(pair):
             d = pair.state.get_dump(dump_id)
             return sum(p.chunks for p in d.progress.values()) >= 3
 
-        wait_for(some_chunks_durable, 60, "the dump to be under way", a.assert_alive, detail=a.tail, interval=0.1)
+        wait_for(some_chunks_durable, 60, "the dump to be under way", a.assert_alive, detail=a.detail, interval=0.1)
         assert pair.state.get_dump(dump_id).status is DumpStatus.RUNNING
         killed_at = time.time()
         a.kill()
@@ -249,7 +249,7 @@ def test_sigkill_of_the_leader_during_a_dump(pair):
         # TOAST repair dumps (a window each; a new leader knows no full row yet, so it queues
         # one per log step under this update workload: 100-400 of them, seen taking 110-200 s
         # on a slow machine); a timeout here means stuck, not slow.
-        wait_for(dump_done, 360, "the new leader to finish the dump", b.assert_alive, detail=b.tail)
+        wait_for(dump_done, 360, "the new leader to finish the dump", b.assert_alive, detail=b.detail)
         assert pair.leader_epoch("b") == 2
     pair.converge(b)
     pair.assert_acl_on()
@@ -270,12 +270,12 @@ def test_deposed_leader_that_wakes_up_writes_nothing(pair):
     a, b = pair.start_pair()
     with Workload(pair.db, seed=12):
         wait_for(
-            lambda: any(e == 1 for _, e, _ in pair.changelog()[0]), 30, "a to write", a.assert_alive, detail=a.tail
+            lambda: any(e == 1 for _, e, _ in pair.changelog()[0]), 30, "a to write", a.assert_alive, detail=a.detail
         )
         a.proc.send_signal(signal.SIGSTOP)
-        wait_for(lambda: pair.leader_epoch("b") == 2, 30, "b to take over", b.assert_alive, detail=b.tail)
+        wait_for(lambda: pair.leader_epoch("b") == 2, 30, "b to take over", b.assert_alive, detail=b.detail)
         wait_for(
-            lambda: any(e == 2 for _, e, _ in pair.changelog()[0]), 30, "b to write", b.assert_alive, detail=b.tail
+            lambda: any(e == 2 for _, e, _ in pair.changelog()[0]), 30, "b to write", b.assert_alive, detail=b.detail
         )
         before = [r for r in pair.changelog()[0] if r[1] == 1]
         a.proc.send_signal(signal.SIGCONT)
@@ -308,10 +308,10 @@ def test_zookeeper_restart_pauses_and_resumes_the_capture(tmp_zk, pair):
     pair.state_url = f"zk://{tmp_zk.hosts}{pair.chroot}?session_timeout=30"
     pair.setup(seed_rows=0)
     a = pair.start("a")
-    wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.tail)
+    wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.detail)
     with Workload(pair.db, seed=13):
         wait_for(
-            lambda: any(e == 1 for _, e, _ in pair.changelog()[0]), 30, "a to write", a.assert_alive, detail=a.tail
+            lambda: any(e == 1 for _, e, _ in pair.changelog()[0]), 30, "a to write", a.assert_alive, detail=a.detail
         )
         tmp_zk.kill()
         time.sleep(3)
@@ -320,7 +320,7 @@ def test_zookeeper_restart_pauses_and_resumes_the_capture(tmp_zk, pair):
         n = len(pair.changelog()[0])
         # 90 s: a reconnect made while the restarted server was still starting gets no answer
         # and waits out kazoo's read timeout (the 30 s session) before it tries again.
-        wait_for(lambda: len(pair.changelog()[0]) > n, 90, "a to write again", a.assert_alive, detail=a.tail)
+        wait_for(lambda: len(pair.changelog()[0]) > n, 90, "a to write again", a.assert_alive, detail=a.detail)
     pair.converge(a)
     pair.assert_acl_on()
     assert "connection lost" in a.log_path.read_text().lower(), "ZooKeeper was not really away"
@@ -350,13 +350,13 @@ def test_a_zookeeper_ensemble_loses_a_follower_then_its_leader_then_its_quorum(z
     pair.state_url = f"zk://{zk.hosts}{pair.chroot}?session_timeout=30"
     pair.setup(seed_rows=0)
     a = pair.start("a")
-    wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.tail)
+    wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.detail)
 
     outages: dict[str, float] = {}  # printed (docs/deploy.md), not asserted
 
     def writes_on(what: str, since: float = 0.0) -> None:
         n = len(pair.changelog()[0])
-        wait_for(lambda: len(pair.changelog()[0]) > n, 90, f"a to write {what}", a.assert_alive, detail=a.tail)
+        wait_for(lambda: len(pair.changelog()[0]) > n, 90, f"a to write {what}", a.assert_alive, detail=a.detail)
         if since:
             outages[what] = time.monotonic() - since
 
@@ -402,14 +402,14 @@ def test_runtime_control_through_zookeeper(pair):
     ZooKeeper session) reach the running capture (the time each took is printed)."""
     pair.setup(seed_rows=600)
     a = pair.start("a")
-    wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.tail)
+    wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.detail)
     table = f"{pair.db.ns}.accounts"
     dump_id = dblog(pair.config, "dump", "--table", table, "--chunk-size", "5", "--delay-ms", "150").stdout.strip()
 
     def progress():
         return pair.state.get_dump(dump_id).progress.get(table)
 
-    wait_for(lambda: progress() is not None and progress().chunks >= 2, 30, "chunks", a.assert_alive, detail=a.tail)
+    wait_for(lambda: progress() is not None and progress().chunks >= 2, 30, "chunks", a.assert_alive, detail=a.detail)
     for command, expected in (("pause", DumpStatus.PAUSED), ("resume", DumpStatus.RUNNING)):
         dblog(pair.config, command, dump_id)
         t0 = time.time()
@@ -418,7 +418,7 @@ def test_runtime_control_through_zookeeper(pair):
             5,
             command,
             a.assert_alive,
-            detail=a.tail,
+            detail=a.detail,
             interval=0.02,
         )
         took = time.time() - t0
@@ -426,7 +426,7 @@ def test_runtime_control_through_zookeeper(pair):
     dblog(pair.config, "throttle", dump_id, "--chunk-size", "40", "--delay-ms", "300")
     time.sleep(1.0)  # picked up by now; the chunk in flight may still have the old size
     p0 = progress()
-    wait_for(lambda: progress().chunks >= p0.chunks + 2, 10, "throttled chunks", a.assert_alive, detail=a.tail)
+    wait_for(lambda: progress().chunks >= p0.chunks + 2, 10, "throttled chunks", a.assert_alive, detail=a.detail)
     p1 = progress()
     assert not p1.done and (p1.rows - p0.rows) == 40 * (p1.chunks - p0.chunks), "the new chunk size is not in use"
     dblog(pair.config, "cancel", dump_id)
@@ -436,7 +436,7 @@ def test_runtime_control_through_zookeeper(pair):
         5,
         "cancel",
         a.assert_alive,
-        detail=a.tail,
+        detail=a.detail,
         interval=0.02,
     )
     if pair.state.get_dump(dump_id).status is DumpStatus.CANCELLED:

@@ -36,24 +36,30 @@ def test_sigkill_of_the_leader_during_a_writer_flush(pair, tmp_path):  # noqa: F
     pair.setup(seed_rows=200)
     marker = tmp_path / "a-flushes"
     a = pair.start("a", faults=("--write-delay-ms", str(DELAY_MS), "--write-marker", str(marker)))
-    wait_for(lambda: pair.leader_epoch("a") is not None, 90, "a to lead", a.assert_alive, detail=a.tail)
+    wait_for(lambda: pair.leader_epoch("a") is not None, 90, "a to lead", a.assert_alive, detail=a.detail)
     b = pair.start("b")
     wait_for(
-        lambda: "standby: a (epoch" in b.log_path.read_text(), 60, "b to wait as standby", b.assert_alive, detail=b.tail
+        lambda: "standby: a (epoch" in b.log_path.read_text(),
+        60,
+        "b to wait as standby",
+        b.assert_alive,
+        detail=b.detail,
     )
     rng = random.Random(5)
     with Workload(pair.db, seed=13):
         dump_id = dblog(pair.config, "dump", "--all", "--chunk-size", "10", "--delay-ms", "100").stdout.strip()
-        wait_for(lambda: _flushes(marker) >= 3, 60, "a few flushes of a", a.assert_alive, detail=a.tail, interval=0.05)
+        wait_for(
+            lambda: _flushes(marker) >= 3, 60, "a few flushes of a", a.assert_alive, detail=a.detail, interval=0.05
+        )
         n = _flushes(marker)
         wait_for(
-            lambda: _flushes(marker) > n, 30, "the next flush to begin", a.assert_alive, detail=a.tail, interval=0.01
+            lambda: _flushes(marker) > n, 30, "the next flush to begin", a.assert_alive, detail=a.detail, interval=0.01
         )
         time.sleep(rng.uniform(0, DELAY_MS / 1000 * 0.9))  # inside that flush
         assert pair.state.get_dump(dump_id).status is not DumpStatus.DONE, "kill a mid-dump"
         a.kill()
         # The standby takes over while the workload still runs ...
-        wait_for(lambda: pair.leader_epoch("b") == 2, 60, "b to lead", b.assert_alive, detail=b.tail)
+        wait_for(lambda: pair.leader_epoch("b") == 2, 60, "b to lead", b.assert_alive, detail=b.detail)
     # ... and, the workload stopped (the keyset dump would chase its inserts), finishes the dump.
 
     def dump_done():
@@ -61,7 +67,7 @@ def test_sigkill_of_the_leader_during_a_writer_flush(pair, tmp_path):  # noqa: F
         assert d.status not in (DumpStatus.FAILED, DumpStatus.CANCELLED), d.error
         return d.status is DumpStatus.DONE
 
-    wait_for(dump_done, 120, "the new leader to finish the dump", b.assert_alive, detail=b.tail)
+    wait_for(dump_done, 120, "the new leader to finish the dump", b.assert_alive, detail=b.detail)
     pair.converge(b)
     pair.assert_acl_on()
     assert b.stop() == 0, b.tail()

@@ -127,7 +127,7 @@ def test_a_paused_leader_writes_nothing_anywhere_after_it_wakes(pair, zk, run):
             60,
             "a's dump to be under way",
             a.assert_alive,
-            detail=a.tail,
+            detail=a.detail,
         )
         a.proc.send_signal(signal.SIGSTOP)
         stopped_at = time.time()
@@ -140,10 +140,10 @@ def test_a_paused_leader_writes_nothing_anywhere_after_it_wakes(pair, zk, run):
         pair.state.client.create(marker, b"sigstop", makepath=True)
         boundary = pair.state.client.exists(marker).mzxid
 
-        wait_for(lambda: pair.leader_epoch("b") == 2, 60, "b to take over", b.assert_alive, detail=b.tail)
+        wait_for(lambda: pair.leader_epoch("b") == 2, 60, "b to take over", b.assert_alive, detail=b.detail)
         leased = make_lease(pair.state, pair.source_id).leader()["acquired_at"] - stopped_at
         wait_for(
-            lambda: any(e == 2 for _, e, _ in pair.changelog()[0]), 60, "b to write", b.assert_alive, detail=b.tail
+            lambda: any(e == 2 for _, e, _ in pair.changelog()[0]), 60, "b to write", b.assert_alive, detail=b.detail
         )
         takeover = min(w for _, e, w in pair.changelog()[0] if e == 2) - stopped_at
         b_session = contender_sessions(pair)["b"]
@@ -161,7 +161,7 @@ def test_a_paused_leader_writes_nothing_anywhere_after_it_wakes(pair, zk, run):
             assert d.status not in (DumpStatus.FAILED, DumpStatus.CANCELLED), d.error
             return d.status is DumpStatus.DONE
 
-        wait_for(dump_done, 300, "b to finish the dump", b.assert_alive, detail=b.tail)  # slow faults: stuck fails
+        wait_for(dump_done, 300, "b to finish the dump", b.assert_alive, detail=b.detail)  # slow faults: stuck fails
     pair.converge(b)
     pair.assert_acl_on()
     assert b.stop() == 0, b.tail()  # the new leader never died
@@ -207,7 +207,7 @@ def test_a_zookeeper_restart_shorter_than_the_session_keeps_the_leader(pair, zk)
     pair.state_url = f"zk://{','.join([zk.hosts] * 3)}{pair.chroot}?session_timeout={session_timeout}"
     pair.setup(seed_rows=0)
     a = pair.start("a")
-    wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.tail)
+    wait_for(lambda: pair.leader_epoch("a") == 1, 90, "a to lead", a.assert_alive, detail=a.detail)
     session = contender_sessions(pair)["a"]
     with Workload(pair.db, seed=31):
         wait_for(lambda: any(e == 1 for _, e, _ in pair.changelog()[0]), 30, "a to write", a.assert_alive)
@@ -217,7 +217,7 @@ def test_a_zookeeper_restart_shorter_than_the_session_keeps_the_leader(pair, zk)
         zk.start()
         print(f"\nZooKeeper unreachable for {time.monotonic() - down_at:.2f} s (session timeout {session_timeout} s)")
         n = len(pair.changelog()[0])
-        wait_for(lambda: len(pair.changelog()[0]) > n, 30, "a to write again", a.assert_alive, detail=a.tail)
+        wait_for(lambda: len(pair.changelog()[0]) > n, 30, "a to write again", a.assert_alive, detail=a.detail)
         assert contender_sessions(pair) == {"a": session}, "a's ZooKeeper session did not survive"
     pair.converge(a)
     pair.assert_acl_on()

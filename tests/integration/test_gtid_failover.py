@@ -143,7 +143,7 @@ def test_capture_follows_a_failover_to_the_promoted_replica_mid_dump(pair, tmp_p
                 90,
                 "the restarted capture to run the dump",
                 capture.assert_alive,
-                detail=capture.tail,
+                detail=capture.detail,
             )
             # The primary dies under the writers' load, in the middle of the dump.
             with load._writing[-1]:  # no TRUNCATE in flight (a blind retry could run it twice)
@@ -175,7 +175,7 @@ def test_capture_follows_a_failover_to_the_promoted_replica_mid_dump(pair, tmp_p
                 180,
                 "the capture to read the promoted replica",
                 capture.assert_alive,
-                detail=capture.tail,
+                detail=capture.detail,
             )
             failover_seconds = time.monotonic() - killed_at
             time.sleep(rng.uniform(2, 4))
@@ -190,7 +190,7 @@ def test_capture_follows_a_failover_to_the_promoted_replica_mid_dump(pair, tmp_p
             assert not failed, f"dump failed: {failed[0].error}"
             return all(d.status is DumpStatus.DONE for d in ds)
 
-        wait_for(all_done, 240, "the dump to finish on the new primary", capture.assert_alive, detail=capture.tail)
+        wait_for(all_done, 240, "the dump to finish on the new primary", capture.assert_alive, detail=capture.detail)
         sentinel_arrived(db, out, source_id, capture)
         status = capture_status(state, source_id)
         assert capture.stop() == 0, capture.tail()
@@ -272,7 +272,9 @@ def test_a_fresh_capture_refuses_a_promoted_replica_without_the_changelogs_last_
     capture = Capture(config, tmp_path / "capture.log")
     capture.start()
     try:
-        wait_for(lambda: state.get_checkpoint(source_id), 90, "a checkpoint", capture.assert_alive, detail=capture.tail)
+        wait_for(
+            lambda: state.get_checkpoint(source_id), 90, "a checkpoint", capture.assert_alive, detail=capture.detail
+        )
         checkpoint = state.get_checkpoint(source_id)
         # The replica holds the checkpoint's transaction, then stops receiving.
         with root(replica) as c, c.cursor(pymysql.cursors.DictCursor) as cur:
@@ -307,14 +309,14 @@ def test_a_fresh_capture_refuses_a_promoted_replica_without_the_changelogs_last_
 
         capture.start("--redump-on-position-lost")
         wait_for(
-            lambda: state.list_dumps(source_id), 90, "the recovery dump", capture.assert_alive, detail=capture.tail
+            lambda: state.list_dumps(source_id), 90, "the recovery dump", capture.assert_alive, detail=capture.detail
         )
         wait_for(
             lambda: all(d.status is DumpStatus.DONE for d in state.list_dumps(source_id)),
             180,
             "the recovery dump to finish",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         sentinel_arrived(db, out, source_id, capture)
         assert capture.stop() == 0, capture.tail()

@@ -56,7 +56,7 @@ class KafkaPair(Pair):
             60,
             "the last write to reach Kafka",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
             interval=0.5,
         )
         result = dblog(self.config, "verify", check=False)
@@ -76,10 +76,10 @@ def test_deposed_leader_never_becomes_visible_in_kafka(pair):
     pair.setup(seed_rows=0)  # every row is born under capture: the log alone converges
     a, b = pair.start_pair()
     with Workload(pair.db, seed=14):
-        wait_for(lambda: pair.epoch_records(1), 30, "a to write", a.assert_alive, detail=a.tail)
+        wait_for(lambda: pair.epoch_records(1), 30, "a to write", a.assert_alive, detail=a.detail)
         a.proc.send_signal(signal.SIGSTOP)
-        wait_for(lambda: pair.leader_epoch("b") == 2, 30, "b to take over", b.assert_alive, detail=b.tail)
-        wait_for(lambda: pair.epoch_records(2), 30, "b to write", b.assert_alive, detail=b.tail)
+        wait_for(lambda: pair.leader_epoch("b") == 2, 30, "b to take over", b.assert_alive, detail=b.detail)
+        wait_for(lambda: pair.epoch_records(2), 30, "b to write", b.assert_alive, detail=b.detail)
         before = pair.epoch_records(1)
         a.proc.send_signal(signal.SIGCONT)
         code = a.proc.wait(30)

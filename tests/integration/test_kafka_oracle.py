@@ -96,7 +96,7 @@ def test_convergence_oracle_over_kafka(kind, tmp_path):
             90,
             "the capture to start",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         out = make_output(url)
         out.open()
@@ -122,7 +122,7 @@ def test_convergence_oracle_over_kafka(kind, tmp_path):
             assert not [d for d in ds if d.status in (DumpStatus.FAILED, DumpStatus.CANCELLED)], ds
             return all(d.status is DumpStatus.DONE for d in state.list_dumps(source_id))
 
-        wait_for(all_done, 240, "all dumps to finish", capture.assert_alive, detail=capture.tail)
+        wait_for(all_done, 240, "all dumps to finish", capture.assert_alive, detail=capture.detail)
         sentinel_arrived(db, out, source_id, capture)
         assert capture.stop() == 0, capture.tail()
 

@@ -83,7 +83,7 @@ class Run:
         self.capture.start()
         state = LocalStateStore(str(tmp_path / "state.db"))
         c = self.capture
-        wait_for(lambda: state.get_value(status_key(self.sid)), 90, "the capture", c.assert_alive, detail=c.tail)
+        wait_for(lambda: state.get_value(status_key(self.sid)), 90, "the capture", c.assert_alive, detail=c.detail)
 
     def keys(self) -> collections.Counter:
         return keys_in_topic(self.bootstrap, self.sid, self.table)
@@ -113,7 +113,7 @@ def test_capture_outlives_a_long_broker_outage_exactly_once(tmp_path):
     run = Run(tmp_path)
     try:
         with Inserts(run.db) as inserts:
-            wait_for(run.keys, 60, "the first records", run.capture.assert_alive, detail=run.capture.tail)
+            wait_for(run.keys, 60, "the first records", run.capture.assert_alive, detail=run.capture.detail)
             broker("crash")
             end = time.monotonic() + outage
             while time.monotonic() < end:  # the capture waits for the broker all along
@@ -134,7 +134,7 @@ def test_an_outage_beyond_the_retries_stops_the_capture_and_a_restart_resumes_ex
     run = Run(tmp_path)
     try:
         with Inserts(run.db) as inserts:
-            wait_for(run.keys, 60, "the first records", run.capture.assert_alive, detail=run.capture.tail)
+            wait_for(run.keys, 60, "the first records", run.capture.assert_alive, detail=run.capture.detail)
             broker("crash")
             assert run.capture.proc is not None
             code = run.capture.proc.wait(600)

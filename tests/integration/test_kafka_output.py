@@ -237,12 +237,14 @@ def test_broker_restart_mid_run_loses_nothing_and_duplicates_nothing(bootstrap, 
         capture.start()
         state = LocalStateStore(str(tmp_path / "state.db"))
         # The workload starts once the capture reads the log (its slot exists): no dump here.
-        wait_for(lambda: state.get_value(status_key(sid)), 90, "the capture", capture.assert_alive, detail=capture.tail)
+        wait_for(
+            lambda: state.get_value(status_key(sid)), 90, "the capture", capture.assert_alive, detail=capture.detail
+        )
         out = KafkaOutput(bootstrap)
         out.open()
         with Workload(db, seed=31):
             wait_for(
-                lambda: records(bootstrap, sid), 60, "the first records", capture.assert_alive, detail=capture.tail
+                lambda: records(bootstrap, sid), 60, "the first records", capture.assert_alive, detail=capture.detail
             )
             broker = broker_pid()
             subprocess.run([services, "crash", "kafka"], check=True, capture_output=True, timeout=60)

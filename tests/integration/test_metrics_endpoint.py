@@ -122,7 +122,7 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
             90,
             "the first report",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         _, first = scrape(port)
         assert value(first, "dblog_capture_leader_epoch", dblog_source_id=src) == 1
@@ -138,7 +138,7 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
             60,
             "the 30 updates to be counted",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
 
         # A dump, then its table locked: the chunk read waits, the capture's loop with it.
@@ -150,7 +150,7 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
             60,
             "the dump's rows on the endpoint",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         lock = db.connect()
         lock.cursor().execute(f"LOCK TABLE {db.ns}.accounts IN ACCESS EXCLUSIVE MODE")
@@ -160,7 +160,7 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
                 60,
                 "the report age of the stuck capture to grow",
                 capture.assert_alive,
-                detail=capture.tail,
+                detail=capture.detail,
             )
             stuck_events = value(scrape(port)[1], "dblog_capture_events_total", dblog_source_id=src)
             for i in range(1, 21):  # writes the stuck capture cannot count yet
@@ -174,14 +174,14 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
             60,
             "the capture to report again",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         wait_for(
             lambda: value(scrape(port)[1], "dblog_capture_events_total", dblog_source_id=src) >= stuck_events + 20,
             60,
             "the writes made while stuck to be counted",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         state = LocalStateStore(str(tmp_path / "state.db"))
         wait_for(lambda: state.get_dump(dump_id).status is DumpStatus.DONE, 120, "the dump", capture.assert_alive)
@@ -200,7 +200,7 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
             30,
             "the OTLP export of the events counter",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         # Labels name the source, the dump and the exporter, never a connection setting.
         labels = {k for samples in scrape(port)[1].values() for lab, _ in samples for k in lab}

@@ -228,7 +228,7 @@ def sentinel_arrived(db, out, source_id: str, capture) -> None:
         "the last write to reach the changelog",
         capture.assert_alive,
         interval=1,
-        detail=capture.tail,
+        detail=capture.detail,
     )
 
 
@@ -252,7 +252,7 @@ def crash_and_restart(db, load: Workload, capture: Capture, state, source_id: st
         st = capture_status(state, source_id)
         return st.get("pid") == capture.proc.pid and (st.get("reconnects") or 0) >= 1
 
-    wait_for(reconnected, 300, "the capture to reconnect after the crash", capture.assert_alive, detail=capture.tail)
+    wait_for(reconnected, 300, "the capture to reconnect after the crash", capture.assert_alive, detail=capture.detail)
 
 
 def reset_position_gap(db, load: Workload, capture: Capture, out, state, source_id: str, rng: random.Random) -> dict:
@@ -271,7 +271,7 @@ def reset_position_gap(db, load: Workload, capture: Capture, out, state, source_
             report = json.loads(state.get_value(status_key(source_id)) or "{}")
             return report.get("pid") == capture.proc.pid
 
-        wait_for(reading, 90, "the reset capture to read the log", capture.assert_alive, detail=capture.tail)
+        wait_for(reading, 90, "the reset capture to read the log", capture.assert_alive, detail=capture.detail)
     finally:
         load.running.set()
     return gap
@@ -325,7 +325,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
             90,
             "the capture to start",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
 
         dumps = []
@@ -373,7 +373,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
                         90,
                         "the restarted capture to report",
                         capture.assert_alive,
-                        detail=capture.tail,
+                        detail=capture.detail,
                     )
                     if not capture_status(state, source_id).get("dumps"):  # none running now: start one
                         dumps.append(
@@ -384,7 +384,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
                             60,
                             "a dump to run before the crash",
                             capture.assert_alive,
-                            detail=capture.tail,
+                            detail=capture.detail,
                         )
                     crash_and_restart(db, load, capture, state, source_id)  # mid-dump
                     crashed = True
@@ -423,7 +423,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
             )
             return all(d.status is DumpStatus.DONE for d in ds)
 
-        wait_for(all_done, 240, "all dumps to finish", capture.assert_alive, detail=capture.tail)
+        wait_for(all_done, 240, "all dumps to finish", capture.assert_alive, detail=capture.detail)
 
         # A last write we can recognise: once it is in the changelog, so is everything before it.
         last_write = time.time()
@@ -436,7 +436,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
             60,
             "a schema check after the last write",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         # Dumps the capture queued itself: key lists (on PostgreSQL, keys whose unchanged TOAST
         # value had no earlier value in the changelog) and re-dumps of tables whose schema changed.
@@ -445,7 +445,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
             120,
             "the capture's own key-list dumps to finish",
             capture.assert_alive,
-            detail=capture.tail,
+            detail=capture.detail,
         )
         assert capture.stop() == 0, capture.tail()
 

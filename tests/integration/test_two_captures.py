@@ -85,7 +85,7 @@ def test_a_second_capture_with_its_own_state_refuses_and_the_first_goes_on(db, t
         # Reading from the end of the log once it reports: the insert comes after that.
         wait_for(lambda: _status(tmp_path / "a.db", db.source_id).get("leader"), 90, "a to lead", a.assert_alive)
         _insert(db, 1, "before-b")
-        wait_for(lambda: _captured(out_a, "before-b"), 90, "a to capture", a.assert_alive, detail=a.tail)
+        wait_for(lambda: _captured(out_a, "before-b"), 90, "a to capture", a.assert_alive, detail=a.detail)
         reader = _reader_session(db)
 
         # Without the fix b ran on (taking the log over), so a bounded run is the assertion too.
@@ -96,7 +96,7 @@ def test_a_second_capture_with_its_own_state_refuses_and_the_first_goes_on(db, t
         assert "Traceback" not in b.stderr, b.stderr
 
         _insert(db, 2, "after-b")
-        wait_for(lambda: _captured(out_a, "after-b"), 90, "a to capture after b", a.assert_alive, detail=a.tail)
+        wait_for(lambda: _captured(out_a, "after-b"), 90, "a to capture after b", a.assert_alive, detail=a.detail)
         assert _reader_session(db) == reader, "a's reader was replaced"
         captured_at = time.time()
         wait_for(
@@ -104,7 +104,7 @@ def test_a_second_capture_with_its_own_state_refuses_and_the_first_goes_on(db, t
             30,
             "a's next status report",
             a.assert_alive,
-            detail=a.tail,
+            detail=a.detail,
         )
         assert _status(tmp_path / "a.db", db.source_id)["reconnects"] == 0, a.tail()
         assert not _captured(out_b, "after-b")
