@@ -100,13 +100,23 @@ class Proc:
 
     def stop(self, grace: float = 30) -> None:
         """SIGTERM to the group (the component shuts down cleanly), SIGKILL after a grace."""
+        self.terminate()
+        self.reap(grace)
+
+    def terminate(self) -> None:
+        """SIGTERM to the group; ``reap`` waits for it."""
         if self.proc is None:
             return
-        pgid = self.proc.pid  # start_new_session: the group id is our child's pid
         try:
-            os.killpg(pgid, signal.SIGTERM)
+            os.killpg(self.proc.pid, signal.SIGTERM)  # start_new_session: the group id is our child's pid
         except ProcessLookupError:
             pass
+
+    def reap(self, grace: float = 30) -> None:
+        """Wait up to ``grace`` for the terminated component, then SIGKILL what is left of its group."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
         try:
             self.proc.wait(grace)
         except subprocess.TimeoutExpired:
@@ -218,9 +228,14 @@ class Airflow:
         return None
 
     def stop(self) -> None:
-        order = ("scheduler", "dag-processor", "api-server")
-        for name in [n for n in self.procs if n not in order] + list(order):  # the triggerers first
-            self.procs[name].stop()
+        """The triggerers first (their captures end cleanly while the rest still runs), then
+        the other components, each step all at once."""
+        rest = ("scheduler", "dag-processor", "api-server")
+        for step in ([n for n in self.procs if n not in rest], [n for n in rest if n in self.procs]):
+            for name in step:
+                self.procs[name].terminate()
+            for name in step:
+                self.procs[name].reap()
 
     def tails(self) -> str:
         return "\n".join(p.tail() for p in self.procs.values())
