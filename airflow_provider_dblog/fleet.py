@@ -52,6 +52,9 @@ class FleetSource:
     chunk_size: int = 10_000
     delay_ms: int = 0
     adaptive: bool = False  # pace the backfill by the source's load (core/pacing.py)
+    # its capture's Prometheus endpoint (docs/operations.md): a port of its own per source, as
+    # any triggerer may run it
+    metrics_port: Optional[int] = None
 
     @property
     def dag_name(self) -> str:
@@ -142,6 +145,7 @@ def _capture_dag(
             session_seconds=s.session_seconds or session_seconds,
             status_interval=status_interval,
             redump_on_position_lost=s.redump_on_position_lost,
+            metrics_port=s.metrics_port,
             retries=3,
             retry_delay=dt.timedelta(seconds=30),
             # Emitted when the task ends (max_sessions); while it runs, the landing's schedule

@@ -33,6 +33,7 @@ def test_each_source_gets_its_capture_and_backfill_with_its_own_settings():
                 backfill_tables=["public.invoices"],
                 delay_ms=20,
                 adaptive=True,
+                metrics_port=9465,
             ),
             FleetSource("crm_db", backfill=None),
         ],
@@ -51,6 +52,7 @@ def test_each_source_gets_its_capture_and_backfill_with_its_own_settings():
     assert (shop.source_conn_id, shop.changelog, shop.session_seconds) == ("shop_db", "delta:///lake", 3600.0)
     assert (billing.source_conn_id, billing.changelog, billing.session_seconds) == ("billing_db", "delta:///other", 600)
     assert shop.state_conn_id == billing.state_conn_id == "st"
+    assert (shop.metrics_port, billing.metrics_port) == (None, 9465)
     backfill = dags["dblog_backfill__billing"]
     dump = backfill.get_task("dump_all")
     assert (dump.source_conn_id, dump.tables, dump.delay_ms, dump.adaptive) == (
