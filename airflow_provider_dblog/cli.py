@@ -158,7 +158,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare key ranges by row digests computed in the database, reading only the ranges that "
         "differ (PostgreSQL, integer keys; other tables are compared whole)",
     )
+    # What a deployment needs from the installed package, no checkout (docs/install.md).
+    p = sub.add_parser("doctor", help="check this environment (Java, Spark, jars, source, state, connections)")
+    _source_options(p)
+    p.add_argument("--conn-id", action="append", default=[], help="an Airflow source connection to check (repeatable)")
+    p.add_argument("--state-conn-id", help="the Airflow dblog_state connection to check")
+    p.add_argument(
+        "--lake", default=os.environ.get("DBLOG_LAKE"), help="the changelog's root (an s3:// lake needs S3A)"
+    )
+    p.add_argument("--skip", action="append", default=[], choices=["java", "spark", "jars"], help="leave a check out")
+
+    p = sub.add_parser("spark-jars", help="resolve the Spark jobs' jars once (Delta, Kafka source, S3A)")
+    from .spark import jars
+
+    jars.add_arguments(p)
+
+    p = sub.add_parser("example-dags", help="copy the example DAGs into a DAGs folder")
+    p.add_argument("--dir", required=True, help="the Airflow DAGs folder")
+    p.add_argument("--force", action="store_true", help="replace files that exist")
     return parser
+
+
+def cmd_doctor(args: argparse.Namespace, src: dict, state_cfg: dict, out_cfg: dict, parts: "Parts") -> int:
+    from .deploy import doctor
+
+    checks = [doctor.check_package()]
+    if "java" not in args.skip:
+        checks.append(doctor.check_java())
+    if "spark" not in args.skip:
+        checks.append(doctor.check_spark())
+    if "jars" not in args.skip:
+        checks.append(doctor.check_jars(args.lake or out_cfg.get("url")))
+    if src.get("type") or src.get("host"):
+        checks.append(doctor.check_source(lambda: parts.source(src)))
+    if state_cfg or os.environ.get("DBLOG_STATE"):
+        checks.append(doctor.check_state(lambda: parts.existing_state(state_cfg)))
+    if args.conn_id or args.state_conn_id:
+        checks.append(doctor.check_connections(args.conn_id, args.state_conn_id))
+    return doctor.run_checks(checks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -388,9 +425,20 @@ def main(argv: Optional[list[str]] = None, parts: Parts = Parts()) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.command == "spark-jars":
+        from .spark import jars
+
+        return jars.main_with(args)
+    if args.command == "example-dags":
+        from pathlib import Path
+
+        from .deploy.examples import copy_examples
+
+        return copy_examples(Path(args.dir), args.force)
     try:
         src, state_cfg, out_cfg = _settings(args)
         handler = {
+            "doctor": cmd_doctor,
             "capture": cmd_capture,
             "dump": cmd_dump,
             "status": cmd_status,

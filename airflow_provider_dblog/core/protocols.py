@@ -205,6 +205,17 @@ class ParallelChunkReaders(Protocol):
 
 
 @runtime_checkable
+class Preflight(Protocol):
+    """A source that validates its settings without changing anything (``dblog doctor``):
+    ``open``'s server settings, privileges and table checks, but no lease, no slot, no
+    publication and no watermark row."""
+
+    def preflight(self) -> None:
+        """Raise ConfigurationError naming the first problem and its fix; SourceUnavailable
+        when the server cannot be reached."""
+
+
+@runtime_checkable
 class CatalogFingerprints(Protocol):
     """A source that tells in one round trip whether tables' catalog definitions moved: the
     periodic schema check (core/schema_step.py) then reads the catalog of those tables only,

@@ -13,9 +13,22 @@ try:
     from .. import _rows_native as extension  # type: ignore[attr-defined, no-redef]
 
     IMPORT_ERROR: Optional[str] = None
-except ImportError as exc:  # not built (no Rust toolchain at install time)
+except ImportError as exc:  # the pure-Python wheel (DBLOG_PURE_PYTHON=1), or an unsupported platform
     extension = None
     IMPORT_ERROR = str(exc)
+    # Once per process, where every decoder imports this module: a user who installed the
+    # pure wheel by accident (no manylinux wheel for the platform) must be able to tell.
+    logging.getLogger(__name__).warning(
+        "airflow-provider-dblog runs without its compiled decoder (%s): rows are decoded in Python, "
+        "several times slower. Fix: install the manylinux wheel, or build from source with a Rust "
+        "toolchain (docs/install.md).",
+        IMPORT_ERROR,
+    )
+
+
+def compiled() -> bool:
+    """Whether this installation carries the compiled decoder (``dblog doctor`` reports it)."""
+    return extension is not None
 
 
 def enabled() -> bool:

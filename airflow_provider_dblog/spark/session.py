@@ -3,7 +3,7 @@
 On a cluster the user submits with the Maven coordinate below (``--packages``) and the two
 Delta confs (docs/landing.md); the job then only adds what it needs at run time. Locally
 (tests, demo, ``python -m``, the continuous landing child, the mirror check) the jars come
-from the cache ``scripts/spark-jars`` fills once, found by ``resolve_jars`` (the one place that
+from the cache ``dblog spark-jars`` fills once, found by ``resolve_jars`` (the one place that
 reads ``DBLOG_SPARK_JARS`` / ``DBLOG_SPARK_JARS_DIR``, also for dags/dblog_land.py), so no
 Maven/Ivy resolution happens at run time; with neither set the session falls back to
 ``spark.jars.packages``. Sessions are built only here (``get_session``).
@@ -29,13 +29,13 @@ from typing import Optional
 # delta-spark 4.4.0 is built for Spark 4.2 / Scala 2.13. `io.delta:delta-spark_2.13:4.4.0`
 # is the same build under the un-suffixed name; this one is what delta's own
 # configure_spark_with_delta_pip asks for, so pip users and cluster users agree.
-# The one place the coordinate is written: dags/dblog_land.py imports it, scripts/spark-jars
-# reads this line, and tests/unit/test_delta_package.py holds the docs to it.
+# The one place the coordinate is written: dags/dblog_land.py imports it, spark/jars.py
+# resolves it, and tests/unit/test_delta_package.py holds the docs to it.
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 
 # Hadoop's S3A connector, for a lake on s3:// or s3a://: the Hadoop version pyspark bundles
-# (pyspark/jars/hadoop-client-api-3.5.0.jar; scripts/spark-jars refuses another), with the AWS
-# SDK v2 bundle it declares. scripts/spark-jars reads this line (``--s3a-package``).
+# (pyspark/jars/hadoop-client-api-3.5.0.jar; spark/jars.py refuses another), with the AWS
+# SDK v2 bundle it declares.
 S3A_PACKAGE = "org.apache.hadoop:hadoop-aws:3.5.0"
 
 DELTA_CONF = {
@@ -53,14 +53,23 @@ LOCAL_CONF = {
 }
 
 
-# where scripts/spark-jars puts the jars by default: the checkout's .spark-jars
-DEFAULT_JARS_DIR = Path(__file__).resolve().parents[2] / ".spark-jars"
+def _default_jars_dir() -> Path:
+    """Where ``dblog spark-jars`` keeps the jars unless told (DBLOG_SPARK_JARS_DIR): a
+    checkout's ``.spark-jars`` (tests, demo), else the user's cache directory (an installed
+    package: never inside site-packages)."""
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "airflow_provider_dblog").is_dir():
+        return checkout / ".spark-jars"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dblog" / "spark-jars"
+
+
+DEFAULT_JARS_DIR = _default_jars_dir()
 
 
 def _cached_jars(package: str, env_var: str, default_dir: Optional[Path], fix: str) -> list[str]:
-    """The jar paths ``env_var`` lists (comma-separated), else the listing ``scripts/spark-jars``
-    keeps for ``package`` in ``$DBLOG_SPARK_JARS_DIR`` (default ``default_dir``, else the
-    checkout's ``.spark-jars``); [] when neither. A listed jar that is gone is an error here
+    """The jar paths ``env_var`` lists (comma-separated), else the listing ``dblog spark-jars``
+    keeps for ``package`` in ``$DBLOG_SPARK_JARS_DIR`` (default ``default_dir``, else
+    ``DEFAULT_JARS_DIR``); [] when neither. A listed jar that is gone is an error here
     rather than a run that downloads or fails in the JVM."""
     jars = os.environ.get(env_var, "").strip()
     if not jars:
@@ -79,8 +88,8 @@ def _cached_jars(package: str, env_var: str, default_dir: Optional[Path], fix: s
 
 def resolve_jars(default_dir: Optional[Path] = None) -> Optional[str]:
     """The Delta jars resolved at install time (comma-separated paths), or None:
-    ``DBLOG_SPARK_JARS`` (the list ``scripts/spark-jars`` prints), else its cached listing."""
-    fix = "run scripts/spark-jars again (it resolves them once), or unset both to use --packages."
+    ``DBLOG_SPARK_JARS`` (the list ``dblog spark-jars`` prints), else its cached listing."""
+    fix = "run dblog spark-jars again (it resolves them once), or unset both to use --packages."
     return ",".join(_cached_jars(DELTA_PACKAGE, "DBLOG_SPARK_JARS", default_dir, fix)) or None
 
 
@@ -121,9 +130,9 @@ def on_s3(locations: Iterable[Optional[str]]) -> bool:
 
 
 def resolve_s3a_jars(default_dir: Optional[Path] = None) -> Optional[str]:
-    """The S3A connector's jars resolved at install (``scripts/spark-jars --s3a``), as a class
+    """The S3A connector's jars resolved at install (``dblog spark-jars --s3a``), as a class
     path (``:``-separated), or None: ``DBLOG_SPARK_S3A_JARS``, else the cached listing."""
-    fix = "run scripts/spark-jars --s3a again (it resolves them once)."
+    fix = "run dblog spark-jars --s3a again (it resolves them once)."
     return ":".join(_cached_jars(S3A_PACKAGE, "DBLOG_SPARK_S3A_JARS", default_dir, fix)) or None
 
 
@@ -152,7 +161,7 @@ def s3a_conf(launched_by_submit: bool, environ: Mapping[str, str] = os.environ) 
         if not classpath:
             raise FileNotFoundError(
                 f"the lake is on S3 but the S3A connector ({S3A_PACKAGE}) is not resolved. "
-                "Fix: run scripts/spark-jars (it resolves it once into .spark-jars), or set DBLOG_SPARK_S3A_JARS."
+                "Fix: run dblog spark-jars (it resolves it once into DBLOG_SPARK_JARS_DIR), or set DBLOG_SPARK_S3A_JARS."
             )
         conf["spark.driver.extraClassPath"] = classpath
         conf["spark.executor.extraClassPath"] = classpath

@@ -47,9 +47,14 @@ _SAVE_PROGRESS = (
 _PUT_VALUE = "INSERT INTO kv VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value"
 
 
+class NoCaptureState(ConfigurationError):
+    """A store no capture has made yet: an error for a command that reads or controls a
+    capture, the normal state of a fresh deployment for ``dblog doctor``."""
+
+
 def no_capture_state(where: str, why: str) -> ConfigurationError:
     """A command that reads or controls a capture pointed at a store no capture made."""
-    return ConfigurationError(
+    return NoCaptureState(
         f"no capture state at {where}: {why}, so no `dblog capture` has run with this state store "
         "(nothing was created there).",
         "pass the --state (or [state] path, DBLOG_STATE) that the capture uses; a store is made "

@@ -146,7 +146,7 @@ def test_land_dag_without_local_jars_names_the_delta_package(monkeypatch, tmp_pa
 
 
 def test_land_dag_refuses_a_jar_list_whose_jars_are_gone(monkeypatch, tmp_path):
-    with pytest.raises(FileNotFoundError, match="run scripts/spark-jars again"):
+    with pytest.raises(FileNotFoundError, match="run dblog spark-jars again"):
         land_task(monkeypatch, DBLOG_SPARK_JARS=str(tmp_path / "gone.jar"))
 
 

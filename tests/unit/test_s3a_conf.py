@@ -39,5 +39,5 @@ def test_aws_s3_itself_needs_no_endpoint_and_spark_submit_brings_the_class_path(
 def test_a_lake_on_s3_without_the_connector_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.delenv("DBLOG_SPARK_S3A_JARS", raising=False)
     monkeypatch.setenv("DBLOG_SPARK_JARS_DIR", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="scripts/spark-jars"):
+    with pytest.raises(FileNotFoundError, match="dblog spark-jars"):
         session.s3a_conf(launched_by_submit=False, environ={})

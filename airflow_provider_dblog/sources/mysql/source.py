@@ -194,6 +194,29 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
             self._schemas[table] = schema
             check.readable(table)
 
+    def preflight(self) -> None:
+        """``open``'s checks on a session of its own, changing nothing (Preflight): the
+        watermark table is not created, only looked for."""
+        if len(self._endpoints) > 1:
+            _, session = self._writable_server()
+        else:
+            session = Session(self._settings, None)
+        try:
+            mariadb = catalog.is_mariadb(session)
+            check = StartupChecks(session, self._settings, mariadb)
+            check.binlog_settings()
+            if self._use_gtid:
+                check.gtid_mode()
+            check.privileges(random.randrange(2**31, 2**32 - 1))
+            tables = check.resolve_tables(self._configured_tables, self._databases, self._wm_db)
+            check.filters(tables, self._wm_db)
+            for table, schema in catalog.read_table_schemas(session, tables, self._key_columns, mariadb).items():
+                if isinstance(schema, DBLogError):
+                    raise schema
+                check.readable(table)
+        finally:
+            session.close()
+
     def _writable_server(self) -> tuple[ConnectionSettings, Session]:
         """The first listed server that accepts writes (the primary); SourceUnavailable while
         there is none (a failover under way), so the engine tries again with backoff."""

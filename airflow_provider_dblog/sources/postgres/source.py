@@ -287,6 +287,25 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
         except psycopg2.Error as exc:
             raise translate(exc, self._error_context()) from None
 
+    @on_connection_loss
+    def preflight(self) -> None:
+        """``open``'s checks, changing nothing (Preflight): no slot, publication or watermark
+        table is created, and no session of a previous leader is ended."""
+        self._conn = self._connect()
+        try:
+            with self._cur() as cur:
+                check_server(cur, self._dsn["user"], self.plugin)
+            self._infos.clear()
+            self._tables = self._resolve_tables()
+            self._read_infos(self._tables)
+            for table in self._tables:
+                check_replica_identity(self._info(table))
+            self._check_partitioned({t: self._infos[t].oid for t in self._tables if self._infos[t].partitioned})
+        except psycopg2.Error as exc:
+            raise translate(exc, self._error_context()) from None
+        finally:
+            self.close()
+
     def _resolve_tables(self) -> list[str]:
         with self._cur() as cur:
             if self._requested_tables is None:

@@ -28,11 +28,11 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
                               continuous mode every 5: when a stopped landing restarts)
   DBLOG_SPARK_CONN_ID         Spark connection (default ``spark_default``; ``local[2]`` as its
                               host runs Spark on the worker)
-  DBLOG_SPARK_JARS            the Delta jars resolved at install time (``scripts/spark-jars``
+  DBLOG_SPARK_JARS            the Delta jars resolved at install time (``dblog spark-jars``
                               prints the comma-separated list): passed as ``--jars``, so
                               nothing is downloaded at run time. Default: the list in
-                              ``$DBLOG_SPARK_JARS_DIR`` (default: the repository's
-                              ``.spark-jars``) when scripts/spark-jars has filled it
+                              ``$DBLOG_SPARK_JARS_DIR`` (default: a checkout's ``.spark-jars``,
+                              else ~/.cache/dblog/spark-jars) when dblog spark-jars has filled it
   DBLOG_SPARK_PACKAGES        without local jars: ``--packages`` (default the Delta coordinate
                               matching the pinned pyspark), resolved by spark-submit on each
                               run: the setting for a cluster (docs/airflow.md)
@@ -49,7 +49,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 from importlib import resources
-from pathlib import Path
 from typing import Optional
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -81,7 +80,7 @@ def local_jars() -> Optional[str]:
     """The jar list resolved at install time, or None (``resolve_jars``, the one resolver of
     every Spark entry point). A listed jar that is gone is an error here, at parse time."""
     try:
-        return resolve_jars(default_dir=Path(__file__).resolve().parents[1] / ".spark-jars")
+        return resolve_jars()
     except FileNotFoundError as e:
         raise FileNotFoundError(f"dblog_land: {e}") from None
 
