@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install services services-down lint test soak test-unit test-integration demo bench clean
+.PHONY: install services services-down lint test soak test-unit test-integration demo bench clean dist
 
 # A virtualenv with the package and its test extras; redone when pyproject.toml or the
 # native rows decoder (native/, compiled by pip through setuptools-rust) changes. The package
@@ -59,5 +59,10 @@ demo: install
 bench: install
 	PY=$(PY) scripts/run-bench
 
+# The sdist, the manylinux wheels (x86_64, aarch64) and the pure-Python wheel, into dist/
+# (scripts/dist, docs/install.md).
+dist: install
+	PY=$(PY) scripts/dist
+
 clean:
-	rm -rf $(VENV) .pytest_cache dblog-state dblog-lake
+	rm -rf build dist $(VENV) .pytest_cache dblog-state dblog-lake

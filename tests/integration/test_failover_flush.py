@@ -31,7 +31,9 @@ def _flushes(path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-@pytest.mark.parametrize("pair", ["postgres", "mysql"], indirect=True)
+# MariaDB's in make soak: the takeover after a flush is the engine's, the same on both sources
+# (the oracle SIGKILLs MariaDB captures in make test).
+@pytest.mark.parametrize("pair", ["postgres", pytest.param("mysql", marks=pytest.mark.soak)], indirect=True)
 def test_sigkill_of_the_leader_during_a_writer_flush(pair, tmp_path):  # noqa: F811 - the fixture
     pair.setup(seed_rows=200)
     marker = tmp_path / "a-flushes"
