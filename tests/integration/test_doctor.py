@@ -202,3 +202,43 @@ def test_environment_problems_are_each_named(tmp_path, monkeypatch):
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
     [java] = doctor.check_java()
     assert java.status == doctor.FAIL and "JAVA_HOME" in java.detail
+
+
+def test_airflow_connections_are_checked_as_the_operators_read_them(tmp_path):
+    import json
+
+    secret = f"s3cret-{uuid.uuid4().hex}"  # the failing connection's: never shown
+    environ = {
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW_CONN_SHOP_PG": json.dumps(
+            {
+                "conn_type": "postgres",
+                "host": env("DBLOG_PG_HOST"),
+                "port": int(env("DBLOG_PG_PORT")),
+                "login": env("DBLOG_PG_USER"),
+                "password": env("DBLOG_PG_PASSWORD"),
+                "schema": env("DBLOG_PG_DATABASE"),
+            }
+        ),
+        "AIRFLOW_CONN_WEB": json.dumps({"conn_type": "http", "host": "example.com", "password": secret}),
+    }
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    out = run_doctor(
+        config,
+        "--skip",
+        "java",
+        "--skip",
+        "spark",
+        "--skip",
+        "jars",
+        *(a for c in ("shop_pg", "web", "nope") for a in ("--conn-id", c)),
+        environ=environ,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert lines(out.stdout, "connection shop_pg")[0].startswith("[ok")
+    assert lines(out.stdout, "source ")[0].startswith("[ok"), out.stdout  # its source preflight ran
+    web = "\n".join(lines(out.stdout, "connection web"))
+    assert web.startswith("[fail]") and "'http', not a DBLog source" in web and "fix:" in web
+    assert "\n".join(lines(out.stdout, "connection nope")).startswith("[fail]")
+    assert secret not in out.stdout + out.stderr
