@@ -27,6 +27,34 @@ def env(name: str) -> str:
     return v
 
 
+def pg_admin():
+    """An autocommit connection as the test server's superuser (roles, schemas, grants)."""
+    import psycopg2
+
+    conn = psycopg2.connect(
+        host=env("DBLOG_PG_HOST"),
+        port=int(env("DBLOG_PG_PORT")),
+        user=env("DBLOG_PG_SUPERUSER"),
+        password=env("DBLOG_PG_SUPERUSER_PASSWORD"),
+        dbname=env("DBLOG_PG_DATABASE"),
+    )
+    conn.autocommit = True
+    return conn
+
+
+def mysql_root():
+    """An autocommit connection as the test server's root (users, databases, grants)."""
+    import pymysql
+
+    return pymysql.connect(
+        host=env("DBLOG_MYSQL_HOST"),
+        port=int(env("DBLOG_MYSQL_PORT")),
+        user=env("DBLOG_MYSQL_ROOT_USER"),
+        password=env("DBLOG_MYSQL_ROOT_PASSWORD"),
+        autocommit=True,
+    )
+
+
 class Adapter:
     kind: str
     approx_rows = 400  # the seeded table size, for picking random existing keys

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_dblog.deploy import doctor
 from tests.integration.capture_proc import child_env, write_config
-from tests.integration.databases import env
+from tests.integration.databases import env, mysql_root, pg_admin
 
 pytestmark = pytest.mark.integration
 
@@ -40,16 +40,8 @@ def lines(out: str, check: str) -> list[str]:
 
 
 def test_postgres_role_without_replication_and_a_keyless_table(tmp_path, monkeypatch):
-    psycopg2 = pytest.importorskip("psycopg2")
     host, port, database = env("DBLOG_PG_HOST"), int(env("DBLOG_PG_PORT")), env("DBLOG_PG_DATABASE")
-    admin = psycopg2.connect(
-        host=host,
-        port=port,
-        user=env("DBLOG_PG_SUPERUSER"),
-        password=env("DBLOG_PG_SUPERUSER_PASSWORD"),
-        dbname=database,
-    )
-    admin.autocommit = True
+    admin = pg_admin()
     cur = admin.cursor()
     tag = uuid.uuid4().hex[:8]
     schema, wm, role, password = f"doc_{tag}", f"dblogdoc_{tag}", f"doc_{tag}", uuid.uuid4().hex
@@ -109,14 +101,7 @@ def test_postgres_role_without_replication_and_a_keyless_table(tmp_path, monkeyp
 
 
 def test_mysql_user_without_replication_privileges(tmp_path):
-    pymysql = pytest.importorskip("pymysql")
-    root = pymysql.connect(
-        host=env("DBLOG_MYSQL_HOST"),
-        port=int(env("DBLOG_MYSQL_PORT")),
-        user=env("DBLOG_MYSQL_ROOT_USER"),
-        password=env("DBLOG_MYSQL_ROOT_PASSWORD"),
-        autocommit=True,
-    )
+    root = mysql_root()
     tag = uuid.uuid4().hex[:8]
     db, wm, user, password = f"doc_{tag}", f"dblogdoc_{tag}", f"doc_{tag}", uuid.uuid4().hex
     cur = root.cursor()

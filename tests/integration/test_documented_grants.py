@@ -13,7 +13,7 @@ import pytest
 pymysql = pytest.importorskip("pymysql")
 
 from tests.integration.capture_proc import Capture, dblog, wait_for, write_config  # noqa: E402
-from tests.integration.databases import env  # noqa: E402
+from tests.integration.databases import env, mysql_root, pg_admin  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -73,13 +73,7 @@ def capture_dumps_and_follows(tmp_path, monkeypatch, source: dict, password: str
 
 
 def test_mysql_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch):
-    root = pymysql.connect(
-        host=env("DBLOG_MYSQL_HOST"),
-        port=int(env("DBLOG_MYSQL_PORT")),
-        user=env("DBLOG_MYSQL_ROOT_USER"),
-        password=env("DBLOG_MYSQL_ROOT_PASSWORD"),
-        autocommit=True,
-    )
+    root = mysql_root()
     tag = uuid.uuid4().hex[:8]
     db, wm, user, password = f"shop_{tag}", f"dblog_{tag}", f"dblog_{tag}", uuid.uuid4().hex
     cur = root.cursor()
@@ -115,16 +109,8 @@ def test_mysql_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch)
 
 
 def test_postgres_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch):
-    psycopg2 = pytest.importorskip("psycopg2")
     host, port, database = env("DBLOG_PG_HOST"), int(env("DBLOG_PG_PORT")), env("DBLOG_PG_DATABASE")
-    admin = psycopg2.connect(
-        host=host,
-        port=port,
-        user=env("DBLOG_PG_SUPERUSER"),
-        password=env("DBLOG_PG_SUPERUSER_PASSWORD"),
-        dbname=database,
-    )
-    admin.autocommit = True
+    admin = pg_admin()
     cur = admin.cursor()
     tag = uuid.uuid4().hex[:8]
     schema, wm, role, pub, password = f"shop_{tag}", f"dblog_{tag}", f"dblog_{tag}", f"pub_{tag}", uuid.uuid4().hex

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.databases import env
+from tests.integration.databases import env, mysql_root
 from tests.support.spark_jars import spark_jars
 
 pytestmark = pytest.mark.integration
@@ -179,14 +179,7 @@ def test_a_native_build_without_cargo_stops_with_the_fix(dist, tmp_path):
 
 def capture_dump_verify(dblog: str, environ: dict, work: Path) -> None:
     """A MariaDB table dumped by a capture, then `dblog verify` against the changelog."""
-    pymysql = pytest.importorskip("pymysql")
-    root = pymysql.connect(
-        host=env("DBLOG_MYSQL_HOST"),
-        port=int(env("DBLOG_MYSQL_PORT")),
-        user=env("DBLOG_MYSQL_ROOT_USER"),
-        password=env("DBLOG_MYSQL_ROOT_PASSWORD"),
-        autocommit=True,
-    )
+    root = mysql_root()
     tag = uuid.uuid4().hex[:8]
     db = f"inst_{tag}"
     cur = root.cursor()
