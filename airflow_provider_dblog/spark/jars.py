@@ -28,25 +28,15 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .kafka_changelog import KAFKA_PACKAGE
 from .session import DEFAULT_JARS_DIR, DELTA_PACKAGE, S3A_PACKAGE
-
-# Spark's Kafka source for the installed Spark; written once in kafka_changelog.py, which
-# imports pyspark: read here without importing it (the same constant, checked by a unit test).
-KAFKA_PACKAGE_MODULE = Path(__file__).with_name("kafka_changelog.py")
-
-
-def kafka_package() -> str:
-    for line in KAFKA_PACKAGE_MODULE.read_text().splitlines():
-        if line.startswith('KAFKA_PACKAGE = "'):
-            return line.split('"')[1]
-    raise RuntimeError(f"no KAFKA_PACKAGE line in {KAFKA_PACKAGE_MODULE}")  # a packaging bug
 
 
 def packages() -> dict[str, str]:
     """The coordinates, each overridable (DBLOG_DELTA_PACKAGE, ...) for a newer patch release."""
     return {
         "delta": os.environ.get("DBLOG_DELTA_PACKAGE") or DELTA_PACKAGE,
-        "kafka": os.environ.get("DBLOG_KAFKA_PACKAGE") or kafka_package(),
+        "kafka": os.environ.get("DBLOG_KAFKA_PACKAGE") or KAFKA_PACKAGE,
         "s3a": os.environ.get("DBLOG_S3A_PACKAGE") or S3A_PACKAGE,
     }
 

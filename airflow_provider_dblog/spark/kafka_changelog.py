@@ -46,8 +46,8 @@ from airflow_provider_dblog.outputs.kafka import SCHEMA_TOPIC_SUFFIX, parse_url
 from airflow_provider_dblog.outputs.kafka_format import topic_name
 from airflow_provider_dblog.spark.schema_store import SchemaStore
 
-# Spark's Kafka source for the installed Spark (4.2.0, Scala 2.13); spark/jars.py reads this
-# line (without importing pyspark) and resolves it with its dependencies once.
+# Spark's Kafka source for the installed Spark (4.2.0, Scala 2.13); spark/jars.py resolves it
+# with its dependencies once.
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 
 # A JSON object of Kafka *Java* client settings (security.protocol, sasl.jaas.config,

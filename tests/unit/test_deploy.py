@@ -19,7 +19,7 @@ def test_java_major_reads_old_and_new_version_strings():
 
 
 def test_the_resolver_reads_the_kafka_coordinate_the_job_uses():
-    assert jars.kafka_package() == kafka_changelog.KAFKA_PACKAGE
+    assert jars.packages()["kafka"] == kafka_changelog.KAFKA_PACKAGE
 
 
 def test_the_shipped_example_dags_are_the_checkouts_and_copies_keep_edits(tmp_path):
