@@ -46,7 +46,8 @@ test: install lint
 # dag.test() through spark-submit on both sources (the Airflow e2e covers it in make test), and
 # the mirror check with a corruption planted in every column (and in a random half), and a
 # Kafka broker down for 72 s, then until the capture gives up, under a running capture; and
-# the longest runs, kept out of make test so that it stays near half an hour (README).
+# the five-source fleet, MariaDB's failover mid-flush, the mirror that never moves back and the
+# TRUNCATE landing test; the longest runs, kept out of make test so that it stays near half an hour (README).
 soak: install
 	DBLOG_SOAK=1 DBLOG_ORACLE_SECONDS=$${DBLOG_ORACLE_SECONDS:-120} PY=$(PY) scripts/run-tests -m soak
 

@@ -283,6 +283,7 @@ def test_landing_is_incremental_and_idempotent(spark, tmp_path, monkeypatch):
     assert {r.id: r for r in spark.read.format("delta").load(path).collect()} == after
 
 
+@pytest.mark.soak  # make soak: kept out of make test for its time (README)
 def test_mirror_never_moves_back_in_time(spark, tmp_path):
     src = "mono_" + uuid.uuid4().hex[:6]
     log = Changelog(tmp_path, src)
@@ -434,6 +435,7 @@ def test_killed_mid_job_then_landed_again(spark, tmp_path):
         assert sorted(spark.read.format("delta").load(mirror(tmp_path, src, s.table)).collect()) == snap[s.table]
 
 
+@pytest.mark.soak  # make soak: kept out of make test for its time (PostgreSQL's oracle lands TRUNCATEs too)
 def test_truncate_tombstones_older_rows_and_later_rows_survive(spark, tmp_path):
     """A TRUNCATE (op t) inside a batch, across batches, and twice in one batch: every mirror
     row older than the table's latest TRUNCATE becomes a tombstone at its position, rows

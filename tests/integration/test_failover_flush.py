@@ -32,7 +32,7 @@ def _flushes(path) -> int:
 
 
 # MariaDB's in make soak: the takeover after a flush is the engine's, the same on both sources
-# (the oracle SIGKILLs MariaDB captures in make test).
+# (make test still SIGKILLs MariaDB leaders: test_failover.py, test_gtid_failover.py).
 @pytest.mark.parametrize("pair", ["postgres", pytest.param("mysql", marks=pytest.mark.soak)], indirect=True)
 def test_sigkill_of_the_leader_during_a_writer_flush(pair, tmp_path):  # noqa: F811 - the fixture
     pair.setup(seed_rows=200)
