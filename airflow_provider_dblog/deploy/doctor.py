@@ -255,7 +255,11 @@ def check_connections(conn_ids: list[str], state_conn_id: Optional[str]) -> Iter
         yield Finding(f"connection {conn_id}", OK, "a DBLog source")
         yield from check_source(hook.get_source)
     if state_conn_id:
-        yield from check_state(DBLogHook(state_conn_id=state_conn_id).get_state)
+        from ..config import make_state
+
+        state_config = DBLogHook(state_conn_id=state_conn_id).state_config
+        # create=False: the doctor opens a store only if a capture made it (changes nothing)
+        yield from check_state(lambda: make_state(state_config(), create=False))
 
 
 def _cause(exc: BaseException) -> str:

@@ -193,6 +193,7 @@ def test_airflow_connections_are_checked_as_the_operators_read_them(tmp_path):
     import json
 
     secret = f"s3cret-{uuid.uuid4().hex}"  # the failing connection's: never shown
+    chroot = f"/doctor_conn_{uuid.uuid4().hex[:8]}"  # no capture has made it
     environ = {
         "AIRFLOW_HOME": str(tmp_path / "airflow"),
         "AIRFLOW_CONN_SHOP_PG": json.dumps(
@@ -206,6 +207,7 @@ def test_airflow_connections_are_checked_as_the_operators_read_them(tmp_path):
             }
         ),
         "AIRFLOW_CONN_WEB": json.dumps({"conn_type": "http", "host": "example.com", "password": secret}),
+        "AIRFLOW_CONN_STATE": json.dumps({"conn_type": "dblog_state", "host": env("DBLOG_ZK_HOSTS"), "schema": chroot}),
     }
     config = tmp_path / "empty.toml"
     config.write_text("")
@@ -218,6 +220,8 @@ def test_airflow_connections_are_checked_as_the_operators_read_them(tmp_path):
         "--skip",
         "jars",
         *(a for c in ("shop_pg", "web", "nope") for a in ("--conn-id", c)),
+        "--state-conn-id",
+        "state",
         environ=environ,
     )
     assert out.returncode == 1, out.stdout + out.stderr
@@ -226,4 +230,14 @@ def test_airflow_connections_are_checked_as_the_operators_read_them(tmp_path):
     web = "\n".join(lines(out.stdout, "connection web"))
     assert web.startswith("[fail]") and "'http', not a DBLog source" in web and "fix:" in web
     assert "\n".join(lines(out.stdout, "connection nope")).startswith("[fail]")
+    # the state connection's store: not made by a capture yet, and not made by the doctor either
+    assert "[warn] state store: no capture state at" in out.stdout, out.stdout
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=env("DBLOG_ZK_HOSTS"))
+    zk.start(timeout=15)
+    try:
+        assert zk.exists(chroot) is None
+    finally:
+        zk.stop()
     assert secret not in out.stdout + out.stderr
