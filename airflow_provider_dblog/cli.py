@@ -20,6 +20,7 @@ from . import config, sources, verification
 from .cli_args import (
     CHUNK_SIZE,
     DELAY_MS,
+    MEBIBYTES,
     SECONDS,
     SECONDS_OR_OFF,
     Parser,
@@ -88,6 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds between comparisons of the tables' schemas with the catalog; a changed "
         "table is dumped again (0: only when the log shows a new shape)",
+    )
+    p.add_argument(
+        "--buffer-mb",
+        type=MEBIBYTES,
+        default=64.0,
+        help="about this many MiB of events read from the log and not yet written; beyond it the "
+        "log waits (a slow or unreachable output), plus the batch being written (at most 20 MiB)",
+    )
+    p.add_argument(
+        "--output-outage-timeout",
+        type=SECONDS_OR_OFF,
+        default=3600.0,
+        help="seconds to keep retrying a batch the output refuses (a broker or object store down) "
+        "before stopping; the log waits meanwhile and nothing is lost (0: for ever)",
     )
     p.add_argument(
         "--exit-with-parent",
@@ -291,6 +306,8 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
         heartbeat_interval=args.heartbeat_interval or None,
         schema_check_interval=args.schema_check_interval,
         redump_on_position_lost=args.redump_on_position_lost,
+        output_outage_timeout=args.output_outage_timeout,
+        writer_buffer_bytes=int(args.buffer_mb * 2**20),
     )
     # Every capture takes the source's leader lease (a file lock for the local store, a
     # ZooKeeper lease otherwise): one writer per source, fenced by the epoch (invariant 7).
@@ -355,6 +372,13 @@ def cmd_status(args, src, state_cfg, out_cfg, parts: Parts) -> int:
             f"    position {capture['position']}, {capture['events_per_s']} events/s, "
             f"lag {capture.get('lag_bytes')} bytes / {capture.get('lag_seconds')} s"
         )
+        outage = capture.get("output_outage")
+        if outage:
+            print(
+                f"    output refusing writes for {outage['seconds']} s ({outage['attempts']} attempts); "
+                f"holding {capture.get('buffered')} events ({capture.get('buffered_mb')} MB) and a batch of "
+                f"{capture.get('in_flight')} being retried"
+            )
     for warning in result["warnings"]:
         print(f"  WARNING: {warning}")
     for d in result["dumps"]:

@@ -37,6 +37,7 @@ SECONDS = number(float, 0.001, what=" (seconds)")
 SECONDS_OR_OFF = number(float, 0, what=" (seconds; 0: off)")
 CHUNK_SIZE = number(int, 1, MAX_CHUNK_SIZE, " (rows)")
 DELAY_MS = number(int, 0, what=" (milliseconds)")
+MEBIBYTES = number(float, 1, what=" (MiB)")
 
 
 # -- credentials in argv: refused before parsing, never repeated -------------------------

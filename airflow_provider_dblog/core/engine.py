@@ -91,6 +91,9 @@ class EngineConfig:
     # Keep trying to reconnect to a source that dropped the connection for this long.
     reconnect_timeout: float = 300.0
     reconnect_max_backoff: float = 10.0  # seconds between attempts at most (doubling from 0.5)
+    # Keep retrying a batch the output refuses (a broker, an object store down) for this long
+    # (0: for ever); the log waits meanwhile and nothing is lost (core/writer.py).
+    output_outage_timeout: float = 3600.0
     # A lost log position (a dropped or lost PostgreSQL slot, a purged binlog): stop with the
     # fix (default), or start at the log's end and dump every table (rows deleted in the gap
     # go too: range repair), without a person.
@@ -233,6 +236,7 @@ class Engine:
             max_batch_bytes=self.config.writer_batch_bytes,
             flush_interval=self.config.flush_interval,
             epoch=self.config.epoch,
+            outage_timeout=self.config.output_outage_timeout,
         )
         try:
             self._start(writer, stop)
@@ -242,11 +246,16 @@ class Engine:
                 self.leadership.keep()  # raises when the lease is lost
                 try:
                     try:
-                        self._log_step(writer)
-                        self._apply_durable(writer)
-                        self.schema_step.check(writer)
-                        self._dump_step(writer)
-                        self.heartbeat.step()
+                        if writer.wait_for_room(self.config.poll_timeout):
+                            self._log_step(writer)
+                            self._apply_durable(writer)
+                            self.schema_step.check(writer)
+                            self._dump_step(writer)
+                            self.heartbeat.step()
+                        else:
+                            # Backpressure (the output slow or down): read nothing more, but go on
+                            # reporting (an outage shows in `dblog status`) and holding the lease.
+                            self._apply_durable(writer)
                     except SourceUnavailable as exc:
                         self.recovery.reconnect(exc, stop)
                         continue

@@ -76,6 +76,10 @@ class StatusReport:
             src = {"error": str(exc)}
         cursor = self.cursor
         last_commit_ts = cursor.last_commit_ts
+        warnings = list(src.get("warnings") or [])
+        outage = writer.outage() if writer else None
+        if outage is not None and writer is not None:
+            warnings.append(outage_warning(repr(writer.output), outage))
         return {
             "source_id": self.source_id,
             "pid": os.getpid(),
@@ -89,13 +93,18 @@ class StatusReport:
             "buffered": writer.buffered() if writer else 0,
             "buffered_mb": round(writer.buffered_bytes() / 2**20, 1) if writer else 0.0,
             "buffered_bytes": writer.buffered_bytes() if writer else 0,  # exact, for the metrics
+            # the batch being committed (or retried through an outage), beside the buffer
+            "in_flight": writer.in_flight()[0] if writer else 0,
+            "in_flight_bytes": writer.in_flight()[1] if writer else 0,
             "window": self.window.state.value,
             # seconds between the newest processed commit and now (0 when the log is idle)
             "lag_seconds": round(max(0.0, time.time() - last_commit_ts / 1e6), 3)
             if last_commit_ts and rate > 0
             else 0.0,
             "lag_bytes": src.get("lag_bytes"),  # log bytes written but not yet read
-            "warnings": list(src.get("warnings") or []),
+            "warnings": warnings,
+            # the output refusing writes (core/writer.py Outage.report); None while it accepts them
+            "output_outage": outage,
             "heartbeats": heartbeats,
             "schemas_checked_at": self.schema_watch.checked_at,
             "reconnects": self.recovery.reconnects,
@@ -117,6 +126,21 @@ class StatusReport:
         state.put_value(status_key(self.source_id), json.dumps(status, default=str))
         if self.on_progress:
             self.on_progress(status)
+
+
+def outage_warning(output: str, outage: dict[str, Any]) -> str:
+    """The warning of an output outage: the same text all along one outage (logged once)."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(outage["since"]))
+    until = outage.get("gives_up_at")
+    end = (
+        f"until {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(until))} (--output-outage-timeout), then stops"
+        if until
+        else "for as long as it takes"
+    )
+    return (
+        f"the output {output} refuses writes since {since} ({outage['error']}): the capture holds its "
+        f"position and buffer and retries {end}; nothing is lost"
+    )
 
 
 def previous_log_status(state: StateStore, source_id: str) -> Optional[dict[str, Any]]:

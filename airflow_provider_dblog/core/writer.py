@@ -27,6 +27,7 @@ batch's Arrow columns and Parquet encoding are the writer's share of the peak me
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import random
 import sys
@@ -41,6 +42,15 @@ from .markers import Marker
 from .protocols import Output
 
 log = logging.getLogger(__name__)
+
+
+# Attempts at a batch the output refused with a cause and fix of its own (DBLogError: a full
+# or read-only disk, a refused topic): a person must act, so the capture stops after these
+# (about 6 s) instead of waiting out the outage timeout.
+FIXED_BY_OPERATOR_ATTEMPTS = 6
+# Seconds a stopping capture keeps retrying a batch the output refuses before it exits
+# (nothing lost: the next start writes it); within Writer.close's and the trigger's waits.
+STOP_GRACE = 20.0
 
 
 class WriterFailed(RuntimeError):
@@ -100,8 +110,12 @@ class Writer:
         max_batch_bytes: Optional[int] = 20 * 2**20,
         flush_interval: float = 0.2,
         epoch: Optional[int] = None,
-        retries: int = 5,
+        outage_timeout: float = 3600.0,
+        max_backoff: float = 10.0,
     ):
+        """``outage_timeout``: seconds the writer keeps retrying a batch the output refuses
+        (a broker or object store down) before it gives up (0: never); ``max_backoff``: the
+        longest pause between two attempts (doubling from 0.2 s)."""
         self.output = output
         self.max_buffer = max_buffer
         self.max_buffer_bytes = max_buffer_bytes  # None: events only
@@ -109,13 +123,18 @@ class Writer:
         self.max_batch_bytes = max_batch_bytes  # None: events only
         self.flush_interval = flush_interval
         self.epoch = epoch
-        self.retries = retries
+        self.outage_timeout = outage_timeout
+        self.max_backoff = max_backoff
+        # The output refusing writes right now (Outage), for the status report; None while it accepts them.
+        self._outage: Optional[Outage] = None
         self._items: collections.deque[Any] = collections.deque()
         # When the buffer last went from empty to non-empty: its oldest item has waited at
         # least since then, so a flush is due flush_interval after it.
         self._waiting_since = 0.0
         self._buffered_events = 0
         self._buffered_bytes = 0  # approximate, see _estimate
+        # The batch being committed (retried through an outage): events, approximate bytes.
+        self._in_flight = (0, 0)
         self._cond = threading.Condition()
         self._completed: collections.deque[Marker] = collections.deque()
         self._stopping = False
@@ -188,6 +207,27 @@ class Writer:
         """The buffered events' approximate size in memory."""
         return self._buffered_bytes
 
+    def in_flight(self) -> tuple[int, int]:
+        """(events, approximate bytes) of the batch being committed: held beside the buffer,
+        at most ``max_batch`` events or about ``max_batch_bytes``."""
+        return self._in_flight
+
+    def outage(self) -> Optional[dict[str, Any]]:
+        """The output refusing writes, for the status report: since when (Unix time), how
+        many attempts, the last error and when the writer gives up (None: never); None
+        while the output accepts writes."""
+        o = self._outage
+        return None if o is None else o.report(self.outage_timeout)
+
+    def wait_for_room(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for room in the buffer (the engine keeps reporting
+        and holding its lease meanwhile instead of blocking in ``put``)."""
+        with self._cond:
+            if self._full() and self._error is None:
+                self._cond.wait(timeout)
+            self._raise_if_failed()
+            return not self._full()
+
     def running(self) -> bool:
         """True while the writer thread is alive (started and not yet stopped or failed)."""
         return self._thread.is_alive()
@@ -214,6 +254,7 @@ class Writer:
                 if batch or schemas or markers:
                     self._flush(batch, schemas)
                     self._completed.extend(markers)
+                self._in_flight = (0, 0)
                 if stop:
                     return
         except BaseException as exc:  # surfaced to the engine thread by put/completed
@@ -239,6 +280,7 @@ class Writer:
         deadline: Optional[float] = None
 
         def batch() -> EventBatch:
+            self._in_flight = (size, nbytes)
             return EventBatch(segments + [events])
 
         taken = 0  # events taken off the buffer since the last release
@@ -328,9 +370,7 @@ class Writer:
         self._conflicts_logged = (self.commit_conflicts, now)
 
     def _flush(self, batch: EventBatch, schemas: list[TableSchema]) -> None:
-        delay, started = 0.2, time.monotonic()
         conflicts = 0
-        attempt = 0
         while True:
             try:
                 if schemas:
@@ -341,6 +381,14 @@ class Writer:
                     self.output.write(batch, epoch=self.epoch)
                     self.events_written += len(batch)
                     self.flushes += 1
+                if self._outage is not None:
+                    o, self._outage = self._outage, None
+                    log.warning(
+                        "the output %r accepts writes again, after %.0f s and %d failed attempts",
+                        self.output,
+                        time.time() - o.since,
+                        o.attempts,
+                    )
                 return
             except StaleEpochError:
                 raise
@@ -358,20 +406,62 @@ class Writer:
                     ) from exc
                 time.sleep(random.uniform(0, min(0.5, 0.01 * 2**conflicts)))  # full jitter
                 continue
-            except Exception as exc:
-                if attempt == self.retries and isinstance(exc, DBLogError):
-                    raise  # a cause with its fix already (a full disk, say)
-                if attempt == self.retries:
-                    # A cause and a fix instead of the client's traceback (issue 39 part 5).
-                    last = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    raise OutputUnavailable(
-                        f"the output {self.output!r} failed {attempt + 1} times in a row over "
-                        f"{time.monotonic() - started:.0f} s, last with: {last}.",
-                        "check that the output is reachable and accepts writes (Kafka: the brokers are up; "
-                        "Delta: the lake's storage), then start the capture again: nothing is lost, it resumes "
-                        "from its checkpoint and writes this batch exactly once.",
-                    ) from exc
-                log.warning("output write failed (%s), retry %d in %.1f s", exc, attempt + 1, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                attempt += 1
+            except Exception as exc:  # noqa: BLE001 - any refusal: _failed retries or gives up
+                self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """One refused attempt: wait before the next (the engine holds the log meanwhile,
+        backpressure), or give up once the outage outlasts ``outage_timeout`` or the capture
+        is stopping. Nothing is lost either way: no checkpoint passes this batch."""
+        o = self._outage
+        if o is None:
+            o = self._outage = Outage(time.time(), time.monotonic())
+        o.attempts += 1
+        o.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        elapsed = time.monotonic() - o.started
+        if isinstance(exc, DBLogError) and o.attempts >= FIXED_BY_OPERATOR_ATTEMPTS:
+            raise exc  # a cause with its fix already (a full disk, say): waiting will not fix it
+        given_up = bool(self.outage_timeout) and elapsed >= self.outage_timeout
+        if given_up or (self._stopping and elapsed >= STOP_GRACE):
+            # A cause and a fix instead of the client's traceback (issue 39 part 5).
+            why = "while the capture was stopping" if not given_up else "for longer than the output outage timeout"
+            raise OutputUnavailable(
+                f"the output {self.output!r} refused {o.attempts} attempt(s) in a row over {elapsed:.0f} s "
+                f"({why}), last with: {o.error}.",
+                "check that the output is reachable and accepts writes (Kafka: the brokers are up; "
+                "Delta: the lake's storage), then start the capture again: nothing is lost, it resumes "
+                "from its checkpoint and writes this batch exactly once. A longer wait: "
+                "dblog capture --output-outage-timeout SECONDS (0: wait for ever).",
+            ) from exc
+        delay = min(0.2 * 2 ** (o.attempts - 1), self.max_backoff)
+        if self.outage_timeout:
+            delay = max(0.0, min(delay, self.outage_timeout - elapsed))
+        # One warning per attempt while they are frequent, then one a minute.
+        if o.attempts <= 5 or time.monotonic() - o.warned_at >= 60:
+            log.warning("output write failed (%s), attempt %d, next in %.1f s", o.error, o.attempts + 1, delay)
+            o.warned_at = time.monotonic()
+        with self._cond:  # a stop ends the wait: one more attempt, then the grace decides
+            if not self._stopping:
+                self._cond.wait(delay)
+            elif delay:
+                self._cond.wait(min(delay, 1.0))
+
+
+@dataclasses.dataclass
+class Outage:
+    """The output refusing writes: since ``since`` (Unix time; ``started`` monotonic)."""
+
+    since: float
+    started: float
+    attempts: int = 0
+    error: str = ""
+    warned_at: float = 0.0
+
+    def report(self, timeout: float) -> dict[str, Any]:
+        return {
+            "since": self.since,
+            "seconds": round(time.monotonic() - self.started, 1),
+            "attempts": self.attempts,
+            "error": self.error,
+            "gives_up_at": self.since + timeout if timeout else None,
+        }

@@ -75,6 +75,12 @@ class CaptureMetrics:
                 self._value("buffered"),
             ),
             ("dblog.capture.writer.buffered.size", "By", "bytes of those events", self._value("buffered_bytes")),
+            (
+                "dblog.capture.output.outage",
+                "s",
+                "how long the output has refused writes (0 while it accepts them)",
+                self._outage,
+            ),
             ("dblog.capture.window.open", "1", "1 while a chunk's watermark window is open", self._window),
             ("dblog.capture.leader.epoch", "1", "the epoch of the leader lease this capture holds", self._epoch),
             (
@@ -123,6 +129,11 @@ class CaptureMetrics:
 
     def _warnings(self, _options: CallbackOptions) -> list[Observation]:
         return [] if not self._status else self._observe(len(self._status.get("warnings") or ()))
+
+    def _outage(self, _options: CallbackOptions) -> list[Observation]:
+        if not self._status:
+            return []
+        return self._observe((self._status.get("output_outage") or {}).get("seconds", 0.0))
 
     def _age(self, _options: CallbackOptions) -> list[Observation]:
         updated = self._status.get("updated_at")

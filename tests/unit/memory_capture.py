@@ -291,6 +291,8 @@ class MemoryChangelog:
         self.schemas: list[TableSchema] = []
         self.gate: Optional[threading.Event] = None
         self.epochs: list[Optional[int]] = []
+        self.down: Callable[[], bool] = lambda: False  # True: every write fails (an outage)
+        self.refused = 0
 
     def open(self) -> None:
         pass
@@ -304,6 +306,9 @@ class MemoryChangelog:
     def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
         if self.gate is not None:
             self.gate.wait(30)
+        if self.down():
+            self.refused += 1
+            raise ConnectionError("the broker is down")
         last = self.last_position(SOURCE_ID)
         fresh = [e for e in events if last is None or e.position > last]
         self.commits.append(fresh)

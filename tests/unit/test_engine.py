@@ -6,6 +6,7 @@ a bad request that fails only its dump, and a TRUNCATE inside a chunk window. Th
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import threading
 import time
@@ -13,6 +14,7 @@ import time
 import pytest
 
 from airflow_provider_dblog.core.batch import DumpRows, LogRows
+from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpControl, DumpSpec, DumpStatus, TableProgress
 from airflow_provider_dblog.core.engine import Engine, EngineConfig
 from airflow_provider_dblog.core.errors import DBLogError, PositionLostError, StaleEpochError
@@ -193,6 +195,40 @@ def test_a_lost_connection_reconnects_and_loses_nothing(db, state):
     log_keys = [e.key[0] for e in out.events if e.origin is Origin.LOG]
     assert log_keys == list(range(1, 211))  # each once, in order
     assert replay(out.events) == db.snapshot(TABLE)
+
+
+def test_an_output_outage_holds_the_log_reports_itself_and_loses_nothing(db, state):
+    """Issue 34 part 4: while the output refuses writes the engine reads no more of the log
+    than the writer's budget holds, keeps publishing its status (the outage in it, as a
+    warning too), moves no checkpoint, and once the output is back writes every event once."""
+    source, out = MemorySource(db), MemoryChangelog()
+    down = threading.Event()
+    out.down = down.is_set
+    run = Running(source, out, state, writer_buffer=50, writer_batch=20, poll_batch=10, output_outage_timeout=0)
+    wait_until(lambda: len(out.events) == 200, what="the initial events")
+    wait_until(lambda: state.get_checkpoint(SOURCE_ID) == db.log[-1].position, what="the checkpoint")
+    checkpoint = state.get_checkpoint(SOURCE_ID)
+    down.set()
+    for i in range(201, 501):
+        db.upsert(TABLE, {"id": i, "v": "while the output was down"})
+
+    def status():
+        return json.loads(state.get_value(status_key(SOURCE_ID)) or "{}")
+
+    wait_until(lambda: (status().get("output_outage") or {}).get("attempts", 0) >= 2, what="the outage reported")
+    first = status()
+    assert 50 <= first["buffered"] <= 50 + 10  # the budget, plus at most one poll's overshoot
+    assert 1 <= first["in_flight"] <= 20  # the batch being retried: at most writer_batch
+    assert [w for w in first["warnings"] if "refuses writes since" in w and "the broker is down" in w]
+    assert "for as long as it takes" in first["warnings"][-1]
+    wait_until(lambda: status()["updated_at"] > first["updated_at"], what="a later report during the outage")
+    assert status()["buffered"] <= 60 and state.get_checkpoint(SOURCE_ID) == checkpoint
+    down.clear()
+    wait_until(lambda: len(out.events) == 500, what="the events held during the outage")
+    wait_until(lambda: status().get("output_outage") is None, what="the outage's end reported")
+    run.stop()
+    assert out.refused >= 2
+    assert [e.key[0] for e in out.events if e.origin is Origin.LOG] == list(range(1, 501))  # each once, in order
 
 
 def test_reconnect_gives_up_after_the_deadline_with_the_cause(db, state):

@@ -249,35 +249,99 @@ def test_a_dumps_last_chunk_is_written_without_waiting_for_the_flush_interval():
     w.close()
 
 
-def test_an_output_that_refuses_every_retry_ends_with_its_cause_and_the_fix():
-    """Issue 39 part 5: a broker down longer than the retries last ended the capture with
+class Down:
+    """An output that refuses every write (a broker down), or raises ``error``."""
+
+    def __init__(self, error=None):
+        self.error = error or ConnectionError("Timed out waiting for operation to finish\nsecond line")
+        self.attempts = 0
+
+    def __repr__(self):
+        return "BrokerOutput('b:9092')"
+
+    def register_schema(self, schema):
+        pass
+
+    def register_schemas(self, schemas):
+        pass
+
+    def write(self, events, epoch=None):
+        self.attempts += 1
+        raise self.error
+
+
+def test_an_output_down_past_the_outage_timeout_ends_with_its_cause_and_the_fix():
+    """Issue 39 part 5: a broker down longer than the writer waits ended the capture with
     the client library's traceback; it ends with one error naming the output, the last
     failure and the fix (the CLI prints it as `dblog: error:`), the original chained."""
     from airflow_provider_dblog.core.errors import OutputUnavailable
 
-    class Down:
-        def __repr__(self):
-            return "BrokerOutput('b:9092')"
-
-        def register_schema(self, schema):
-            pass
-
-        def register_schemas(self, schemas):
-            pass
-
-        def write(self, events, epoch=None):
-            raise ConnectionError("Timed out waiting for operation to finish\nsecond line")
-
-    w = Writer(Down(), flush_interval=0.01, retries=2)
+    w = Writer(Down(), flush_interval=0.01, outage_timeout=0.5, max_backoff=0.05)
     w.start()
     w.put_many([ev(1)])
     with pytest.raises(WriterFailed) as failed:
         w.close(timeout=30)
     cause = failed.value.__cause__
     assert isinstance(cause, OutputUnavailable) and isinstance(cause.__cause__, ConnectionError)
-    assert "BrokerOutput('b:9092') failed 3 times in a row" in str(cause)
+    assert "BrokerOutput('b:9092') refused" in str(cause) and "longer than the output outage timeout" in str(cause)
     assert "Timed out waiting for operation to finish." in str(cause) and "second line" not in str(cause)
-    assert "nothing is lost" in cause.fix
+    assert "nothing is lost" in cause.fix and "--output-outage-timeout" in cause.fix
+
+
+def test_an_outage_is_waited_out_reported_while_it_lasts_and_the_batch_written_once(caplog):
+    """Issue 34 part 4: the writer retries a refused batch for the outage timeout (not a
+    count of attempts), says so through ``outage()`` for the status report, and forgets the
+    outage once a write goes through."""
+    out = MemoryOutput(fail_times=4, error=ConnectionError("broker down"))
+    w = Writer(out, flush_interval=0.01, outage_timeout=0, max_backoff=0.05)
+    w.start()
+    seen = []
+    with caplog.at_level("WARNING", logger="airflow_provider_dblog.core.writer"):
+        w.put_many([ev(i) for i in range(3)] + [Tag("ok")])
+        end = time.monotonic() + 10
+        while not w.completed() and time.monotonic() < end:
+            if w.outage():
+                seen.append(w.outage())
+            time.sleep(0.001)
+    w.close()
+    assert [e.key[0] for b in out.batches for e in b] == [0, 1, 2]
+    assert seen and seen[-1]["error"] == "broker down" and seen[-1]["gives_up_at"] is None
+    assert max(o["attempts"] for o in seen) >= 3 and w.outage() is None
+    assert any("accepts writes again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stop_during_an_outage_ends_the_writer_after_the_grace(monkeypatch):
+    """A capture stopped (SIGTERM) while its output is down exits after STOP_GRACE, not after
+    the outage timeout: nothing is lost, the next start writes the batch."""
+    from airflow_provider_dblog.core import writer
+    from airflow_provider_dblog.core.errors import OutputUnavailable
+
+    monkeypatch.setattr(writer, "STOP_GRACE", 0.3)
+    w = Writer(Down(), flush_interval=0.01, outage_timeout=0, max_backoff=5.0)
+    w.start()
+    w.put_many([ev(1)])
+    t0 = time.monotonic()
+    with pytest.raises(WriterFailed) as failed:
+        w.close(timeout=30)
+    assert time.monotonic() - t0 < 10  # the 5 s backoffs were cut short by the stop
+    assert isinstance(failed.value.__cause__, OutputUnavailable)
+    assert "while the capture was stopping" in str(failed.value.__cause__)
+
+
+def test_a_refusal_with_its_own_fix_stops_after_a_few_attempts_whatever_the_timeout():
+    """A full or read-only disk (a DBLogError with its fix) does not heal by waiting: the
+    writer stops after FIXED_BY_OPERATOR_ATTEMPTS with that error, even with no timeout."""
+    from airflow_provider_dblog.core import writer
+    from airflow_provider_dblog.core.errors import OutputStorageError
+
+    down = Down(OutputStorageError("the changelog's storage at /lake is full", "free space at /lake"))
+    w = Writer(down, flush_interval=0.01, outage_timeout=0, max_backoff=0.01)
+    w.start()
+    w.put_many([ev(1)])
+    with pytest.raises(WriterFailed) as failed:
+        w.close(timeout=30)
+    assert isinstance(failed.value.__cause__, OutputStorageError)
+    assert down.attempts == writer.FIXED_BY_OPERATOR_ATTEMPTS
 
 
 def test_a_commit_another_writer_beat_is_retried_counted_and_not_warned_about(caplog):
@@ -287,7 +351,7 @@ def test_a_commit_another_writer_beat_is_retried_counted_and_not_warned_about(ca
     from airflow_provider_dblog.core.errors import CommitConflict
 
     out = MemoryOutput(fail_times=3, error=CommitConflict("another writer committed changelog version 7 first"))
-    w = Writer(out, flush_interval=0.01, retries=1)  # more conflicts than failure retries
+    w = Writer(out, flush_interval=0.01, outage_timeout=0.001)  # conflicts are no outage
     w.start()
     with caplog.at_level("INFO", logger="airflow_provider_dblog.core.writer"):
         w.put_many([ev(i) for i in range(3)] + [Tag("ok")])
