@@ -54,6 +54,7 @@ from .protocols import (
     RowTextOutput,
     Source,
     StateStore,
+    WholeRowConsumers,
 )
 from .scheduler import DumpScheduler
 from .schema_step import SchemaStep
@@ -142,7 +143,8 @@ class Engine:
         self.writer: Optional[Writer] = None  # set once the source and output are open
         # Changes that lack their full row (unchanged TOAST values) and their repair dumps.
         index = output if isinstance(output, FullRowIndex) else None  # the Delta output
-        self.toast = ToastStep(source, index, self.scheduler, state)
+        whole = isinstance(output, WholeRowConsumers) and output.needs_whole_rows()  # Debezium's envelope
+        self.toast = ToastStep(source, index, self.scheduler, state, whole_rows=whole)
         self.schema_watch = SchemaWatch(self.state, self.source_id, self.config.schema_check_interval)
         self.schema_step = SchemaStep(source, self.schema_watch, self.window, self.scheduler)
         policy = ReconnectPolicy(

@@ -310,6 +310,16 @@ class FullRowIndex(Protocol):
         table's last TRUNCATE."""
 
 
+@runtime_checkable
+class WholeRowConsumers(Protocol):
+    """An output whose consumers take each row image as the whole row (a Debezium envelope:
+    a sink connector writes what ``after`` holds), so an unchanged-TOAST placeholder would
+    be written as a value: the capture repairs every one with a key-list dump (core/toast.py)."""
+
+    def needs_whole_rows(self) -> bool:
+        """True when the output's records go to such consumers (its format says)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Fence:
     """Proof that the writer holds a source's leader lease at ``epoch`` (invariant 7), in the

@@ -5,6 +5,9 @@ PostgreSQL without REPLICA IDENTITY FULL gives an UPDATE's unchanged TOAST value
 placeholder (core/toast.py). This step turns the source's placeholders into key-list dumps
 (``ToastRepairs``) unless this process, or the changelog, has the key's full row already
 (``ToastKnown``), and at a start merges the repair dumps an earlier process left pending.
+For an output whose consumers take row images whole (``whole_rows``: Debezium's envelope,
+where a sink writes the placeholder as a value) it repairs every placeholder: only the
+repair's full row sets the column right there.
 It exists so that the engine's log step only calls ``queue_unchanged`` and its start
 ``merge_pending``; the bookkeeping stays here, beside the two structures it keeps.
 """
@@ -23,8 +26,16 @@ log = logging.getLogger(__name__)
 
 
 class ToastStep:
-    def __init__(self, source: Source, index: Optional[FullRowIndex], scheduler: DumpScheduler, state: StateStore):
+    def __init__(
+        self,
+        source: Source,
+        index: Optional[FullRowIndex],
+        scheduler: DumpScheduler,
+        state: StateStore,
+        whole_rows: bool = False,
+    ):
         self.source = source
+        self.whole_rows = whole_rows
         self.source_id = source.source_id
         self.index = index  # the output's full-row keys (the Delta output), or None
         self.scheduler = scheduler
@@ -48,11 +59,14 @@ class ToastStep:
         before those changes are durable reads them again."""
         skip = skip_until
         raw = [(t, key, pos) for t, key, pos in self.source.take_unchanged_toast() if skip is None or pos > skip]
-        for table in {t for t, _, _ in raw} - self.known.tables:
-            self._seed(table)
-        if not self.known.tables:
-            return
-        hits = self.known.walk(out, {pos: (t, key) for t, key, pos in raw})
+        if self.whole_rows:  # nothing downstream fills a placeholder: repair each key
+            hits = list(dict.fromkeys((t, key) for t, key, _ in raw))
+        else:
+            for table in {t for t, _, _ in raw} - self.known.tables:
+                self._seed(table)
+            if not self.known.tables:
+                return
+            hits = self.known.walk(out, {pos: (t, key) for t, key, pos in raw})
         if hits:
             for spec in self.repairs.queue(hits):
                 log.info(
@@ -71,9 +85,9 @@ class ToastStep:
         dumps = self.state.list_dumps(self.source_id)
         pending = [d for d in dumps if d.spec.toast_repair and not d.status.finished]
         tables = {d.spec.tables[0] for d in pending if d.spec.tables}
-        for table in sorted(tables - self.known.tables):
+        for table in sorted(tables - self.known.tables) if not self.whole_rows else ():
             self._seed(table)
-        for spec in self.repairs.merge_pending(pending, lambda t, k: (t, k) in self.known):
+        for spec in self.repairs.merge_pending(pending, lambda t, k: not self.whole_rows and (t, k) in self.known):
             log.info(
                 "capture of %s: dump %s repairs the %d key(s) of %s that the pending repair dumps list and the changelog lacks",
                 self.source_id,

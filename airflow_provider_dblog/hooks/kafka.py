@@ -9,7 +9,8 @@ built in this process gets them in memory.
 
 Extras that are DBLog output options, not client settings: ``topic_prefix``, ``topic``,
 ``format`` (dblog | debezium), ``connector`` (postgresql | mysql), ``database``,
-``transactional_id_prefix``.
+``transactional_id_prefix``, ``create_topics`` and ``schemas`` (true | false, a JSON boolean
+too), ``decimal_handling_mode``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,22 @@ from ..core.errors import ConfigurationError
 from ..outputs.kafka import _OWNED, DEFAULT_CONFIG_ENV, KafkaOutput
 
 KAFKA_CONN_TYPE = "kafka"
-OUTPUT_EXTRAS = ("topic_prefix", "topic", "format", "connector", "database", "transactional_id_prefix")
+OUTPUT_EXTRAS = (
+    "topic_prefix",
+    "topic",
+    "format",
+    "connector",
+    "database",
+    "transactional_id_prefix",
+    "create_topics",
+    "schemas",
+    "decimal_handling_mode",
+)
+
+
+def _option(value: Any) -> str:
+    """An extra's value as the URL option's text (a JSON ``false`` is ``false``, not ``False``)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _split(conn_id: str, conn: Any) -> tuple[str, dict[str, str], dict[str, Any]]:
@@ -33,7 +49,7 @@ def _split(conn_id: str, conn: Any) -> tuple[str, dict[str, str], dict[str, Any]
             "use an Airflow Kafka connection (its extra holds bootstrap.servers and the client settings).",
         )
     extra = dict(conn.extra_dejson or {})
-    options = {k: str(extra.pop(k)) for k in OUTPUT_EXTRAS if k in extra}
+    options = {k: _option(extra.pop(k)) for k in OUTPUT_EXTRAS if k in extra}
     # A consumer's group.id and the like are common in these connections: the output sets
     # its own (exactly once depends on them), so theirs are left out rather than refused.
     settings = {k: v for k, v in extra.items() if k not in _OWNED}

@@ -35,6 +35,7 @@ from ..core.errors import ConfigurationError, StaleEpochError
 from ..core.events import ChangeEvent, Position, TableSchema
 from ._common import Bookkeeping, now_micros
 from ._urls import _ACCEPTED
+from .connect_schema import DECIMAL_MODES
 from .kafka_format import (
     BROADCAST_OPS,
     CONNECTORS,
@@ -56,7 +57,18 @@ from .kafka_format import (
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_ENV = "DBLOG_KAFKA_CONFIG"
-URL_PARAMS = ("topic_prefix", "topic", "format", "connector", "database", "config_env", "transactional_id_prefix")
+URL_PARAMS = (
+    "topic_prefix",
+    "topic",
+    "format",
+    "connector",
+    "database",
+    "config_env",
+    "transactional_id_prefix",
+    "create_topics",
+    "schemas",
+    "decimal_handling_mode",
+)
 SCHEMA_TOPIC_SUFFIX = ".dblog_schemas"
 TIMEOUT = 30.0  # seconds for one metadata, init or commit call
 # librdkafka settings that are ours to choose: exactly once depends on them.
@@ -100,6 +112,27 @@ def parse_url(rest: str) -> tuple[str, dict[str, str]]:
         options[k] = v
     if options.get("format", "dblog") not in FORMATS:
         raise ConfigurationError(f"unknown Kafka value format {options['format']!r}.", "use format=dblog or debezium.")
+    if options.get("schemas", "false") not in ("true", "false"):
+        raise ConfigurationError(
+            f"schemas={options['schemas']!r} in the kafka:// URL is neither true nor false.",
+            "write schemas=true for Kafka Connect's JSON with schemas (format=debezium), else leave it out.",
+        )
+    if options.get("schemas") == "true" and options.get("format") != "debezium":
+        raise ConfigurationError(
+            "schemas=true in the kafka:// URL needs format=debezium (the Debezium envelope with "
+            "Kafka Connect schemas).",
+            "add format=debezium, or leave schemas out for the changelog's own records.",
+        )
+    if options.get("decimal_handling_mode", "precise") not in DECIMAL_MODES:
+        raise ConfigurationError(
+            f"unknown decimal_handling_mode {options['decimal_handling_mode']!r} in the kafka:// URL.",
+            "use precise (Connect's Decimal, the default), string (the exact text) or double (may round).",
+        )
+    if options.get("create_topics", "true") not in ("true", "false"):
+        raise ConfigurationError(
+            f"create_topics={options['create_topics']!r} in the kafka:// URL is neither true nor false.",
+            "write create_topics=false when topics are created by an administrator, else leave it out.",
+        )
     if options.get("connector") not in (None, *CONNECTORS):
         raise ConfigurationError(
             f"unknown connector {options['connector']!r} in the kafka:// URL.", "use postgresql or mysql."
@@ -144,9 +177,18 @@ class KafkaOutput:
         self.bootstrap = bootstrap
         self.topic_prefix = options.get("topic_prefix") or None
         self.single_topic = topic_name(options["topic"]) if options.get("topic") else None
-        self.formatter = Formatter(options.get("format", "dblog"), options.get("connector"), options.get("database"))
+        self.formatter = Formatter(
+            options.get("format", "dblog"),
+            options.get("connector"),
+            options.get("database"),
+            schemas=options.get("schemas") == "true",
+            decimal_mode=options.get("decimal_handling_mode", "precise"),
+        )
         self.config_env = options.get("config_env") or DEFAULT_CONFIG_ENV
         self.txn_prefix = options.get("transactional_id_prefix", "dblog.")
+        # False: topics are an administrator's to create (no CREATE ACL): a missing one stops
+        # the capture with the topics to create and their settings.
+        self.create_topics = options.get("create_topics", "true") == "true"
         self._conf: dict[str, Any] = {}
         self._admin: Any = None
         self._producers: dict[str, Any] = {}
@@ -158,6 +200,11 @@ class KafkaOutput:
 
     def __repr__(self) -> str:  # the client settings may hold secrets: never shown
         return f"KafkaOutput({self.bootstrap!r}, format={self.formatter.fmt!r})"
+
+    def needs_whole_rows(self) -> bool:
+        """Debezium's envelope goes to sinks that write ``after`` as the row (core/protocols.py
+        WholeRowConsumers): every unchanged-TOAST placeholder gets a repair dump."""
+        return self.formatter.fmt == "debezium"
 
     # -- names ---------------------------------------------------------------------------
     def prefix(self, source_id: str) -> str:
@@ -269,9 +316,10 @@ class KafkaOutput:
         fmt = self.formatter
         records: list[tuple[str, Message]] = []
         for e in events:
-            msg = fmt.message(e, epoch, written_at, self._schemas.get(e.schema_id or ""))
+            topic = self.topic_for(source_id, e.table)
+            msg = fmt.message(e, epoch, written_at, self._schemas.get(e.schema_id or ""), topic)
             if msg is not None:
-                records.append((self.topic_for(source_id, e.table), msg))
+                records.append((topic, msg))
         schemas = list(self._unwritten)
         self._ensure_topics([t for t, _ in records], self.schema_topic(source_id) if schemas else None)
         nxt = self._book.advanced(events, epoch)
@@ -341,26 +389,26 @@ class KafkaOutput:
         if not wanted:
             return
         existing = self._admin.list_topics(timeout=TIMEOUT).topics
-        new = [
-            ck.admin.NewTopic(
-                t,
-                num_partitions=-1,
-                replication_factor=-1,
-                config={"cleanup.policy": "compact"} if t == schema_topic else {},
+        missing = sorted(t for t in wanted if t not in existing)
+        if missing and not self.create_topics:
+            raise self._topics_to_create(
+                missing, schema_topic, "the output does not create topics (create_topics=false)"
             )
-            for t in sorted(wanted)
-            if t not in existing
+        new = [
+            ck.admin.NewTopic(t, num_partitions=-1, replication_factor=-1, config=self._topic_config(t, schema_topic))
+            for t in missing
         ]
         if new:
+            refused = []
             for topic, future in self._admin.create_topics(new, request_timeout=TIMEOUT).items():
                 try:
                     future.result()
                 except ck.KafkaException as exc:
                     if exc.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise ConfigurationError(
-                            f"cannot create the Kafka topic {topic}: {exc.args[0].str()}",
-                            "create it yourself, or grant the output's principal CREATE on the cluster.",
-                        ) from None
+                        refused.append((topic, exc.args[0].str()))
+            if refused:
+                why = "Kafka refused to create them: " + "; ".join(f"{t}: {e}" for t, e in refused)
+                raise self._topics_to_create(sorted(t for t, _ in refused), schema_topic, why)
         deadline = time.monotonic() + TIMEOUT
         while wanted:
             meta = self._admin.list_topics(timeout=TIMEOUT).topics
@@ -372,6 +420,25 @@ class KafkaOutput:
                 raise ConfigurationError(f"Kafka topics {sorted(wanted)} did not appear.", "check the brokers' logs.")
             if wanted:
                 time.sleep(0.1)
+
+    @staticmethod
+    def _topic_config(topic: str, schema_topic: Optional[str]) -> dict[str, str]:
+        return {"cleanup.policy": "compact"} if topic == schema_topic else {}
+
+    def _topics_to_create(self, topics: list[str], schema_topic: Optional[str], why: str) -> ConfigurationError:
+        """The error naming each missing topic and the settings it needs (docs/kafka.md)."""
+        commands = "; ".join(
+            f"kafka-topics.sh --bootstrap-server {self.bootstrap} --create --topic {t}"
+            + "".join(f" --config {k}={v}" for k, v in self._topic_config(t, schema_topic).items())
+            for t in topics
+        )
+        return ConfigurationError(
+            f"the Kafka topics {', '.join(topics)} do not exist and {why}.",
+            f"create them ({commands}); any partition count works (each key keeps one partition), a "
+            "replication factor of 3 with min.insync.replicas=2 keeps them through a broker's loss, "
+            "and the schema topic (…dblog_schemas) must be compacted. Or let the output create them: "
+            "grant its principal CREATE on the cluster and leave create_topics out of the URL.",
+        )
 
     # -- reading -------------------------------------------------------------------------
     def scan(self, source_id: str, table: str) -> Iterator[ChangeEvent]:

@@ -3,7 +3,9 @@ partitions, headers and the two value formats (docs/kafka.md is the contract).
 
 ``dblog``: the changelog record of the JSON lines output (docs/changelog-format.md).
 ``debezium``: Debezium's change-event envelope (``before``, ``after``, ``source``, ``op``,
-``ts_ms``) as Debezium's JSON converter writes it with ``schemas.enable=false``.
+``ts_ms``) as Debezium's JSON converter writes it with ``schemas.enable=false``; with
+``schemas=True`` as it writes it with ``schemas.enable=true``: ``{"schema", "payload"}``,
+Debezium's types (outputs/connect_schema.py).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import orjson
 
 from .. import __version__ as _version
 from ..core import names
+from ..core.errors import DBLogError
 from ..core.events import ChangeEvent, Op, Origin, TableSchema
 from ..core.row_text import as_row
 from ..core.toast import is_unchanged_toast, unchanged_toast_value
 from ..sources import descriptors
 from ..sources.source_descriptor import DebeziumSource
 from ._common import dumps, micros_to_iso
+from .connect_schema import TableConnectSchema, envelope_schema, source_fields, table_connect_schema
 from .jsonl import _event as jsonl_event
 from .jsonl import _record as jsonl_record
 
@@ -105,6 +109,12 @@ class Formatter:
     fmt: str = "dblog"
     connector: Optional[str] = None  # postgresql | mysql: how ``source`` names db/schema/table
     database: Optional[str] = None  # PostgreSQL: the database (table names lack it)
+    schemas: bool = False  # debezium: {"schema", "payload"} records (JsonConverter schemas.enable=true)
+    decimal_mode: str = "precise"  # debezium with schemas: Debezium's decimal.handling.mode
+    # (schema id, topic) -> the envelope's and the key's Connect schema as JSON
+    _schema_cache: dict[tuple[str, str], tuple[bytes, bytes]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     # The connector's table and transaction fields of ``source`` (its source's descriptor).
     _debezium_source: DebeziumSource = dataclasses.field(init=False, repr=False, compare=False)
 
@@ -113,19 +123,28 @@ class Formatter:
         self._debezium_source = imitated.get(self.connector or "", _table_only)
 
     def message(
-        self, e: ChangeEvent, epoch: Optional[int], written_at: int, schema: Optional[TableSchema]
+        self,
+        e: ChangeEvent,
+        epoch: Optional[int],
+        written_at: int,
+        schema: Optional[TableSchema],
+        topic: Optional[str] = None,
     ) -> Optional[Message]:
         """The record of one event; None when the format has no form for it (``k`` in
-        Debezium's envelope)."""
+        Debezium's envelope). ``topic`` names the Connect schemas (``<topic>.Envelope``)."""
         canonical_key = dumps(list(e.key)).encode()
         broadcast = e.op.value in BROADCAST_OPS
         headers = [
             (H_SOURCE, e.source_id.encode()),
             (H_TABLE, e.table.encode()),
-            (H_KEY, canonical_key),
             (H_OP, e.op.value.encode()),
             (H_POSITION, e.position.encode().encode()),
         ]
+        if not self.schemas:
+            # Not for Kafka Connect: its default header converter reads '["eu",7]' as an
+            # array without one element type, which Debezium's JDBC sink refuses (the
+            # record's key holds the key there).
+            headers.insert(2, (H_KEY, canonical_key))
         if epoch is not None:
             headers.append((H_EPOCH, str(epoch).encode()))
         if e.schema_id is not None:
@@ -136,9 +155,45 @@ class Formatter:
         else:
             if e.op is Op.RANGE:
                 return None
-            value = _json(self.envelope(e, written_at))
-            key = None if broadcast else _json(self.key_object(e, schema))
+            envelope = self.envelope(e, written_at)
+            if self.schemas:
+                value, key = self._with_schemas(e, envelope, schema, topic or e.table, broadcast)
+            else:
+                value = _json(envelope)
+                key = None if broadcast else _json(self.key_object(e, schema))
         return Message(key, value, headers, None if broadcast else canonical_key)
+
+    def _with_schemas(
+        self, e: ChangeEvent, envelope: dict[str, Any], schema: Optional[TableSchema], name: str, broadcast: bool
+    ) -> tuple[bytes, Optional[bytes]]:
+        """(value, key) as JsonConverter writes them with schemas.enable=true."""
+        if schema is None:
+            raise DBLogError(
+                f"an event of {e.table} names schema {e.schema_id}, which this process never registered, "
+                "so its Kafka Connect schema is unknown.",
+                "report this as a bug; format=debezium without schemas=true does not need it.",
+            )
+        table = table_connect_schema(schema, self.decimal_mode)
+        envelope["before"] = table.row_payload(envelope["before"])
+        envelope["after"] = table.row_payload(envelope["after"])
+        source = envelope["source"]
+        envelope["source"] = {k: source.get(k) for k in source_fields(self.connector)}
+        envelope_schema, key_schema = self._schema_texts(schema, name, table)
+        value = b'{"schema":' + envelope_schema + b',"payload":' + _json(envelope) + b"}"
+        if broadcast:
+            return value, None
+        return value, b'{"schema":' + key_schema + b',"payload":' + _json(table.key_payload(e.key)) + b"}"
+
+    def _schema_texts(self, schema: TableSchema, name: str, table: TableConnectSchema) -> tuple[bytes, bytes]:
+        """The envelope's and the key's schema as JSON, once per table version and topic."""
+        cache = self._schema_cache
+        found = cache.get((schema.schema_id(), name))
+        if found is None:
+            found = cache[(schema.schema_id(), name)] = (
+                _json(envelope_schema(table, name, self.connector)),
+                _json(table.key_schema(name)),
+            )
+        return found
 
     def key_object(self, e: ChangeEvent, schema: Optional[TableSchema]) -> dict[str, Any]:
         """Debezium's key: the key columns by name (``{"id": 42}``); ``{"key": [...]}`` only
@@ -185,6 +240,13 @@ def header_map(headers: Optional[list]) -> dict[str, str]:
 def event_from_message(headers: dict[str, str], value: bytes) -> ChangeEvent:
     """The event a record holds, whatever its format (``scan`` and tests read them back)."""
     rec = orjson.loads(value)
+    if "payload" in rec and "schema" in rec:
+        raise DBLogError(
+            "this topic holds Debezium envelopes with Kafka Connect schemas (schemas=true), whose "
+            "values are Debezium's types, not the changelog's canonical values: dblog cannot read them back yet.",
+            "verify a source captured with format=dblog or format=debezium without schemas=true "
+            "(docs/kafka.md, 'Not yet').",
+        )
     if "source" not in rec:  # dblog
         return jsonl_event(rec)
     src = rec["source"]

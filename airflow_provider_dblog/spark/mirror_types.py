@@ -29,7 +29,6 @@ PostgreSQL's format_type() always spells out "timestamp without time zone", so a
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from pyspark.sql import Column as SparkColumn
@@ -37,14 +36,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..core.events import TableSchema
-from ..sources import descriptors
+from ..sources.type_families import base_type as _base
+from ..sources.type_families import family as _family
 
 B64 = "$b64"
-
-
-def _family(name: str) -> frozenset[str]:
-    """The source type names of a mirror type family, from every source's descriptor."""
-    return frozenset(t for d in descriptors() for t, family in d.mirror_types.items() if family == name)
 
 
 _BYTE = _family("byte")
@@ -70,16 +65,6 @@ class IncompatibleSchemaChange(Exception):
             f"(move or delete {mirror} and its checkpoint, then land again from the start of "
             f"the changelog), or change the source column back."
         )
-
-
-def _base(type_name: str) -> tuple[str, list[int], bool]:
-    """('numeric', [12, 2], unsigned?) from 'numeric(12,2)'; array types keep their '[]'."""
-    t = type_name.strip().lower()
-    unsigned = " unsigned" in t
-    found = re.search(r"\(([\d,\s]+)\)", t)
-    params = [int(p) for p in re.findall(r"\d+", found[1] if found else "")]
-    base = re.sub(r"\([^)]*\)", "", t).replace(" unsigned", "").replace(" zerofill", "")
-    return re.sub(r"\s+", " ", base).strip(), params, unsigned
 
 
 def mirror_type(type_name: str) -> T.DataType:

@@ -548,9 +548,13 @@ class PostgresAdapter(Adapter):
         self.ns = "t_" + uuid.uuid4().hex[:8]
 
     def connect(self):
+        return self.connect_to(self.db)
+
+    def connect_to(self, database: str):
+        """A connection as the test user to another database of the same server."""
         import psycopg2
 
-        return psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password, dbname=self.db)
+        return psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password, dbname=database)
 
     def schema_changes(self) -> list[str]:
         a, o = f"{self.ns}.accounts", f"{self.ns}.orders"

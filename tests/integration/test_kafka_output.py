@@ -127,6 +127,40 @@ def test_a_write_below_the_recorded_epoch_is_refused(bootstrap):
         output(bootstrap).write(events(sid, 4, 3), epoch=3)
 
 
+def test_with_topic_creation_off_a_missing_topic_stops_with_the_topics_to_create(bootstrap):
+    """Issue 34 part 4: where an administrator creates the topics (create_topics=false), the
+    first write to a missing one fails naming every topic to create and its settings (the
+    schema topic compacted); once they exist, the same output writes."""
+    from confluent_kafka.admin import NewTopic
+
+    from airflow_provider_dblog.core.errors import ConfigurationError
+
+    sid = f"k_nocreate_{uuid.uuid4().hex[:6]}"
+    out = output(bootstrap, create_topics="false")
+    with pytest.raises(ConfigurationError) as refused:
+        out.write(events(sid, 1, 3), epoch=1)
+    text = str(refused.value)  # the cause, then "Fix: ..."
+    data, schemas = f"{sid}.app.items", f"{sid}.dblog_schemas"
+    assert f"the Kafka topics {data}, {schemas} do not exist" in text and "create_topics=false" in text, text
+    assert f"--create --topic {data}; " in text, text  # a data topic: broker defaults
+    assert f"--create --topic {schemas} --config cleanup.policy=compact)" in text, text
+    assert data not in out._admin.list_topics(timeout=30).topics  # nothing created behind the user's back
+    created = out._admin.create_topics(
+        [NewTopic(data, num_partitions=2), NewTopic(schemas, 1, config={"cleanup.policy": "compact"})]
+    )
+    for future in created.values():
+        future.result()
+    out.write(events(sid, 1, 3), epoch=1)
+    assert len([1 for _, h, _ in records(bootstrap, sid) if h.get("dblog.source_id") == sid]) == 3
+
+
+def test_create_topics_takes_true_or_false_only():
+    from airflow_provider_dblog.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="neither true nor false"):
+        parse_url("b:9092?create_topics=no")
+
+
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
 def test_debezium_envelope_of_a_real_capture(kind, bootstrap, tmp_path):
     """Inserts, updates, deletes, a TRUNCATE and a dump's reads through `dblog capture` into

@@ -235,3 +235,15 @@ def test_airflow_kafka_connection_keeps_secrets_out_of_the_url():
 
     with pytest.raises(ConfigurationError, match="not 'kafka'"):
         kafka_output_config("pg", NotKafka())
+
+
+def test_create_topics_from_a_connection_extra_as_a_json_boolean():
+    """Connection forms store true/false as JSON booleans: the URL gets create_topics=false,
+    which the output accepts (Python's "False" it would refuse)."""
+
+    class AdminMadeTopics(_Conn):
+        extra_dejson = {"bootstrap.servers": "k1:9093", "create_topics": False}
+
+    out_cfg, _ = kafka_output_config("kafka_default", AdminMadeTopics())
+    assert out_cfg["url"] == "kafka://k1:9093?create_topics=false&config_env=DBLOG_KAFKA_CONFIG"
+    assert kafka_output("kafka_default", AdminMadeTopics()).create_topics is False

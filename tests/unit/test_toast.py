@@ -168,6 +168,38 @@ def test_a_key_whose_full_row_was_emitted_needs_no_repair_dump(tmp_path):
     state.close()
 
 
+class WholeRowChangelog(MemoryChangelog):
+    """An output whose consumers write each row image as it is (Debezium's envelope)."""
+
+    def needs_whole_rows(self) -> bool:
+        return True
+
+
+def test_for_consumers_that_take_rows_whole_every_placeholder_is_repaired(tmp_path):
+    """Debezium's JDBC sink writes ``after`` as the row: a placeholder would stay in the
+    target where nothing fills it. So for such an output every key with a placeholder gets a
+    repair dump, including one whose full row was emitted before (which the replay, but no
+    such sink, fills). Found by tests/integration/test_kafka_connect_sink.py."""
+    db = MemoryDatabase([SCHEMA])
+    state = LocalStateStore(str(tmp_path / "state.db"))
+    source, out = ToastSource(db), WholeRowChangelog()
+    run = Running(source, out, state, reset_position=True)
+    try:
+        wait_until(lambda: source._cursor is not None, what="the engine to start reading the log")
+        db.upsert(T, {"id": 12, "n": 0, "big": "captured"})  # its full row goes out first
+        toast_update(db, 12, 1)
+        wait_until(lambda: len(state.list_dumps(SOURCE_ID)) == 1, what="a repair dump for key 12")
+        wait_until(lambda: all(d.status.finished for d in state.list_dumps(SOURCE_ID)), what="it to end")
+        wait_until(lambda: any(e.key == (12,) and e.origin is Origin.DUMP for e in out.events), what="12's row")
+    finally:
+        run.stop()
+    dumps = [d for d in state.list_dumps(SOURCE_ID) if d.status is DumpStatus.DONE]
+    assert [k for d in dumps for k in (d.spec.keys or ())] == [(12,)]
+    last = [e for e in out.events if e.key == (12,)][-1]
+    assert last.origin is Origin.DUMP and last.after == {"id": 12, "n": 1, "big": "captured"}  # the row whole
+    state.close()
+
+
 def test_a_waiting_repair_dump_is_replaced_by_one_listing_the_new_keys_too(tmp_path):
     """After a restart every key is unknown: an update workload must not queue one dump per
     log step (each a watermark window). A dump whose chunks have not started takes the next
