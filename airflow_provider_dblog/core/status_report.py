@@ -105,6 +105,11 @@ class StatusReport:
             "warnings": warnings,
             # the output refusing writes (core/writer.py Outage.report); None while it accepts them
             "output_outage": outage,
+            # the output's commits so far: events, commits, seconds spent in them, failed attempts
+            "events_written": writer.events_written if writer else 0,
+            "output_commits": writer.flushes if writer else 0,
+            "output_commit_seconds": round(writer.commit_seconds, 3) if writer else 0.0,
+            "output_failures": writer.failed_attempts if writer else 0,
             "heartbeats": heartbeats,
             "schemas_checked_at": self.schema_watch.checked_at,
             "reconnects": self.recovery.reconnects,

@@ -142,6 +142,8 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="dblog-writer", daemon=True)
         self.events_written = 0
         self.flushes = 0
+        self.commit_seconds = 0.0  # summed over the output commits that went through
+        self.failed_attempts = 0  # output writes that failed and were retried or gave up
         # Commits another writer of the same changelog beat (captures sharing a lake root):
         # retried after a short pause, summed up in the log once a minute, not warned about.
         self.commit_conflicts = 0
@@ -378,7 +380,9 @@ class Writer:
                 if batch:
                     # Output.write skips positions it already has, so a retry after an
                     # unknown outcome (commit done, answer lost) writes nothing twice.
+                    started = time.monotonic()
                     self.output.write(batch, epoch=self.epoch)
+                    self.commit_seconds += time.monotonic() - started
                     self.events_written += len(batch)
                     self.flushes += 1
                 if self._outage is not None:
@@ -413,6 +417,7 @@ class Writer:
         """One refused attempt: wait before the next (the engine holds the log meanwhile,
         backpressure), or give up once the outage outlasts ``outage_timeout`` or the capture
         is stopping. Nothing is lost either way: no checkpoint passes this batch."""
+        self.failed_attempts += 1
         o = self._outage
         if o is None:
             o = self._outage = Outage(time.time(), time.monotonic())

@@ -46,6 +46,20 @@ class CaptureMetrics:
             ("dblog.capture.events", "{event}", "log change events processed", "events_total"),
             ("dblog.capture.reconnects", "{reconnect}", "reconnects to the source", "reconnects"),
             ("dblog.capture.heartbeats", "{heartbeat}", "heartbeat writes to the watermark table", "heartbeats"),
+            ("dblog.capture.output.events", "{event}", "events committed to the output", "events_written"),
+            ("dblog.capture.output.commits", "{commit}", "output commits (batches written)", "output_commits"),
+            (
+                "dblog.capture.output.commit.time",
+                "s",
+                "time spent in output commits (its rate over the commits' rate: the mean commit latency)",
+                "output_commit_seconds",
+            ),
+            (
+                "dblog.capture.output.failures",
+                "{attempt}",
+                "output writes that failed (retried through an outage, or given up)",
+                "output_failures",
+            ),
         }
         for name, unit, description, key in sorted(counters):
             meter.create_observable_counter(name, [self._value(key)], unit, description)

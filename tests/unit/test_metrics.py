@@ -27,6 +27,11 @@ STATUS = {
     "dumps": {"d1": {"rows": 40, "estimated_total": 100, "rows_per_s": 20.0, "eta_seconds": 3.0, "paused": False}},
     "leader": {"identity": "a", "epoch": 4},
     "log": {"retained_bytes": 65536},
+    "events_written": 1200,
+    "output_commits": 12,
+    "output_commit_seconds": 3.5,
+    "output_failures": 2,
+    "output_outage": {"since": 990.0, "seconds": 12.5, "attempts": 2, "error": "down", "gives_up_at": None},
 }
 
 
@@ -60,6 +65,11 @@ def test_every_instrument_reports_the_status_reports_value():
         "dblog.capture.leader.epoch": ("1", 4),
         "dblog.capture.warnings": ("{warning}", 1),
         "dblog.capture.report.age": ("s", 12.0),
+        "dblog.capture.output.events": ("{event}", 1200),
+        "dblog.capture.output.commits": ("{commit}", 12),
+        "dblog.capture.output.commit.time": ("s", 3.5),
+        "dblog.capture.output.failures": ("{attempt}", 2),
+        "dblog.capture.output.outage": ("s", 12.5),
     }
     for name, (unit, value) in expected.items():
         assert got[name] == (unit, [(src, value)]), name
@@ -69,8 +79,9 @@ def test_every_instrument_reports_the_status_reports_value():
     assert got["dblog.dump.eta"] == ("s", [(dump, 3.0)])
     assert got["dblog.dump.paused"] == ("1", [(dump, 0)])
     # the next report replaces the last: a finished dump and an idle window leave
-    metrics.update({**STATUS, "dumps": {}, "window": "idle", "lag_bytes": None})
+    metrics.update({**STATUS, "dumps": {}, "window": "idle", "lag_bytes": None, "output_outage": None})
     got = collect(metrics, reader)
+    assert got["dblog.capture.output.outage"] == ("s", [(src, 0.0)])  # the output accepts writes again
     assert "dblog.dump.rows" not in got or got["dblog.dump.rows"][1] == []
     assert got["dblog.capture.window.open"] == ("1", [(src, 0)])
     assert "dblog.capture.log.unread" not in got or got["dblog.capture.log.unread"][1] == []
