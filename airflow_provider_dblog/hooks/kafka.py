@@ -10,7 +10,8 @@ built in this process gets them in memory.
 Extras that are DBLog output options, not client settings: ``topic_prefix``, ``topic``,
 ``format`` (dblog | debezium), ``connector`` (postgresql | mysql), ``database``,
 ``transactional_id_prefix``, ``create_topics`` and ``schemas`` (true | false, a JSON boolean
-too), ``decimal_handling_mode``.
+too), ``decimal_handling_mode``, ``partitions`` and ``replication_factor`` (of the topics the
+output creates).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ OUTPUT_EXTRAS = (
     "create_topics",
     "schemas",
     "decimal_handling_mode",
+    "partitions",
+    "replication_factor",
 )
 
 

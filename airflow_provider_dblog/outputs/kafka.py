@@ -68,6 +68,8 @@ URL_PARAMS = (
     "create_topics",
     "schemas",
     "decimal_handling_mode",
+    "partitions",
+    "replication_factor",
 )
 SCHEMA_TOPIC_SUFFIX = ".dblog_schemas"
 TIMEOUT = 30.0  # seconds for one metadata, init or commit call
@@ -128,6 +130,13 @@ def parse_url(rest: str) -> tuple[str, dict[str, str]]:
             f"unknown decimal_handling_mode {options['decimal_handling_mode']!r} in the kafka:// URL.",
             "use precise (Connect's Decimal, the default), string (the exact text) or double (may round).",
         )
+    for name in ("partitions", "replication_factor"):
+        text = options.get(name)
+        if text is not None and not (text.isdigit() and int(text) >= 1):
+            raise ConfigurationError(
+                f"{name}={text!r} in the kafka:// URL is not a whole number of at least 1.",
+                f"write e.g. {name}=3, or leave it out for the broker's default.",
+            )
     if options.get("create_topics", "true") not in ("true", "false"):
         raise ConfigurationError(
             f"create_topics={options['create_topics']!r} in the kafka:// URL is neither true nor false.",
@@ -189,6 +198,10 @@ class KafkaOutput:
         # False: topics are an administrator's to create (no CREATE ACL): a missing one stops
         # the capture with the topics to create and their settings.
         self.create_topics = options.get("create_topics", "true") == "true"
+        # Of the topics the output creates (-1: the broker's default); Debezium's
+        # topic.creation.default.partitions / .replication.factor.
+        self.partitions = int(options.get("partitions", "-1"))
+        self.replication_factor = int(options.get("replication_factor", "-1"))
         self._conf: dict[str, Any] = {}
         self._admin: Any = None
         self._producers: dict[str, Any] = {}
@@ -395,7 +408,12 @@ class KafkaOutput:
                 missing, schema_topic, "the output does not create topics (create_topics=false)"
             )
         new = [
-            ck.admin.NewTopic(t, num_partitions=-1, replication_factor=-1, config=self._topic_config(t, schema_topic))
+            ck.admin.NewTopic(
+                t,
+                num_partitions=self.partitions,
+                replication_factor=self.replication_factor,
+                config=self._topic_config(t, schema_topic),
+            )
             for t in missing
         ]
         if new:

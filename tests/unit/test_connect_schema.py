@@ -309,6 +309,8 @@ def test_without_schemas_the_envelope_is_unchanged():
         ("schemas=true", "needs format=debezium"),
         ("format=debezium&schemas=yes", "neither true nor false"),
         ("format=debezium&schemas=true&decimal_handling_mode=exact", "unknown decimal_handling_mode"),
+        ("partitions=0", "not a whole number of at least 1"),
+        ("replication_factor=three", "not a whole number of at least 1"),
     ],
 )
 def test_url_options_of_the_schemas_are_checked(query, message):
