@@ -28,6 +28,10 @@ from .writer import Writer
 
 log = logging.getLogger(__name__)
 
+# A commit taking this many seconds is reported as a warning while it is still under way: a
+# broker or store that stopped answering shows before the call's own timeout fails it.
+SLOW_COMMIT = 10.0
+
 
 class StatusReport:
     def __init__(
@@ -78,8 +82,16 @@ class StatusReport:
         last_commit_ts = cursor.last_commit_ts
         warnings = list(src.get("warnings") or [])
         outage = writer.outage() if writer else None
+        pending = writer.commit_pending_since() if writer else None
+        pending_s = round(max(0.0, time.time() - pending), 1) if pending is not None else 0.0
         if outage is not None and writer is not None:
             warnings.append(outage_warning(repr(writer.output), outage))
+        elif writer is not None and pending is not None and pending_s >= SLOW_COMMIT:
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(pending))
+            warnings.append(
+                f"the output {writer.output!r} has not answered the commit begun at {since} "
+                f"({writer.in_flight()[0]} events): slow or unreachable; the log waits for it, nothing is lost"
+            )
         return {
             "source_id": self.source_id,
             "pid": os.getpid(),
@@ -105,6 +117,8 @@ class StatusReport:
             "warnings": warnings,
             # the output refusing writes (core/writer.py Outage.report); None while it accepts them
             "output_outage": outage,
+            # seconds the output commit under way has taken so far (0 between commits)
+            "output_commit_pending_seconds": pending_s,
             # the output's commits so far: events, commits, seconds spent in them, failed attempts
             "events_written": writer.events_written if writer else 0,
             "output_commits": writer.flushes if writer else 0,

@@ -135,6 +135,9 @@ class Writer:
         self._buffered_bytes = 0  # approximate, see _estimate
         # The batch being committed (retried through an outage): events, approximate bytes.
         self._in_flight = (0, 0)
+        # When the output call under way began (Unix time; None between calls): a commit that
+        # does not answer shows before it fails (a broker gone: its 30 s timeout).
+        self._calling_since: Optional[float] = None
         self._cond = threading.Condition()
         self._completed: collections.deque[Marker] = collections.deque()
         self._stopping = False
@@ -213,6 +216,10 @@ class Writer:
         """(events, approximate bytes) of the batch being committed: held beside the buffer,
         at most ``max_batch`` events or about ``max_batch_bytes``."""
         return self._in_flight
+
+    def commit_pending_since(self) -> Optional[float]:
+        """When the output commit under way began (Unix time), None between commits."""
+        return self._calling_since
 
     def outage(self) -> Optional[dict[str, Any]]:
         """The output refusing writes, for the status report: since when (Unix time), how
@@ -381,7 +388,11 @@ class Writer:
                     # Output.write skips positions it already has, so a retry after an
                     # unknown outcome (commit done, answer lost) writes nothing twice.
                     started = time.monotonic()
-                    self.output.write(batch, epoch=self.epoch)
+                    self._calling_since = time.time()
+                    try:
+                        self.output.write(batch, epoch=self.epoch)
+                    finally:
+                        self._calling_since = None
                     self.commit_seconds += time.monotonic() - started
                     self.events_written += len(batch)
                     self.flushes += 1

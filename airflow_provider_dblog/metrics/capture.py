@@ -90,6 +90,12 @@ class CaptureMetrics:
             ),
             ("dblog.capture.writer.buffered.size", "By", "bytes of those events", self._value("buffered_bytes")),
             (
+                "dblog.capture.output.commit.pending",
+                "s",
+                "how long the output commit under way has taken so far (0 between commits)",
+                self._value("output_commit_pending_seconds"),
+            ),
+            (
                 "dblog.capture.output.outage",
                 "s",
                 "how long the output has refused writes (0 while it accepts them)",

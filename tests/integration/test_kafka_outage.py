@@ -138,6 +138,14 @@ def hold_an_outage(tmp_path, seconds: float) -> None:
             broker("crash")
             down_at = time.monotonic()
             burst = run.burst(1_000_000, BURST)
+            # Reported while the first commit still waits for its 30 s timeout (SLOW_COMMIT).
+            wait_for(
+                lambda: [w for w in run.status().get("warnings", ()) if "has not answered the commit" in w],
+                25,
+                "the unanswered commit in the status",
+                c.assert_alive,
+            )
+            assert not run.status().get("output_outage")  # before any attempt failed
             wait_for(lambda: run.status().get("output_outage"), 120, "the outage in the status", c.assert_alive)
             checkpoint = run.state.get_checkpoint(run.sid)
             held = []

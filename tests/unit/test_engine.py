@@ -231,6 +231,31 @@ def test_an_output_outage_holds_the_log_reports_itself_and_loses_nothing(db, sta
     assert [e.key[0] for e in out.events if e.origin is Origin.LOG] == list(range(1, 501))  # each once, in order
 
 
+def test_a_commit_that_does_not_answer_is_reported_while_under_way(db, state, monkeypatch):
+    """A broker that stopped answering fails a commit only at the call's timeout (30 s for
+    Kafka); the status report says so from SLOW_COMMIT on, the call still under way."""
+    from airflow_provider_dblog.core import status_report
+
+    monkeypatch.setattr(status_report, "SLOW_COMMIT", 0.05)
+    source, out = MemorySource(db), MemoryChangelog()
+    out.gate = threading.Event()
+    run = Running(source, out, state)
+
+    def status():
+        return json.loads(state.get_value(status_key(SOURCE_ID)) or "{}")
+
+    try:
+        wait_until(lambda: status().get("output_commit_pending_seconds", 0) > 0.05, what="the pending commit")
+        st = status()
+        assert [w for w in st["warnings"] if "has not answered the commit begun at" in w and "(200 events)" in w]
+        assert st["output_outage"] is None  # nothing failed: it is only slow so far
+    finally:
+        out.gate.set()
+    wait_until(lambda: status().get("output_commit_pending_seconds") == 0.0, what="the commit's end reported")
+    assert not [w for w in status()["warnings"] if "has not answered" in w]
+    run.stop()
+
+
 def test_reconnect_gives_up_after_the_deadline_with_the_cause(db, state):
     source, out = MemorySource(db), MemoryChangelog()
     down = threading.Event()

@@ -31,6 +31,7 @@ STATUS = {
     "output_commits": 12,
     "output_commit_seconds": 3.5,
     "output_failures": 2,
+    "output_commit_pending_seconds": 4.0,
     "output_outage": {"since": 990.0, "seconds": 12.5, "attempts": 2, "error": "down", "gives_up_at": None},
 }
 
@@ -69,6 +70,7 @@ def test_every_instrument_reports_the_status_reports_value():
         "dblog.capture.output.commits": ("{commit}", 12),
         "dblog.capture.output.commit.time": ("s", 3.5),
         "dblog.capture.output.failures": ("{attempt}", 2),
+        "dblog.capture.output.commit.pending": ("s", 4.0),
         "dblog.capture.output.outage": ("s", 12.5),
     }
     for name, (unit, value) in expected.items():
