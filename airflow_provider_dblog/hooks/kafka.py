@@ -21,22 +21,11 @@ import urllib.parse
 from typing import Any
 
 from ..core.errors import ConfigurationError
-from ..outputs.kafka import _OWNED, DEFAULT_CONFIG_ENV, KafkaOutput
+from ..outputs.kafka import _OWNED, DEFAULT_CONFIG_ENV, URL_PARAMS, KafkaOutput
 
 KAFKA_CONN_TYPE = "kafka"
-OUTPUT_EXTRAS = (
-    "topic_prefix",
-    "topic",
-    "format",
-    "connector",
-    "database",
-    "transactional_id_prefix",
-    "create_topics",
-    "schemas",
-    "decimal_handling_mode",
-    "partitions",
-    "replication_factor",
-)
+# The URL's options but the one naming the client settings' variable (the hook fills it).
+OUTPUT_EXTRAS = tuple(p for p in URL_PARAMS if p != "config_env")
 
 
 def _option(value: Any) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
+import functools
 import os
 import re
 from typing import Any, Iterable, Iterator, Optional, Sequence
@@ -55,6 +56,7 @@ def now_micros() -> int:
     return (_dt.datetime.now(_dt.timezone.utc) - _UNIX_EPOCH) // _MICRO
 
 
+@functools.lru_cache(maxsize=4096)  # a transaction's events share their commit time
 def micros_to_iso(us: Optional[int]) -> Optional[str]:
     if us is None:
         return None

@@ -74,7 +74,7 @@ URL_PARAMS = (
 SCHEMA_TOPIC_SUFFIX = ".dblog_schemas"
 TIMEOUT = 30.0  # seconds for one metadata, init or commit call
 # librdkafka settings that are ours to choose: exactly once depends on them.
-_OWNED = ("transactional.id", "isolation.level", "enable.idempotence", "group.id", "enable.auto.commit")
+_OWNED = ("transactional.id", "isolation.level", "enable.idempotence", "group.id", "enable.auto.commit", "partitioner")
 
 
 def _kafka():
@@ -277,8 +277,8 @@ class KafkaOutput:
             conf = {
                 "linger.ms": 5,
                 "compression.type": "lz4",
-                "partitioner": "murmur2_random",
                 **self._conf,
+                "partitioner": "murmur2_random",  # Kafka's Java client's, for keyed records
                 "transactional.id": self.txn_prefix + source_id,
                 "transaction.timeout.ms": 60000,
             }
@@ -347,6 +347,10 @@ class KafkaOutput:
                 if msg.partition_key is None:
                     for p in range(self._partitions[topic]):
                         self._produce(producer, topic, msg.key, msg.value, msg.headers, p)
+                elif msg.key == msg.partition_key:
+                    # librdkafka's murmur2_random partitioner (ours to set: _OWNED) hashes the
+                    # record key as Kafka's Java client does, in C: the same partition.
+                    self._produce(producer, topic, msg.key, msg.value, msg.headers)
                 else:
                     p = murmur2_partition(msg.partition_key, self._partitions[topic])
                     self._produce(producer, topic, msg.key, msg.value, msg.headers, p)

@@ -111,6 +111,9 @@ class Formatter:
     database: Optional[str] = None  # PostgreSQL: the database (table names lack it)
     schemas: bool = False  # debezium: {"schema", "payload"} records (JsonConverter schemas.enable=true)
     decimal_mode: str = "precise"  # debezium with schemas: Debezium's decimal.handling.mode
+    _written_iso: tuple[Optional[int], Optional[str]] = dataclasses.field(
+        default=(None, None), init=False, repr=False, compare=False
+    )
     # (schema id, topic) -> the envelope's and the key's Connect schema as JSON
     _schema_cache: dict[tuple[str, str], tuple[bytes, bytes]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -150,7 +153,7 @@ class Formatter:
         if e.schema_id is not None:
             headers.append((H_SCHEMA, e.schema_id.encode()))
         if self.fmt == "dblog":
-            value = _json(jsonl_record(e, epoch, micros_to_iso(written_at)))
+            value = _json(jsonl_record(e, epoch, self._iso(written_at)))
             key: Optional[bytes] = canonical_key
         else:
             if e.op is Op.RANGE:
@@ -162,6 +165,13 @@ class Formatter:
                 value = _json(envelope)
                 key = None if broadcast else _json(self.key_object(e, schema))
         return Message(key, value, headers, None if broadcast else canonical_key)
+
+    def _iso(self, micros: int) -> Optional[str]:
+        """``micros_to_iso`` of the batch's one ``written_at``, computed once per batch."""
+        last = self._written_iso
+        if last[0] != micros:
+            last = self._written_iso = (micros, micros_to_iso(micros))
+        return last[1]
 
     def _with_schemas(
         self, e: ChangeEvent, envelope: dict[str, Any], schema: Optional[TableSchema], name: str, broadcast: bool

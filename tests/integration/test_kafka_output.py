@@ -120,6 +120,22 @@ def test_a_leader_paused_inside_its_transaction_is_fenced_by_kafka(bootstrap, wi
         assert [e for _, e in seen] == [1] * 5 + [2] * 3
 
 
+@pytest.mark.parametrize("fmt", ["dblog", "debezium"])
+def test_each_key_is_in_the_partition_kafkas_java_client_gives_it(bootstrap, fmt):
+    """The docs' contract: partition = Kafka's murmur2 of the canonical key text, in both
+    formats (dblog's records are partitioned by librdkafka's murmur2_random, debezium's by
+    ours, their record key being the key object)."""
+    from airflow_provider_dblog.outputs.kafka_format import murmur2_partition
+
+    from .test_kafka_oracle import committed_records
+
+    sid = f"k_part_{fmt}_{uuid.uuid4().hex[:6]}"
+    output(bootstrap, format=fmt).write(events(sid, 1, 200), epoch=1)
+    recs = [(p, h) for _, p, h in committed_records(bootstrap, sid) if "dblog.key" in h]
+    assert len(recs) == 200 and len({p for p, _ in recs}) == 3  # the test broker's 3 partitions
+    assert [p for p, h in recs] == [murmur2_partition(h["dblog.key"].encode(), 3) for _, h in recs]
+
+
 def test_a_write_below_the_recorded_epoch_is_refused(bootstrap):
     sid = f"k_epoch_{uuid.uuid4().hex[:6]}"
     output(bootstrap).write(events(sid, 1, 3), epoch=4)

@@ -199,6 +199,10 @@ def test_url_options_and_their_errors(monkeypatch):
     monkeypatch.setenv("DBLOG_KAFKA_CONFIG", '{"transactional.id": "mine"}')
     with pytest.raises(ConfigurationError, match="transactional.id"):
         client_config("b:1", "DBLOG_KAFKA_CONFIG")
+    # the partitioner places a key where Kafka's Java client does (docs/kafka.md): ours too
+    monkeypatch.setenv("DBLOG_KAFKA_CONFIG", '{"partitioner": "consistent_random"}')
+    with pytest.raises(ConfigurationError, match="partitioner"):
+        client_config("b:1", "DBLOG_KAFKA_CONFIG")
     monkeypatch.setenv("DBLOG_KAFKA_CONFIG", '{"sasl.password": "s3cret"')
     with pytest.raises(ConfigurationError) as err:
         client_config("b:1", "DBLOG_KAFKA_CONFIG")
