@@ -456,11 +456,16 @@ class Writer:
         if o.attempts <= 5 or time.monotonic() - o.warned_at >= 60:
             log.warning("output write failed (%s), attempt %d, next in %.1f s", o.error, o.attempts + 1, delay)
             o.warned_at = time.monotonic()
-        with self._cond:  # a stop ends the wait: one more attempt, then the grace decides
-            if not self._stopping:
-                self._cond.wait(delay)
-            elif delay:
-                self._cond.wait(min(delay, 1.0))
+        # The whole pause, though every put wakes the condition: a fast-failing output would
+        # else be retried at the pace of the puts. A stop ends it early (one more attempt,
+        # then the grace decides), and while stopping pauses are 1 s at most.
+        end = time.monotonic() + delay
+        with self._cond:
+            while (left := end - time.monotonic()) > 0:
+                if self._stopping and left > 1.0:
+                    end = time.monotonic() + 1.0
+                    continue
+                self._cond.wait(left)
 
 
 @dataclasses.dataclass

@@ -310,6 +310,27 @@ def test_an_outage_is_waited_out_reported_while_it_lasts_and_the_batch_written_o
     assert any("accepts writes again" in r.getMessage() for r in caplog.records)
 
 
+def test_puts_during_an_outage_do_not_shorten_the_backoff(monkeypatch):
+    """Every put wakes the writer's condition; a fast-failing output (a refused connection)
+    must still be retried at the backoff's pace, not at the pace of the puts."""
+    from airflow_provider_dblog.core import writer
+
+    monkeypatch.setattr(writer, "STOP_GRACE", 0.1)
+    down = Down(ConnectionError("connection refused"))
+    w = Writer(down, max_buffer=10**6, flush_interval=0.001, outage_timeout=0, max_backoff=0.4)
+    w.start()
+    end = time.monotonic() + 1.5
+    i = 0
+    while time.monotonic() < end:  # a put every 5 ms: 300 wake-ups
+        i += 1
+        w.put_many([ev(i)])
+        time.sleep(0.005)
+    # pauses 0.2, 0.4, 0.4, 0.4 ... s: about 5 attempts in 1.5 s
+    assert 3 <= down.attempts <= 8, down.attempts
+    with pytest.raises(WriterFailed):
+        w.close(timeout=30)
+
+
 def test_a_stop_during_an_outage_ends_the_writer_after_the_grace(monkeypatch):
     """A capture stopped (SIGTERM) while its output is down exits after STOP_GRACE, not after
     the outage timeout: nothing is lost, the next start writes the batch."""
