@@ -45,9 +45,11 @@ log = logging.getLogger(__name__)
 
 
 # Attempts at a batch the output refused with a cause and fix of its own (DBLogError: a full
-# or read-only disk, a refused topic): a person must act, so the capture stops after these
-# (about 6 s) instead of waiting out the outage timeout.
+# or read-only disk, a refused topic), or with an error no wait changes (a value the output
+# cannot take, a bug: _DETERMINISTIC): the capture stops after these (about 6 s) instead of
+# waiting out the outage timeout.
 FIXED_BY_OPERATOR_ATTEMPTS = 6
+_DETERMINISTIC = (TypeError, ValueError, KeyError, AttributeError, IndexError, AssertionError)
 # Seconds a stopping capture keeps retrying a batch the output refuses before it exits
 # (nothing lost: the next start writes it); within Writer.close's and the trigger's waits.
 STOP_GRACE = 20.0
@@ -435,8 +437,8 @@ class Writer:
         o.attempts += 1
         o.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         elapsed = time.monotonic() - o.started
-        if isinstance(exc, DBLogError) and o.attempts >= FIXED_BY_OPERATOR_ATTEMPTS:
-            raise exc  # a cause with its fix already (a full disk, say): waiting will not fix it
+        if isinstance(exc, (DBLogError, *_DETERMINISTIC)) and o.attempts >= FIXED_BY_OPERATOR_ATTEMPTS:
+            raise exc  # a cause with its fix already (a full disk), or a bug: waiting will not fix it
         given_up = bool(self.outage_timeout) and elapsed >= self.outage_timeout
         if given_up or (self._stopping and elapsed >= STOP_GRACE):
             # A cause and a fix instead of the client's traceback (issue 39 part 5).

@@ -349,6 +349,22 @@ def test_a_stop_during_an_outage_ends_the_writer_after_the_grace(monkeypatch):
     assert "while the capture was stopping" in str(failed.value.__cause__)
 
 
+def test_an_error_no_wait_changes_stops_after_a_few_attempts_whatever_the_timeout():
+    """A TypeError or ValueError from the output (a value it cannot encode, a bug) is not an
+    outage: waiting an hour would only hide it. It stops the writer, as before outages were
+    waited out, after FIXED_BY_OPERATOR_ATTEMPTS."""
+    from airflow_provider_dblog.core import writer
+
+    down = Down(TypeError("Integer exceeds 64-bit range"))
+    w = Writer(down, flush_interval=0.01, outage_timeout=0, max_backoff=0.01)
+    w.start()
+    w.put_many([ev(1)])
+    with pytest.raises(WriterFailed) as failed:
+        w.close(timeout=30)
+    assert isinstance(failed.value.__cause__, TypeError)
+    assert down.attempts == writer.FIXED_BY_OPERATOR_ATTEMPTS
+
+
 def test_a_refusal_with_its_own_fix_stops_after_a_few_attempts_whatever_the_timeout():
     """A full or read-only disk (a DBLogError with its fix) does not heal by waiting: the
     writer stops after FIXED_BY_OPERATOR_ATTEMPTS with that error, even with no timeout."""
