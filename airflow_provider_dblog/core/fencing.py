@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from .events import ChangeEvent, Key, Position, TableSchema
-from .protocols import FullRowIndex, LeaderLease, Output, RowTextOutput
+from .protocols import FullRowIndex, LeaderLease, Output, RowTextOutput, WholeRowConsumers
 
 
 class FencedOutput:
@@ -14,7 +14,7 @@ class FencedOutput:
     output's own epoch check instead, invariant 7.)
 
     It declares the capabilities of the output it wraps and no others (core/protocols.py):
-    ``takes_row_text`` as the output's, and ``full_row_keys`` only through ``fenced_output``'s
+    ``takes_row_text`` and ``needs_whole_rows()`` as the output's, and ``full_row_keys`` only through ``fenced_output``'s
     subclass for a ``FullRowIndex``. Anything else is delegated (``__getattr__``), which
     ``isinstance`` does not see on Python 3.12 and later."""
 
@@ -22,6 +22,9 @@ class FencedOutput:
         self._output = output
         self._lease = lease
         self.takes_row_text = isinstance(output, RowTextOutput) and output.takes_row_text
+
+    def needs_whole_rows(self) -> bool:
+        return isinstance(self._output, WholeRowConsumers) and self._output.needs_whole_rows()
 
     def open(self) -> None:
         self._output.open()

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..core.errors import ConfigurationError, StaleEpochError
 from ..core.events import ChangeEvent, Position, TableSchema
+from ..core.protocols import WholeRowConsumers
 from ._common import Bookkeeping, now_micros
 from ._urls import _ACCEPTED
 from .connect_schema import DECIMAL_MODES
@@ -173,8 +174,9 @@ def client_config(bootstrap: str, config_env: str, settings: Optional[dict] = No
     return {**conf, "bootstrap.servers": bootstrap}
 
 
-class KafkaOutput:
-    """``Output``/``ReadableOutput`` over Kafka topics (see the module docstring)."""
+class KafkaOutput(WholeRowConsumers):
+    """``Output``/``ReadableOutput`` over Kafka topics (see the module docstring); declares
+    ``WholeRowConsumers`` (core/protocols.py): in Debezium's envelope its rows go to sinks."""
 
     def __init__(
         self, bootstrap: str, options: Optional[dict[str, str]] = None, client_settings: Optional[dict] = None

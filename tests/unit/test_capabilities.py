@@ -12,6 +12,7 @@ from airflow_provider_dblog.core.protocols import (
     RowTextChunks,
     RowTextLog,
     RowTextOutput,
+    WholeRowConsumers,
 )
 from airflow_provider_dblog.sources.mysql.source import MySQLSource
 from airflow_provider_dblog.sources.postgres.source import PostgresSource
@@ -72,3 +73,16 @@ def test_a_fenced_output_declares_exactly_the_capabilities_of_its_output():
     assert isinstance(rich, Output) and isinstance(rich, FullRowIndex)
     assert isinstance(rich, RowTextOutput) and rich.takes_row_text
     assert rich.full_row_keys("s", "t") == [(1,)]
+
+
+def test_the_kafka_output_declares_whole_row_consumers_and_the_fence_passes_it_on():
+    """Debezium's envelope goes to sinks that write ``after`` whole (every unchanged-TOAST
+    placeholder gets a repair dump); the changelog format does not."""
+    from airflow_provider_dblog.outputs.kafka import KafkaOutput
+
+    assert WholeRowConsumers in KafkaOutput.__mro__
+    debezium, dblog = KafkaOutput("b:9092", {"format": "debezium"}), KafkaOutput("b:9092", {})
+    assert debezium.needs_whole_rows() and not dblog.needs_whole_rows()
+    assert fenced_output(debezium, _Lease()).needs_whole_rows()
+    assert not fenced_output(dblog, _Lease()).needs_whole_rows()
+    assert not fenced_output(_PlainOutput(), _Lease()).needs_whole_rows()
