@@ -185,8 +185,8 @@ def test_a_broker_outage_is_held_reported_and_delivered_exactly_once(tmp_path):
 @pytest.mark.soak
 @pytest.mark.timeout(1200)
 def test_a_five_minute_broker_outage_is_held_reported_and_delivered_exactly_once(tmp_path):
-    """Issue 34 part 4's length: PostgreSQL drops the idle replication connection meanwhile
-    (wal_sender_timeout), so the capture reconnects too once the output takes writes again."""
+    """Issue 34 part 4's length, beyond PostgreSQL's wal_sender_timeout (60 s) for the
+    replication connection the capture stopped reading."""
     hold_an_outage(tmp_path, float(os.environ.get("DBLOG_KAFKA_OUTAGE_SECONDS", "300")))
 
 
