@@ -44,7 +44,8 @@ test: install lint
 # a fixed and more random seeds (DBLOG_SOAK_SEEDS, default 3) and a 120 s workload each, and
 # dblog_land's dag.test() through spark-submit on both sources (the Airflow e2e covers it in make test), and
 # the mirror check with a corruption planted in every column (and in a random half), and a
-# Kafka broker down for 5 minutes, then past --output-outage-timeout, under a running capture, and
+# Kafka broker down for 5 minutes, then past --output-outage-timeout, under a running capture
+# (and 45 s under a MariaDB one), and
 # Debezium's JDBC sink fed by a MariaDB capture; and
 # the five-source fleet, MariaDB's failover mid-flush, the mirror that never moves back and the
 # TRUNCATE landing test; the longest runs, kept out of make test so that it stays near half an hour (README).
