@@ -71,6 +71,7 @@ URL_PARAMS = (
     "decimal_handling_mode",
     "partitions",
     "replication_factor",
+    "tombstones",
 )
 SCHEMA_TOPIC_SUFFIX = ".dblog_schemas"
 TIMEOUT = 30.0  # seconds for one metadata, init or commit call
@@ -138,6 +139,17 @@ def parse_url(rest: str) -> tuple[str, dict[str, str]]:
                 f"{name}={text!r} in the kafka:// URL is not a whole number of at least 1.",
                 f"write e.g. {name}=3, or leave it out for the broker's default.",
             )
+    if options.get("tombstones", "false") not in ("true", "false"):
+        raise ConfigurationError(
+            f"tombstones={options['tombstones']!r} in the kafka:// URL is neither true nor false.",
+            "write tombstones=true for a null-value record after each delete (format=debezium), else leave it out.",
+        )
+    if options.get("tombstones") == "true" and options.get("format") != "debezium":
+        raise ConfigurationError(
+            "tombstones=true in the kafka:// URL needs format=debezium (the changelog format keeps "
+            "deletes as records that a replay needs).",
+            "add format=debezium, or leave tombstones out.",
+        )
     if options.get("create_topics", "true") not in ("true", "false"):
         raise ConfigurationError(
             f"create_topics={options['create_topics']!r} in the kafka:// URL is neither true nor false.",
@@ -194,6 +206,7 @@ class KafkaOutput(WholeRowConsumers):
             options.get("database"),
             schemas=options.get("schemas") == "true",
             decimal_mode=options.get("decimal_handling_mode", "precise"),
+            tombstones=options.get("tombstones") == "true",
         )
         self.config_env = options.get("config_env") or DEFAULT_CONFIG_ENV
         self.txn_prefix = options.get("transactional_id_prefix", "dblog.")
@@ -356,6 +369,8 @@ class KafkaOutput(WholeRowConsumers):
                 else:
                     p = murmur2_partition(msg.partition_key, self._partitions[topic])
                     self._produce(producer, topic, msg.key, msg.value, msg.headers, p)
+                    if msg.tombstone:  # no headers: readers of our records never take it for one
+                        self._produce(producer, topic, msg.key, None, None, p)
             producer.commit_transaction(TIMEOUT)
         except ck.KafkaException as exc:
             self._drop(source_id)
@@ -473,6 +488,8 @@ class KafkaOutput(WholeRowConsumers):
         topic = self.topic_for(source_id, table)
         seen: set[Position] = set()
         for headers, value in read_all(self._conf or self._client_config(), [topic]):
+            if value is None:  # a tombstone after a delete (tombstones=true)
+                continue
             h = header_map(headers)
             if h.get(H_SOURCE) != source_id or h.get(H_TABLE) != table:
                 continue

@@ -97,6 +97,8 @@ class Message:
     value: bytes
     headers: list[tuple[str, bytes]]
     partition_key: Optional[bytes]
+    # followed by a tombstone (same key, null value, no headers) for log compaction
+    tombstone: bool = False
 
 
 def _table_only(first: str, rest: str, database: Optional[str], txid: Optional[str]) -> dict[str, Any]:
@@ -111,6 +113,8 @@ class Formatter:
     database: Optional[str] = None  # PostgreSQL: the database (table names lack it)
     schemas: bool = False  # debezium: {"schema", "payload"} records (JsonConverter schemas.enable=true)
     decimal_mode: str = "precise"  # debezium with schemas: Debezium's decimal.handling.mode
+    # debezium: a tombstone after each delete, as Debezium's tombstones.on.delete
+    tombstones: bool = False
     _written_iso: tuple[Optional[int], Optional[str]] = dataclasses.field(
         default=(None, None), init=False, repr=False, compare=False
     )
@@ -164,7 +168,8 @@ class Formatter:
             else:
                 value = _json(envelope)
                 key = None if broadcast else _json(self.key_object(e, schema))
-        return Message(key, value, headers, None if broadcast else canonical_key)
+        tombstone = self.tombstones and self.fmt == "debezium" and e.op is Op.DELETE
+        return Message(key, value, headers, None if broadcast else canonical_key, tombstone)
 
     def _iso(self, micros: int) -> Optional[str]:
         """``micros_to_iso`` of the batch's one ``written_at``, computed once per batch."""

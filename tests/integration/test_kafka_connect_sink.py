@@ -127,7 +127,8 @@ def test_debeziums_jdbc_sink_mirrors_every_table_from_our_topics(kind, connect_u
         # One partition per table topic (the broker's default is 3): a TRUNCATE is copied
         # into every partition, and a sink task interleaves partitions, so with several a
         # copy could be applied after another key's later insert (docs/kafka.md).
-        url = f"kafka://{bootstrap}?format=debezium&schemas=true&partitions=1&connector=" + (
+        # tombstones too (Debezium's default): the sink must take them
+        url = f"kafka://{bootstrap}?format=debezium&schemas=true&tombstones=true&partitions=1&connector=" + (
             f"postgresql&database={db.db}" if kind == "postgres" else "mysql"
         )
         config = write_config(tmp_path / "dblog.toml", db.source_config(sid), tmp_path / "state.db", url)

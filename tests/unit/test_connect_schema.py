@@ -310,9 +310,18 @@ def test_without_schemas_the_envelope_is_unchanged():
         ("format=debezium&schemas=yes", "neither true nor false"),
         ("format=debezium&schemas=true&decimal_handling_mode=exact", "unknown decimal_handling_mode"),
         ("partitions=0", "not a whole number of at least 1"),
+        ("tombstones=true", "needs format=debezium"),
+        ("format=debezium&tombstones=1", "neither true nor false"),
         ("replication_factor=three", "not a whole number of at least 1"),
     ],
 )
 def test_url_options_of_the_schemas_are_checked(query, message):
     with pytest.raises(ConfigurationError, match=message):
         parse_url(f"b:9092?{query}")
+
+
+def test_a_delete_is_followed_by_a_tombstone_when_asked():
+    fmt = Formatter("debezium", "postgresql", "shopdb", tombstones=True)
+    assert fmt.message(change(Op.DELETE, before=ROW), 1, 1, PG, "t").tombstone
+    assert not fmt.message(change(Op.CREATE, after=ROW), 1, 1, PG, "t").tombstone
+    assert not Formatter("debezium", "postgresql").message(change(Op.DELETE, before=ROW), 1, 1, PG, "t").tombstone
