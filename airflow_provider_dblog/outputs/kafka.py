@@ -116,17 +116,7 @@ def parse_url(rest: str) -> tuple[str, dict[str, str]]:
         options[k] = v
     if options.get("format", "dblog") not in FORMATS:
         raise ConfigurationError(f"unknown Kafka value format {options['format']!r}.", "use format=dblog or debezium.")
-    if options.get("schemas", "false") not in ("true", "false"):
-        raise ConfigurationError(
-            f"schemas={options['schemas']!r} in the kafka:// URL is neither true nor false.",
-            "write schemas=true for Kafka Connect's JSON with schemas (format=debezium), else leave it out.",
-        )
-    if options.get("schemas") == "true" and options.get("format") != "debezium":
-        raise ConfigurationError(
-            "schemas=true in the kafka:// URL needs format=debezium (the Debezium envelope with "
-            "Kafka Connect schemas).",
-            "add format=debezium, or leave schemas out for the changelog's own records.",
-        )
+    _check_flags(options)
     if options.get("decimal_handling_mode", "precise") not in DECIMAL_MODES:
         raise ConfigurationError(
             f"unknown decimal_handling_mode {options['decimal_handling_mode']!r} in the kafka:// URL.",
@@ -139,27 +129,37 @@ def parse_url(rest: str) -> tuple[str, dict[str, str]]:
                 f"{name}={text!r} in the kafka:// URL is not a whole number of at least 1.",
                 f"write e.g. {name}=3, or leave it out for the broker's default.",
             )
-    if options.get("tombstones", "false") not in ("true", "false"):
-        raise ConfigurationError(
-            f"tombstones={options['tombstones']!r} in the kafka:// URL is neither true nor false.",
-            "write tombstones=true for a null-value record after each delete (format=debezium), else leave it out.",
-        )
-    if options.get("tombstones") == "true" and options.get("format") != "debezium":
-        raise ConfigurationError(
-            "tombstones=true in the kafka:// URL needs format=debezium (the changelog format keeps "
-            "deletes as records that a replay needs).",
-            "add format=debezium, or leave tombstones out.",
-        )
-    if options.get("create_topics", "true") not in ("true", "false"):
-        raise ConfigurationError(
-            f"create_topics={options['create_topics']!r} in the kafka:// URL is neither true nor false.",
-            "write create_topics=false when topics are created by an administrator, else leave it out.",
-        )
     if options.get("connector") not in (None, *CONNECTORS):
         raise ConfigurationError(
             f"unknown connector {options['connector']!r} in the kafka:// URL.", "use postgresql or mysql."
         )
     return hosts, options
+
+
+# The URL's true/false options: (what true means, whether it needs format=debezium and why).
+_FLAGS = {
+    "schemas": ("Kafka Connect's JSON with schemas", "the Debezium envelope with Kafka Connect schemas"),
+    "tombstones": (
+        "a null-value record after each delete",
+        "the changelog format keeps deletes as records a replay needs",
+    ),
+    "create_topics": ("the output creates missing topics (the default)", None),
+}
+
+
+def _check_flags(options: dict[str, str]) -> None:
+    for name, (meaning, debezium_only) in _FLAGS.items():
+        value = options.get(name)
+        if value not in (None, "true", "false"):
+            raise ConfigurationError(
+                f"{name}={value!r} in the kafka:// URL is neither true nor false.",
+                f"write {name}=true ({meaning}) or {name}=false, or leave it out.",
+            )
+        if debezium_only and value == "true" and options.get("format") != "debezium":
+            raise ConfigurationError(
+                f"{name}=true in the kafka:// URL needs format=debezium ({debezium_only}).",
+                f"add format=debezium, or leave {name} out.",
+            )
 
 
 def client_config(bootstrap: str, config_env: str, settings: Optional[dict] = None) -> dict[str, Any]:
