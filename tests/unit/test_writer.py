@@ -8,7 +8,7 @@ import time
 import pytest
 
 from airflow_provider_dblog.core.batch import DumpRows
-from airflow_provider_dblog.core.errors import StaleEpochError
+from airflow_provider_dblog.core.errors import OutputStorageError, StaleEpochError
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Position, TableSchema
 from airflow_provider_dblog.core.markers import Marker
 from airflow_provider_dblog.core.writer import Writer, WriterFailed
@@ -349,35 +349,28 @@ def test_a_stop_during_an_outage_ends_the_writer_after_the_grace(monkeypatch):
     assert "while the capture was stopping" in str(failed.value.__cause__)
 
 
-def test_an_error_no_wait_changes_stops_after_a_few_attempts_whatever_the_timeout():
-    """A TypeError or ValueError from the output (a value it cannot encode, a bug) is not an
-    outage: waiting an hour would only hide it. It stops the writer, as before outages were
-    waited out, after FIXED_BY_OPERATOR_ATTEMPTS."""
+@pytest.mark.parametrize(
+    "error",
+    [
+        OutputStorageError("the changelog's storage at /lake is full", "free space at /lake"),
+        TypeError("Integer exceeds 64-bit range"),
+    ],
+    ids=["a-refusal-with-its-own-fix", "an-error-no-wait-changes"],
+)
+def test_an_error_waiting_cannot_heal_stops_after_a_few_attempts_whatever_the_timeout(error):
+    """A full or read-only disk (a DBLogError with its fix), or a TypeError/ValueError from
+    the output (a value it cannot encode, a bug), is no outage: waiting an hour would only
+    hide it. The writer stops after FIXED_BY_OPERATOR_ATTEMPTS with that error, even with
+    no timeout."""
     from airflow_provider_dblog.core import writer
 
-    down = Down(TypeError("Integer exceeds 64-bit range"))
+    down = Down(error)
     w = Writer(down, flush_interval=0.01, outage_timeout=0, max_backoff=0.01)
     w.start()
     w.put_many([ev(1)])
     with pytest.raises(WriterFailed) as failed:
         w.close(timeout=30)
-    assert isinstance(failed.value.__cause__, TypeError)
-    assert down.attempts == writer.FIXED_BY_OPERATOR_ATTEMPTS
-
-
-def test_a_refusal_with_its_own_fix_stops_after_a_few_attempts_whatever_the_timeout():
-    """A full or read-only disk (a DBLogError with its fix) does not heal by waiting: the
-    writer stops after FIXED_BY_OPERATOR_ATTEMPTS with that error, even with no timeout."""
-    from airflow_provider_dblog.core import writer
-    from airflow_provider_dblog.core.errors import OutputStorageError
-
-    down = Down(OutputStorageError("the changelog's storage at /lake is full", "free space at /lake"))
-    w = Writer(down, flush_interval=0.01, outage_timeout=0, max_backoff=0.01)
-    w.start()
-    w.put_many([ev(1)])
-    with pytest.raises(WriterFailed) as failed:
-        w.close(timeout=30)
-    assert isinstance(failed.value.__cause__, OutputStorageError)
+    assert failed.value.__cause__ is error
     assert down.attempts == writer.FIXED_BY_OPERATOR_ATTEMPTS
 
 
