@@ -87,9 +87,8 @@ class StatusReport:
         if outage is not None and writer is not None:
             warnings.append(outage_warning(repr(writer.output), outage))
         elif writer is not None and pending is not None and pending_s >= SLOW_COMMIT:
-            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(pending))
             warnings.append(
-                f"the output {writer.output!r} has not answered the commit begun at {since} "
+                f"the output {writer.output!r} has not answered the commit begun at {_utc(pending)} "
                 f"({writer.in_flight()[0]} events): slow or unreachable; the log waits for it, nothing is lost"
             )
         return {
@@ -149,17 +148,16 @@ class StatusReport:
 
 def outage_warning(output: str, outage: dict[str, Any]) -> str:
     """The warning of an output outage: the same text all along one outage (logged once)."""
-    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(outage["since"]))
     until = outage.get("gives_up_at")
-    end = (
-        f"until {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(until))} (--output-outage-timeout), then stops"
-        if until
-        else "for as long as it takes"
-    )
+    end = f"until {_utc(until)} (--output-outage-timeout), then stops" if until else "for as long as it takes"
     return (
-        f"the output {output} refuses writes since {since} ({outage['error']}): the capture holds its "
+        f"the output {output} refuses writes since {_utc(outage['since'])} ({outage['error']}): the capture holds its "
         f"position and buffer and retries {end}; nothing is lost"
     )
+
+
+def _utc(unix: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
 def previous_log_status(state: StateStore, source_id: str) -> Optional[dict[str, Any]]:

@@ -25,10 +25,9 @@ import functools
 import re
 from typing import Any, Callable, Optional
 
-import orjson
-
 from ..core.errors import DBLogError
 from ..core.events import Column, TableSchema
+from ..core.row_text import dumps
 from ..core.toast import is_unchanged_toast
 from ..sources.mysql.values import set_members
 from ..sources.type_families import base_type, family
@@ -143,10 +142,6 @@ class _Column:
 _TEXT_FIX = "use format=dblog for this source (its values are the exact text), or change the value"
 
 
-def _json_text(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
 def _zoned(value: Any) -> str:
     text = str(value)
     return text[:-6] + "Z" if text.endswith("+00:00") else text
@@ -180,7 +175,7 @@ def column_field(table: str, column: Column, decimal_mode: str = "precise", key:
     convert: Convert = _same
     if base.endswith("[]"):
         schema = _logical("string")
-        convert = _json_text
+        convert = dumps
     elif base == "year":
         schema = _logical("int32", "io.debezium.time.Year")
     elif base in family("byte") or base in family("short"):
@@ -205,7 +200,7 @@ def column_field(table: str, column: Column, decimal_mode: str = "precise", key:
     elif base in family("binary"):
         schema, convert = _logical("bytes"), _bytes
     elif base in family("json"):
-        schema, convert = _logical("string", "io.debezium.data.Json"), _json_text
+        schema, convert = _logical("string", "io.debezium.data.Json"), dumps
     elif base == "uuid":
         schema = _logical("string", "io.debezium.data.Uuid")
     elif base == "date":
@@ -238,7 +233,7 @@ def column_field(table: str, column: Column, decimal_mode: str = "precise", key:
 
 
 def _text(value: Any) -> Any:
-    return value if isinstance(value, str) else _json_text(value)
+    return value if isinstance(value, str) else dumps(value)
 
 
 def _bit_as_bool(value: Any) -> bool:

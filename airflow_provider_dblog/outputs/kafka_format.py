@@ -25,14 +25,14 @@ from ..core.toast import is_unchanged_toast, unchanged_toast_value
 from ..sources import descriptors
 from ..sources.source_descriptor import DebeziumSource
 from ._common import dumps, micros_to_iso
-from .connect_schema import TableConnectSchema, envelope_schema, source_fields, table_connect_schema
+from .connect_schema import UNAVAILABLE, TableConnectSchema, envelope_schema, source_fields, table_connect_schema
 from .jsonl import _event as jsonl_event
 from .jsonl import _record as jsonl_record
 
 FORMATS = ("dblog", "debezium")
 CONNECTORS = tuple(d.kafka_connector for d in descriptors())  # each source's (sources/<db>/descriptor.py)
 # Debezium's stand-in for a value the log did not carry (an unchanged TOASTed column).
-DEBEZIUM_UNAVAILABLE = "__debezium_unavailable_value"
+DEBEZIUM_UNAVAILABLE = UNAVAILABLE
 
 H_SOURCE = "dblog.source_id"
 H_TABLE = "dblog.table"
@@ -193,11 +193,11 @@ class Formatter:
         envelope["after"] = table.row_payload(envelope["after"])
         source = envelope["source"]
         envelope["source"] = {k: source.get(k) for k in source_fields(self.connector)}
-        envelope_schema, key_schema = self._schema_texts(schema, name, table)
-        value = b'{"schema":' + envelope_schema + b',"payload":' + _json(envelope) + b"}"
+        value_text, key_text = self._schema_texts(schema, name, table)
+        value = b'{"schema":' + value_text + b',"payload":' + _json(envelope) + b"}"
         if broadcast:
             return value, None
-        return value, b'{"schema":' + key_schema + b',"payload":' + _json(table.key_payload(e.key)) + b"}"
+        return value, b'{"schema":' + key_text + b',"payload":' + _json(table.key_payload(e.key)) + b"}"
 
     def _schema_texts(self, schema: TableSchema, name: str, table: TableConnectSchema) -> tuple[bytes, bytes]:
         """The envelope's and the key's schema as JSON, once per table version and topic."""

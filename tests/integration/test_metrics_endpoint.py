@@ -134,21 +134,18 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
             c.cursor().execute(f"UPDATE {db.ns}.accounts SET note = %s WHERE id = %s", (f"m{i}", i - 999))
             c.commit()
         written0 = value(first, "dblog_capture_output_events_total", dblog_source_id=src)
-        wait_for(
-            lambda: value(scrape(port)[1], "dblog_capture_events_total", dblog_source_id=src) >= events0 + 30,
-            60,
-            "the 30 updates to be counted",
-            capture.assert_alive,
-            detail=capture.detail,
-        )
-        # ... and written: the output's counters under their documented names
-        wait_for(
-            lambda: value(scrape(port)[1], "dblog_capture_output_events_total", dblog_source_id=src) >= written0 + 30,
-            60,
-            "the 30 updates to be counted as written",
-            capture.assert_alive,
-            detail=capture.detail,
-        )
+        # read, and written: the output's counters under their documented names
+        for name, at_least in (
+            ("dblog_capture_events_total", events0),
+            ("dblog_capture_output_events_total", written0),
+        ):
+            wait_for(
+                lambda name=name, at_least=at_least: value(scrape(port)[1], name, dblog_source_id=src) >= at_least + 30,
+                60,
+                f"the 30 updates to be counted in {name}",
+                capture.assert_alive,
+                detail=capture.detail,
+            )
         after = scrape(port)[1]
         assert value(after, "dblog_capture_output_commits_total", dblog_source_id=src) >= 1
         assert value(after, "dblog_capture_output_commit_time_seconds_total", dblog_source_id=src) > 0
