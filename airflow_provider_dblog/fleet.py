@@ -108,13 +108,22 @@ def fleet_dags(
                 delay_ms=s.delay_ms,
                 adaptive=s.adaptive,
                 poll_interval=backfill_poll_interval,
+                changelog=s.changelog or changelog,  # lineage only
                 outlets=[asset],
             )
         dags[backfill.dag_id] = backfill
     if repair:
         from .repair_form import repair_dag
 
-        dag = repair_dag([s.conn_id for s in sources], state_conn_id, asset, tags)
+        # lineage only: the changelog they share (none when sources write to different ones)
+        shared = {s.changelog or changelog for s in sources}
+        dag = repair_dag(
+            [s.conn_id for s in sources],
+            state_conn_id,
+            asset,
+            tags,
+            changelog=shared.pop() if len(shared) == 1 else None,
+        )
         dags[dag.dag_id] = dag
     return dags
 

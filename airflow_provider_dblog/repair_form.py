@@ -26,10 +26,12 @@ def repair_dag(
     tables: Optional[Sequence[str]] = None,
     poll_interval: float = 2.0,
     dag_id: str = "dblog_repair_dump",
+    changelog: Optional[str] = None,
 ) -> Any:
     """The form's DAG. ``sources``: the source connection ids (several: a select of them; one:
     the default of a free-text field); ``tables``: the tables offered in a select (None: free
-    text, ``schema.table``); ``asset``: emitted when the dump is done (it schedules landing)."""
+    text, ``schema.table``); ``asset``: emitted when the dump is done (it schedules landing);
+    ``changelog``: the captures' changelog URL, for lineage only (DumpOperator)."""
     from airflow.sdk import DAG, Param
 
     from .operators.dump import DumpOperator
@@ -116,6 +118,7 @@ def repair_dag(
             delay_ms="{{ params.delay_ms }}",
             readers="{{ params.readers }}",
             poll_interval=poll_interval,
+            changelog=changelog,
             outlets=[asset],  # dblog_land lands the repaired rows
         )
     return dag

@@ -14,6 +14,7 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_REPAIR_TABLES    comma-separated tables offered in the form's select (else free text)
   DBLOG_DUMP_POLL_INTERVAL  seconds between progress checks (default 2)
   DBLOG_CHANGELOG_ASSET  the asset emitted when the dump is done (default ``dblog_changelog``)
+  DBLOG_CHANGELOG        the capture's changelog URL, for lineage only (OpenLineage's output)
 """
 
 from __future__ import annotations
@@ -32,4 +33,5 @@ dag = repair_dag(
     Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog")),
     tables=TABLES or None,
     poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "2")),
+    changelog=os.environ.get("DBLOG_CHANGELOG"),  # lineage only: where the capture writes
 )

@@ -97,6 +97,17 @@ class CaptureOperator(BaseOperator):
         )
         self.defer(trigger=self._trigger(1), method_name="execute_complete")
 
+    def get_openlineage_facets_on_start(self) -> Any:
+        """OpenLineage (lineage.py; called by Airflow's OpenLineage provider when installed):
+        the captured tables, with their schemas, feed the changelog. A capture runs for ever,
+        so this start event is its lineage."""
+        from .. import lineage
+
+        hook = self.connections.hook()
+        source_id, inputs = lineage.source_inputs(hook)
+        outputs = lineage.changelog_datasets(hook.get_output(), source_id, [d.schema.table for d in inputs if d.schema])
+        return lineage.operator_lineage(inputs, outputs)
+
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Optional[dict[str, Any]]:
         session = int(event.get("session", 1))
         if event.get("status") != "session_end":

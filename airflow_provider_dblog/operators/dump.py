@@ -78,6 +78,9 @@ class DumpOperator(BaseOperator):
     :param delay_ms: pause between chunks (throttle).
     :param wait: wait until the dump finished (deferrable); False: return after recording it.
     :param poll_interval: seconds between progress checks.
+    :param changelog: where the capture writes (its ``changelog`` URL); or ``changelog_conn_id``.
+        Only for lineage (OpenLineage's output datasets): the dump itself goes through the
+        running capture, which already knows its output. Unset: no output dataset is reported.
     """
 
     template_fields = (
@@ -91,6 +94,8 @@ class DumpOperator(BaseOperator):
         "chunk_size",
         "delay_ms",
         "readers",
+        "changelog",
+        "changelog_conn_id",
     )
     ui_color = "#f8e7d7"
 
@@ -110,9 +115,12 @@ class DumpOperator(BaseOperator):
         delay_ms: Union[int, str] = 0,
         wait: bool = True,
         poll_interval: float = 5.0,
+        changelog: Optional[str] = None,
+        changelog_conn_id: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.changelog, self.changelog_conn_id = changelog, changelog_conn_id
         self.source_conn_id = source_conn_id
         self.state_conn_id = state_conn_id
         self.state = state
@@ -127,6 +135,7 @@ class DumpOperator(BaseOperator):
         self.wait = wait
         self.poll_interval = poll_interval
         self._dump_id: Optional[str] = None
+        self._finished: Optional[dict[str, Any]] = None  # the dump's final status (lineage)
 
     def hook(self) -> DBLogHook:
         return DBLogConnections.of_operator(self).hook()
@@ -188,6 +197,7 @@ class DumpOperator(BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any], started: Optional[float] = None) -> dict[str, Any]:
         d = event["dump"]
+        self._finished = d
         self.log.info("%s", progress_line(d))
         if event["status"] != "done":
             raise DBLogDumpError(
@@ -202,6 +212,47 @@ class DumpOperator(BaseOperator):
             "chunks": d["chunks"],
             "duration_s": round(finished - (started or d["created_at"]), 3),
         }
+
+    # -- OpenLineage (lineage.py; called by Airflow's OpenLineage provider when installed) --
+    def _requested_tables(self) -> Optional[list[str]]:
+        if self.tables is None or self.tables == "all":
+            return None
+        return [self.tables] if isinstance(self.tables, str) else list(self.tables)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The requested tables, with their schemas, feed the changelog."""
+        from .. import lineage
+
+        hook = self.hook()
+        source_id, inputs = lineage.source_inputs(hook, self._requested_tables())
+        tables = [d.schema.table for d in inputs if d.schema]
+        outputs = lineage.changelog_datasets(hook.get_output(), source_id, tables) if self._knows_changelog() else []
+        return lineage.operator_lineage(inputs, outputs)
+
+    def _knows_changelog(self) -> bool:
+        return bool(self.changelog or self.changelog_conn_id)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """What the dump wrote: the rows of each table (a changelog per table, Kafka's topics)
+        or of all of them (one changelog table) as the output's statistics."""
+        from .. import lineage
+
+        d = self._finished
+        if d is None:  # not waited for (wait=False): what was requested
+            return self.get_openlineage_facets_on_start()
+        hook = self.hook()
+        source = hook.source_config()
+        rows = {t: int(p["rows"]) for t, p in d["progress"].items()}
+        inputs = [lineage.source_dataset(source, t) for t in rows]
+        written: dict[tuple[str, str], int] = {}
+        if self._knows_changelog():
+            output = hook.get_output()
+            for table, n in rows.items():
+                for out in lineage.changelog_datasets(output, source["id"], [table]):
+                    written[(out.namespace, out.name)] = written.get((out.namespace, out.name), 0) + n
+        return lineage.operator_lineage(
+            inputs, [lineage.LineageDataset(ns, name, row_count=n) for (ns, name), n in written.items()]
+        )
 
     def on_kill(self) -> None:
         """Killed while recording (the deferred phase is the trigger's ``on_kill``): cancel it."""

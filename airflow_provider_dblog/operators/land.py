@@ -81,6 +81,16 @@ class ContinuousLandOperator(BaseOperator):
         self.log.info("landing %s continuously (every %.0f s)", self.lake, self.trigger_seconds)
         self.defer(trigger=self._trigger(1), method_name="execute_complete")
 
+    def get_openlineage_facets_on_start(self) -> Any:
+        """OpenLineage (lineage.py; called by Airflow's OpenLineage provider when installed):
+        the changelog feeds the mirrors that exist when the task starts."""
+        from .. import lineage
+        from ..outputs.lake_layout import absolute, changelog_path, mirrors_root
+
+        changelog = lineage.LineageDataset(*lineage.location(changelog_path(absolute(self.lake))))
+        mirrors = lineage.existing_mirrors(mirrors_root(self.lake, self.mirrors), self.source)
+        return lineage.operator_lineage([changelog], mirrors)
+
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Optional[dict[str, Any]]:
         session = int(event.get("session", 1))
         if event.get("status") != "session_end":

@@ -71,6 +71,7 @@ class VerifyOperator(BaseOperator):
         self.tables = tables
         self.repair, self.fail_on_mismatch, self.chunk_size = repair, fail_on_mismatch, chunk_size
         self.ranges, self.mirrors = ranges, mirrors
+        self._lineage: Optional[tuple[dict[str, Any], dict[str, Any], dict[str, int]]] = None
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = DBLogConnections.of_operator(self).hook()
@@ -93,6 +94,7 @@ class VerifyOperator(BaseOperator):
 
         try:
             tables = [self.tables] if isinstance(self.tables, str) else list(self.tables or source.tables())
+            schemas = {t: source.table_schema(t) for t in tables}  # read at open: for lineage
             if self.mirrors:
                 results = self._against_mirrors(source, tables, report)
             else:
@@ -107,6 +109,7 @@ class VerifyOperator(BaseOperator):
         finally:
             source.close()
         drifted = {t: len(r.mismatches) for t, r in results.items() if r.mismatches}
+        self._lineage = (hook.source_config(), schemas, {t: len(r.mismatches) for t, r in results.items()})
         if drifted and self.repair:
 
             def record(table: str, spec: Any, keys: int) -> None:
@@ -122,6 +125,32 @@ class VerifyOperator(BaseOperator):
                 + ". Fix: run with repair=True (or `dblog verify --repair`) to re-dump exactly those keys."
             )
         return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (lineage.py; called by Airflow's OpenLineage provider when installed):
+        the source tables and the changelog (or mirrors) compared, with one ``equals_source``
+        data quality assertion per table on the changelog's (mirror's) side. A repair writes
+        nothing here: the capture performs the dumps it requests."""
+        if self._lineage is None:  # failed before comparing anything
+            return None
+        from .. import lineage
+        from ..outputs.lake_layout import absolute
+
+        source, schemas, mismatches = self._lineage
+        inputs = [lineage.source_dataset(source, t, s) for t, s in schemas.items()]
+        by_dataset: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        if self.mirrors:
+            root = absolute(str(self.mirrors))
+            for t, n in mismatches.items():
+                (d,) = lineage.mirror_datasets(root, [(source["id"], schemas[t])])
+                by_dataset[(d.namespace, d.name)] = [(t, n)]
+        else:
+            output = DBLogConnections.of_operator(self).hook().get_output()
+            for t, n in mismatches.items():
+                for d in lineage.changelog_datasets(output, source["id"], [t]):
+                    by_dataset.setdefault((d.namespace, d.name), []).append((t, n))
+        checked = [lineage.LineageDataset(ns, name, assertions=tuple(a)) for (ns, name), a in by_dataset.items()]
+        return lineage.operator_lineage(inputs + checked, [])
 
     def _against_mirrors(self, source: Any, tables: list[str], report: Any) -> dict[str, Any]:
         from ..outputs.lake_layout import absolute

@@ -267,8 +267,14 @@ def current_keys(db, table: str, cols: str) -> set:
         c.close()
 
 
+def lineage_events(path: Path, job: str) -> dict[str, dict]:
+    """The OpenLineage events of one task (by eventType) that the provider's file transport wrote."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {e["eventType"]: e for e in events if e["job"]["name"] == job}
+
+
 @pytest.mark.integration
-def test_repair_dump_dag_emits_the_requested_keys(airflow_home, captured):
+def test_repair_dump_dag_emits_the_requested_keys(airflow_home, captured, tmp_path):
     db, source_id, lake, dag_env, cap = captured
     table = f"{db.ns}.orders"
     keys = sorted(current_keys(db, "orders", "region, order_no"))[:3]
@@ -278,12 +284,38 @@ def test_repair_dump_dag_emits_the_requested_keys(airflow_home, captured):
         "keys": "\n".join(json.dumps(list(k)) for k in keys) + '\n["zz", 999999]',
         "chunk_size": 2,
     }
-    log = dag_test(airflow_home, "dblog_repair_dump.py", "dblog_repair_dump", dag_env, conf)
+    ol_file = tmp_path / "openlineage.jsonl"  # Airflow's OpenLineage provider, its file transport
+    transport = {"type": "file", "log_file_path": str(ol_file), "append": True}
+    lineage_env = {"DBLOG_CHANGELOG": lake, "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)}
+    log = dag_test(airflow_home, "dblog_repair_dump.py", "dblog_repair_dump", {**dag_env, **lineage_env}, conf)
     cap.assert_alive()
     rows = dumped(lake, source_id, table)
     assert sorted(e.key for e in rows) == sorted(keys), log[-3000:]  # the absent key emits nothing
     assert len({e.dump_id for e in rows}) == 1
     assert "3 rows" in log or "rows': 3" in log or '"rows": 3' in log
+
+    # lineage: the source table (named by OpenLineage's spec, with its schema) feeds the changelog
+    events = lineage_events(ol_file, "dblog_repair_dump.dump")
+    assert {"START", "COMPLETE"} <= set(events), (sorted(events), log[-3000:])
+    namespace = f"{'postgres' if db.kind == 'postgres' else 'mysql'}://{db.host}:{db.port}"
+    name = f"{db.db}.{table}" if db.kind == "postgres" else table
+    changelog = {"namespace": "file", "name": f"{lake[len('delta://') :]}/changelog"}
+    (start_in,) = events["START"]["inputs"]
+    assert (start_in["namespace"], start_in["name"]) == (namespace, name)
+    columns = [f["name"] for f in start_in["facets"]["schema"]["fields"]]
+    assert {"region", "order_no"} <= set(columns)
+    key_fields = [f["name"] for f in start_in["facets"]["schema"]["fields"] if f.get("description") == "primary key"]
+    assert key_fields == ["region", "order_no"]
+    assert [{k: o[k] for k in changelog} for o in events["START"]["outputs"]] == [changelog]
+    (done_in,) = events["COMPLETE"]["inputs"]
+    assert (done_in["namespace"], done_in["name"]) == (namespace, name)
+    (done_out,) = events["COMPLETE"]["outputs"]
+    assert {k: done_out[k] for k in changelog} == changelog
+    assert done_out["outputFacets"]["outputStatistics"]["rowCount"] == 3  # the rows the dump emitted
+    # no secret: the source is named by host and port (the test password is a common word, so
+    # look for it where a connection would carry it)
+    password, text = json.loads(dag_env["AIRFLOW_CONN_DBLOG_TEST_SOURCE"])["password"], ol_file.read_text()
+    assert f":{password}@" not in text and '"password"' not in text.lower()
 
 
 @pytest.mark.integration

@@ -228,13 +228,13 @@ def test_dump_operator_round_against_a_running_capture(mariadb):
             with pytest.raises(RequestError, match="column"):
                 await asyncio.to_thread(request, tables=f"{db.ns}.orders", keys='["eu"]')
             op, deferred = await asyncio.to_thread(
-                request, tables=f"{db.ns}.accounts", keys="1\n3\n999999", chunk_size=2
+                request, tables=f"{db.ns}.accounts", keys="1\n3\n999999", chunk_size=2, changelog=lake
             )
             assert deferred.method_name == "execute_complete"
             event = await asyncio.wait_for(deferred.trigger.run().__anext__(), 90)
             result = op.execute_complete({"ti": ti}, event.payload, **deferred.kwargs)
             assert not cap.done(), "the capture ended during the dump"
-            return result
+            return result, op
         finally:
             cap.cancel()
             await asyncio.gather(cap, return_exceptions=True)
@@ -242,8 +242,14 @@ def test_dump_operator_round_against_a_running_capture(mariadb):
             await capture.cleanup()  # what the triggerer does when the task is killed
             assert proc is not None and proc.returncode is not None
 
-    result = asyncio.run(go())
+    result, op = asyncio.run(go())
     assert result["status"] == "done" and result["rows"] == 2 and result["dump_id"] == ti.xcom["dump_id"]
+    # OpenLineage (what Airflow's listener reports on success): the table in, the rows it wrote out
+    ol = op.get_openlineage_facets_on_complete(None)
+    assert [(d.namespace, d.name) for d in ol.inputs] == [(f"mysql://{db.host}:{db.port}", f"{db.ns}.accounts")]
+    (out,) = ol.outputs
+    assert (out.namespace, out.name) == ("file", f"{lake[len('delta://') :]}/changelog")
+    assert out.outputFacets["outputStatistics"].rowCount == 2
     assert result["duration_s"] >= 0
     dumped = [e for e in changelog(lake, source_id, f"{db.ns}.accounts") if e.op.value == "r"]
     assert sorted(e.key for e in dumped) == [(1,), (3,)]
@@ -267,7 +273,28 @@ def test_verify_operator_reports_drift_and_requests_a_dump_of_exactly_those_keys
     with pytest.raises(DBLogDriftError, match="repair=True") as err:
         op(tables=[accounts], repair=False).execute({})
     assert accounts in str(err.value)
-    summary = op(repair=True).execute({})
+    verify = op(repair=True)
+    summary = verify.execute({})
+    # OpenLineage: the source tables (with schemas) and the changelog, one failed equals_source
+    # assertion per table carrying its mismatches
+    ol = verify.get_openlineage_facets_on_complete(None)
+    *tables_in, changelog_in = ol.inputs
+    assert sorted(d.name for d in tables_in) == sorted(db.tables()) and not ol.outputs
+    assert all(d.namespace == f"mysql://{db.host}:{db.port}" and d.facets["schema"].fields for d in tables_in)
+    assert (changelog_in.namespace, changelog_in.name) == ("file", f"{lake[len('delta://') :]}/changelog")
+    checks = changelog_in.inputFacets["dataQualityAssertions"].assertions
+    assert {c.name: (c.success, c.actual) for c in checks} == {
+        f"dblog verify {t}": (False, f"{s['mismatches']} mismatched keys") for t, s in summary.items()
+    }
+    # the capture's start: every captured table (with its schema) feeds the changelog
+    from airflow_provider_dblog.operators.capture import CaptureOperator
+
+    capture = CaptureOperator(task_id="capture", source_conn_id=conn_id, state=state, changelog=lake)
+    ol = capture.get_openlineage_facets_on_start()
+    assert sorted(d.name for d in ol.inputs) == sorted(db.tables())
+    (accounts_in,) = [d for d in ol.inputs if d.name == accounts]
+    assert "id" in {f.name for f in accounts_in.facets["schema"].fields}
+    assert [(d.namespace, d.name) for d in ol.outputs] == [("file", f"{lake[len('delta://') :]}/changelog")]
     assert set(summary) == set(db.tables())
     store = LocalStateStore(state)
     dumps = {d.spec.tables[0]: d for d in store.list_dumps(source_id)}
