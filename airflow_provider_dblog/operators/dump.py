@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
@@ -78,6 +78,11 @@ class DumpOperator(BaseOperator):
     :param delay_ms: pause between chunks (throttle).
     :param wait: wait until the dump finished (deferrable); False: return after recording it.
     :param poll_interval: seconds between progress checks.
+    :param notifiers: called with the task's context plus ``dblog_dump_event`` (a dict: ``event``
+        one of started, paused, resumed, table_done, completed, failed, cancelled; ``dump_id``,
+        ``source_id``, and per event ``table``, ``rows``, ``chunks``, ``error``) for each event
+        of the dump's lifecycle: Airflow notifiers (``BaseNotifier``: Slack, SMTP, ...) or any
+        callable taking the context. The task defers again after each intermediate event.
     :param changelog: where the capture writes (its ``changelog`` URL); or ``changelog_conn_id``.
         Only for lineage (OpenLineage's output datasets): the dump itself goes through the
         running capture, which already knows its output. Unset: no output dataset is reported.
@@ -117,10 +122,14 @@ class DumpOperator(BaseOperator):
         poll_interval: float = 5.0,
         changelog: Optional[str] = None,
         changelog_conn_id: Optional[str] = None,
+        notifiers: Sequence[Callable[[Any], Any]] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.changelog, self.changelog_conn_id = changelog, changelog_conn_id
+        self.notifiers = list(notifiers)
+        if self.notifiers and not wait:
+            raise ValueError("notifiers need wait=True: the task delivers the dump's events while it waits")
         self.source_conn_id = source_conn_id
         self.state_conn_id = state_conn_id
         self.state = state
@@ -162,16 +171,35 @@ class DumpOperator(BaseOperator):
         context["ti"].xcom_push(key="dump_id", value=self._dump_id)
         if not self.wait:
             return {"dump_id": self._dump_id, "status": "pending"}
+        self._wait(started)
+        return None
+
+    def _wait(self, started: float, seen: Optional[dict[str, Any]] = None) -> None:
+        assert self._dump_id is not None
         self.defer(
             trigger=DumpTrigger(
                 self._dump_id,
                 **DBLogConnections.of_operator(self).kwargs(*STATE_ONLY),
                 poll_interval=self.poll_interval,
+                notify=bool(self.notifiers),
+                seen=seen,
             ),
             method_name="execute_complete",
             kwargs={"started": started},
         )
-        return None
+
+    def _notify(self, context: Any, events: Sequence[dict[str, Any]]) -> None:
+        """Each lifecycle event to each notifier. A failing notifier is logged and the others
+        still run: a Slack outage must not fail (or re-run) the dump's task."""
+        for event in events:
+            self.log.info(
+                "dump %s: %s", event["dump_id"], event["event"] + (f" {event['table']}" if "table" in event else "")
+            )
+            for notifier in self.notifiers:
+                try:
+                    notifier({**context, "dblog_dump_event": event})
+                except Exception:
+                    self.log.exception("notifier %r failed on the dump's %s event", notifier, event["event"])
 
     def _request(self, source: Any, state: Any, keys: Optional[list[Any]]) -> Any:
         """Validate and record the request. Its errors name the source connection too: the
@@ -197,6 +225,10 @@ class DumpOperator(BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any], started: Optional[float] = None) -> dict[str, Any]:
         d = event["dump"]
+        self._dump_id = d["dump_id"]
+        self._notify(context, event.get("events", []) if self.notifiers else [])
+        if event["status"] == "progress":  # an intermediate lifecycle event: wait on
+            self._wait(started or d["created_at"], event["seen"])
         self._finished = d
         self.log.info("%s", progress_line(d))
         if event["status"] != "done":
@@ -204,7 +236,7 @@ class DumpOperator(BaseOperator):
                 f"dump {d['dump_id']} {event['status']}" + (f": {d['error']}" if d.get("error") else "")
             )
         finished = d.get("updated_at") or time.time()
-        return {
+        summary = {
             "dump_id": d["dump_id"],
             "status": d["status"],
             "tables": {t: p["rows"] for t, p in d["progress"].items()},
@@ -212,6 +244,12 @@ class DumpOperator(BaseOperator):
             "chunks": d["chunks"],
             "duration_s": round(finished - (started or d["created_at"]), 3),
         }
+        # The outlets' asset events (they schedule landing) say which dump they stand for.
+        outlet_events = context.get("outlet_events") if hasattr(context, "get") else None
+        if outlet_events is not None:
+            for asset in self.outlets:
+                outlet_events[asset].extra.update({"dblog_dump": summary})
+        return summary
 
     # -- OpenLineage (lineage.py; called by Airflow's OpenLineage provider when installed) --
     def _requested_tables(self) -> Optional[list[str]]:

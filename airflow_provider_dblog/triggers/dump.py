@@ -17,6 +17,38 @@ from ..hooks.connections import STATE_ONLY, DBLogConnections
 from ..hooks.dblog import DBLogHook
 
 FINISHED = ("done", "failed", "cancelled")
+# A finished dump's lifecycle event (what a notifier receives): "completed", not the status "done".
+FINAL_EVENT = {"done": "completed", "failed": "failed", "cancelled": "cancelled"}
+
+
+def seen_state(d: dict[str, Any]) -> dict[str, Any]:
+    """What ``lifecycle`` compares: small enough to travel in a trigger's arguments."""
+    return {
+        "status": d["status"],
+        "paused": bool(d.get("paused")),
+        "done": sorted(t for t, p in d["progress"].items() if p["done"]),
+    }
+
+
+def lifecycle(seen: Optional[dict[str, Any]], d: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lifecycle events between the state last seen and the dump now, in the order they
+    happen: ``started``, ``paused`` / ``resumed``, ``table_done`` per table, and at the end
+    ``completed``, ``failed`` or ``cancelled`` (with the error). Each carries the dump id."""
+    was = seen or {"status": "pending", "paused": False, "done": []}
+    base = {"dump_id": d["dump_id"], "source_id": d.get("source_id")}
+    events: list[dict[str, Any]] = []
+    if was["status"] == "pending" and d["status"] != "pending":
+        events.append({**base, "event": "started"})
+    paused = bool(d.get("paused"))
+    if paused != was["paused"] and d["status"] not in FINISHED:
+        events.append({**base, "event": "paused" if paused else "resumed"})
+    for table, p in d["progress"].items():
+        if p["done"] and table not in was["done"]:
+            events.append({**base, "event": "table_done", "table": table, "rows": p["rows"], "chunks": p.get("chunks")})
+    if d["status"] in FINISHED and was["status"] not in FINISHED:
+        final = {**base, "event": FINAL_EVENT[d["status"]], "rows": d["rows"], "chunks": d["chunks"]}
+        events.append({**final, "error": d["error"]} if d.get("error") else final)
+    return events
 
 
 def progress_line(d: dict[str, Any]) -> str:
@@ -40,7 +72,11 @@ def progress_line(d: dict[str, Any]) -> str:
 
 
 class DumpTrigger(BaseTrigger):
-    """Poll a dump's status in the state store; fire when it is done, failed or cancelled."""
+    """Poll a dump's status in the state store; fire when it is done, failed or cancelled.
+
+    With ``notify``, fire also at each lifecycle event before that (``lifecycle``), with the
+    status ``progress``: the operator hands the events to its notifiers and defers again with
+    ``seen``, the state they were computed against, so no event is delivered twice."""
 
     def __init__(
         self,
@@ -49,11 +85,15 @@ class DumpTrigger(BaseTrigger):
         state_conn_id: Optional[str] = None,
         state: Optional[str] = None,
         poll_interval: float = 5.0,
+        notify: bool = False,
+        seen: Optional[dict[str, Any]] = None,
     ) -> None:
         super().__init__()
         self.dump_id = dump_id
         self.connections = DBLogConnections(state_conn_id=state_conn_id, state=state)
         self.poll_interval = float(poll_interval)
+        self.notify = bool(notify)
+        self.seen = seen
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -62,6 +102,8 @@ class DumpTrigger(BaseTrigger):
                 "dump_id": self.dump_id,
                 **self.connections.kwargs(*STATE_ONLY),
                 "poll_interval": self.poll_interval,
+                "notify": self.notify,
+                "seen": self.seen,
             },
         )
 
@@ -80,8 +122,12 @@ class DumpTrigger(BaseTrigger):
                 if line != last:
                     self.log.info("%s", line)
                     last = line
+                events = lifecycle(self.seen, d)
                 if d["status"] in FINISHED:
-                    yield TriggerEvent({"status": d["status"], "dump": d})
+                    yield TriggerEvent({"status": d["status"], "dump": d, "events": events})
+                    return
+                if self.notify and events:
+                    yield TriggerEvent({"status": "progress", "dump": d, "events": events, "seen": seen_state(d)})
                     return
                 await asyncio.sleep(self.poll_interval)
         finally:

@@ -166,6 +166,12 @@ bag = DagBag(dag_folder=path)
 assert not bag.import_errors, bag.import_errors
 dr = bag.dags[dag_id].test(run_conf=conf or None)
 print("RUN_STATE=" + str(dr.state))
+from sqlalchemy import select
+from airflow.models.asset import AssetEvent
+from airflow.utils.session import create_session
+with create_session() as session:  # the run's asset events, as downstream DAGs receive them
+    q = select(AssetEvent).where(AssetEvent.source_dag_id == dag_id, AssetEvent.source_run_id == dr.run_id)
+    print("ASSET_EVENTS=" + json.dumps([{"uri": e.uri, "extra": e.extra} for e in session.scalars(q)]))
 """
 
 
@@ -293,6 +299,12 @@ def test_repair_dump_dag_emits_the_requested_keys(airflow_home, captured, tmp_pa
     assert sorted(e.key for e in rows) == sorted(keys), log[-3000:]  # the absent key emits nothing
     assert len({e.dump_id for e in rows}) == 1
     assert "3 rows" in log or "rows': 3" in log or '"rows": 3' in log
+    # one asset event for the run (it schedules landing), saying which dump it stands for
+    (events_line,) = [ln for ln in log.splitlines() if ln.startswith("ASSET_EVENTS=")]
+    (asset_event,) = json.loads(events_line[len("ASSET_EVENTS=") :])
+    assert asset_event["uri"] == "dblog_changelog"
+    summary = asset_event["extra"]["dblog_dump"]
+    assert summary["dump_id"] == rows[0].dump_id and summary["rows"] == 3 and summary["tables"] == {table: 3}
 
     # lineage: the source table (named by OpenLineage's spec, with its schema) feeds the changelog
     events = lineage_events(ol_file, "dblog_repair_dump.dump")

@@ -209,6 +209,7 @@ def test_dump_operator_round_against_a_running_capture(mariadb):
     capture = CaptureTrigger(conn_id, state=state, output=lake, session_seconds=120, status_interval=1)
     lines = Lines(capture)
     ti = TI()
+    notified: list[dict] = []
 
     def request(**kw):
         op = DumpOperator(task_id="dump", source_conn_id=conn_id, state=state, poll_interval=0.2, **kw)
@@ -228,11 +229,21 @@ def test_dump_operator_round_against_a_running_capture(mariadb):
             with pytest.raises(RequestError, match="column"):
                 await asyncio.to_thread(request, tables=f"{db.ns}.orders", keys='["eu"]')
             op, deferred = await asyncio.to_thread(
-                request, tables=f"{db.ns}.accounts", keys="1\n3\n999999", chunk_size=2, changelog=lake
+                request,
+                tables=f"{db.ns}.accounts",
+                keys="1\n3\n999999",
+                chunk_size=2,
+                changelog=lake,
+                notifiers=[lambda context: notified.append(context["dblog_dump_event"])],
             )
-            assert deferred.method_name == "execute_complete"
-            event = await asyncio.wait_for(deferred.trigger.run().__anext__(), 90)
-            result = op.execute_complete({"ti": ti}, event.payload, **deferred.kwargs)
+            while True:  # as the worker resumes it: each intermediate lifecycle event defers anew
+                assert deferred.method_name == "execute_complete"
+                event = await asyncio.wait_for(deferred.trigger.run().__anext__(), 90)
+                try:
+                    result = op.execute_complete({"ti": ti}, event.payload, **deferred.kwargs)
+                    break
+                except TaskDeferred as again:
+                    deferred = again
             assert not cap.done(), "the capture ended during the dump"
             return result, op
         finally:
@@ -251,6 +262,14 @@ def test_dump_operator_round_against_a_running_capture(mariadb):
     assert (out.namespace, out.name) == ("file", f"{lake[len('delta://') :]}/changelog")
     assert out.outputFacets["outputStatistics"].rowCount == 2
     assert result["duration_s"] >= 0
+    # the notifiers got the dump's lifecycle, once each, in order
+    accounts = f"{db.ns}.accounts"
+    assert [(e["event"], e.get("table"), e.get("rows")) for e in notified] == [
+        ("started", None, None),
+        ("table_done", accounts, 2),
+        ("completed", None, 2),
+    ]
+    assert {e["dump_id"] for e in notified} == {result["dump_id"]}
     dumped = [e for e in changelog(lake, source_id, f"{db.ns}.accounts") if e.op.value == "r"]
     assert sorted(e.key for e in dumped) == [(1,), (3,)]
     assert {e.dump_id for e in dumped} == {result["dump_id"]}

@@ -60,7 +60,14 @@ def test_capture_trigger_round_trip_holds_no_secret(monkeypatch):
 
 def test_dump_trigger_round_trip():
     kwargs = roundtrip(DumpTrigger("abc123", state_conn_id="st", poll_interval=0.5))
-    assert kwargs == {"dump_id": "abc123", "state_conn_id": "st", "state": None, "poll_interval": 0.5}
+    assert kwargs == {
+        "dump_id": "abc123",
+        "state_conn_id": "st",
+        "state": None,
+        "poll_interval": 0.5,
+        "notify": False,
+        "seen": None,
+    }
 
 
 # -- the capture child -----------------------------------------------------------------
@@ -273,3 +280,52 @@ def test_progress_line_says_when_the_rows_passed_the_estimate():
     assert progress_line(_progress(8523, 2016, True)).endswith("8,523 rows (estimate ~2,016 was low)")
     assert progress_line(_progress(1000, 2016, False)).endswith("1,000 rows (49.6% of ~2,016 estimated rows)")
     assert progress_line(_progress(2016, 2016, True)).endswith("2,016 rows (100.0% of ~2,016 estimated rows)")
+
+
+# -- the dump's lifecycle events (notifiers) -----------------------------------------------
+def _dump(status, progress, paused=False, **kw):
+    return {"dump_id": "d1", "source_id": "src", "status": status, "paused": paused, "progress": progress, **kw}
+
+
+def test_lifecycle_events_in_order_once_each():
+    from airflow_provider_dblog.triggers.dump import lifecycle, seen_state
+
+    t1, t2 = {"rows": 5, "chunks": 1, "done": True}, {"rows": 0, "chunks": 0, "done": False}
+    running = _dump("running", {"s.a": t1, "s.b": t2})
+    assert [(e["event"], e.get("table")) for e in lifecycle(None, running)] == [("started", None), ("table_done", "s.a")]
+    assert lifecycle(seen_state(running), running) == []  # nothing new: nothing again
+    paused = _dump("running", {"s.a": t1, "s.b": t2}, paused=True)
+    assert [e["event"] for e in lifecycle(seen_state(running), paused)] == ["paused"]
+    done = _dump("done", {"s.a": t1, "s.b": {"rows": 7, "chunks": 2, "done": True}}, rows=12, chunks=3)
+    events = lifecycle(seen_state(paused), done)
+    assert [e["event"] for e in events] == ["table_done", "completed"]  # no "resumed" once finished
+    assert events[-1] == {"dump_id": "d1", "source_id": "src", "event": "completed", "rows": 12, "chunks": 3}
+    failed = _dump("failed", {"s.a": t1}, rows=5, chunks=1, error="boom")
+    assert lifecycle(seen_state(running), failed)[-1]["error"] == "boom"
+    assert [e["event"] for e in lifecycle(None, _dump("cancelled", {}, rows=0, chunks=0))] == ["started", "cancelled"]
+
+
+def test_dump_trigger_with_notify_fires_at_each_lifecycle_event(tmp_path):
+    """notify=True: the trigger fires "progress" when the dump starts, and again (deferred
+    anew with ``seen``) only for what happened since; without notify it waits for the end."""
+    path = str(tmp_path / "s.db")
+    store = LocalStateStore(path)
+    spec = DumpSpec.new("src", ["s.t", "s.u"])
+    store.add_dump(spec, DumpControl(chunk_size=10))
+
+    async def next_event(trigger):
+        return (await asyncio.wait_for(trigger.run().__anext__(), 5)).payload
+
+    store.set_status(spec.dump_id, DumpStatus.RUNNING)
+    first = asyncio.run(next_event(DumpTrigger(spec.dump_id, state=path, poll_interval=0.05, notify=True)))
+    assert first["status"] == "progress" and [e["event"] for e in first["events"]] == ["started"]
+    store.save_progress(spec.dump_id, "s.t", TableProgress(("z",), 4, 1, True))
+    again = DumpTrigger(spec.dump_id, state=path, poll_interval=0.05, notify=True, seen=first["seen"])
+    assert roundtrip(again)["seen"] == first["seen"]  # travels through the triggerer's database
+    second = asyncio.run(next_event(again))
+    assert [(e["event"], e.get("table")) for e in second["events"]] == [("table_done", "s.t")]
+    store.save_progress(spec.dump_id, "s.u", TableProgress(("z",), 6, 1, True))
+    store.set_status(spec.dump_id, DumpStatus.DONE)
+    last = asyncio.run(next_event(DumpTrigger(spec.dump_id, state=path, notify=True, seen=second["seen"])))
+    assert last["status"] == "done" and [e["event"] for e in last["events"]] == ["table_done", "completed"]
+    store.close()
