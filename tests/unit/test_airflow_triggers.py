@@ -292,7 +292,10 @@ def test_lifecycle_events_in_order_once_each():
 
     t1, t2 = {"rows": 5, "chunks": 1, "done": True}, {"rows": 0, "chunks": 0, "done": False}
     running = _dump("running", {"s.a": t1, "s.b": t2})
-    assert [(e["event"], e.get("table")) for e in lifecycle(None, running)] == [("started", None), ("table_done", "s.a")]
+    assert [(e["event"], e.get("table")) for e in lifecycle(None, running)] == [
+        ("started", None),
+        ("table_done", "s.a"),
+    ]
     assert lifecycle(seen_state(running), running) == []  # nothing new: nothing again
     paused = _dump("running", {"s.a": t1, "s.b": t2}, paused=True)
     assert [e["event"] for e in lifecycle(seen_state(running), paused)] == ["paused"]
