@@ -232,7 +232,8 @@ def test_transactions_without_gtid_stop_a_gtid_capture():
     assert isinstance(anonymous, NotImplementedEvent)
     with pytest.raises(ConfigurationError, match="gtid_mode is OFF"):
         r._handle(anonymous)
-    with pytest.raises(ConfigurationError, match="tagged GTIDs"):
+    # a tagged GTID event is decoded (test_mysql84_binlog.py); one it cannot read stops too
+    with pytest.raises(ConfigurationError, match="tagged GTID event .* cannot decode"):
         r._handle(_event(0x2A, b"\x00" * 42, 600))
 
 

@@ -228,7 +228,8 @@ class BinlogLog:
         if txn_start > size:
             raise PositionLostError(
                 f"the checkpoint {after} points at offset {txn_start} of {name}, which is only "
-                f"{size} bytes long: the binlog was reset (RESET MASTER) or this is another server."
+                f"{size} bytes long: the binlog was reset (RESET BINARY LOGS AND GTIDS, before MySQL 8.4 "
+                "RESET MASTER) or this is another server."
             )
         return name, max(4, txn_start)
 

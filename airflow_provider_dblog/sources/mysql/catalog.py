@@ -27,6 +27,10 @@ from .select_native import query_packets
 
 # Connection lost / server gone away: safe to reconnect and retry a read or an idempotent write.
 _LOST = (2006, 2013, 2055)
+# ER_PARSE_ERROR: a statement the server does not know (MySQL 8.4 removed SHOW MASTER STATUS
+# and SHOW SLAVE STATUS; MySQL before 8.2 and MariaDB lack the new spellings). Only this error
+# sends a query to its other spelling: access denied and the rest are the caller's to see.
+_PARSE_ERROR = 1064
 log = logging.getLogger(__name__)
 SYSTEM_DATABASES = ("mysql", "information_schema", "performance_schema", "sys")
 
@@ -89,16 +93,37 @@ def _preferred_context() -> ssl.SSLContext:
     return context
 
 
+def _open(**kwargs: Any) -> pymysql.connections.Connection:
+    """A logged-in connection. caching_sha2_password (MySQL 8.4's default plugin; 9.0 has no
+    mysql_native_password) logs in by a hash while the server has the account cached; after
+    a restart or FLUSH PRIVILEGES it wants the password itself, which without TLS PyMySQL
+    encrypts with the server's RSA key, and that takes the ``cryptography`` package."""
+    try:
+        return _Connection(**kwargs)
+    except RuntimeError as exc:
+        if "cryptography" not in str(exc):
+            raise
+        where = f"{kwargs.get('user')}@{kwargs.get('host')}:{kwargs.get('port')}"
+        raise ConfigurationError(
+            f"MySQL asked {where} for a full caching_sha2_password login (MySQL 8.4's default "
+            "authentication), which over a connection without TLS sends the password encrypted "
+            "with the server's RSA key, and the Python package 'cryptography' is not installed.",
+            "install it (pip install 'PyMySQL[rsa]'), or connect with TLS (sslmode = 'require' "
+            "or stricter), which carries the password without RSA.",
+        ) from None
+
+
 def library_connect(**kwargs: Any) -> pymysql.connections.Connection:
-    """pymysql.connect for mysql-replication, which still passes the deprecated ``db``."""
+    """pymysql.connect for mysql-replication, which still passes the deprecated ``db``: the
+    binlog stream and its control connection log in as ``connect`` does."""
     if "db" in kwargs:
         kwargs["database"] = kwargs.pop("db")
-    return _Connection(**kwargs)
+    return _open(**kwargs)
 
 
 def connect(settings: ConnectionSettings) -> pymysql.connections.Connection:
     try:
-        conn = _Connection(autocommit=True, **settings.pymysql_kwargs())
+        conn = _open(autocommit=True, **settings.pymysql_kwargs())
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else None
         tls_fix = tls_error_fix(str(exc), settings.tls)
@@ -220,15 +245,22 @@ def global_variables(session: Session, names: Sequence[str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in rows}
 
 
+def _unknown_statement(exc: pymysql.err.MySQLError) -> bool:
+    return bool(exc.args) and exc.args[0] == _PARSE_ERROR
+
+
 def master_status(session: Session) -> tuple:
     """(file, position, do_db, ignore_db) of the server's current binlog."""
     try:
-        rows = session.query("SHOW BINARY LOG STATUS")  # MySQL 8.2+ renamed SHOW MASTER STATUS
-    except pymysql.err.ProgrammingError:  # a syntax error before that (and on MariaDB)
-        rows = session.query("SHOW MASTER STATUS")
+        rows = session.query("SHOW BINARY LOG STATUS")  # MySQL 8.2+; 8.4 removed SHOW MASTER STATUS
+    except pymysql.err.MySQLError as exc:
+        if not _unknown_statement(exc):  # e.g. 1227: REPLICATION CLIENT missing
+            raise
+        rows = session.query("SHOW MASTER STATUS")  # MySQL before 8.2, MariaDB
     if not rows:
         raise ConfigurationError(
-            "the server's binary log is off (SHOW MASTER STATUS returns nothing).",
+            "the server's binary log is off (SHOW BINARY LOG STATUS, before MySQL 8.2 SHOW MASTER "
+            "STATUS, returns nothing).",
             "enable it: set log_bin (e.g. log_bin=mysql-bin) and server_id in my.cnf, then restart.",
         )
     r = rows[0]
@@ -240,8 +272,10 @@ def replica_lag(session: Session) -> Optional[float]:
     is not replicating (not a replica, or a stopped thread)."""
     with session.lock, session.conn().cursor(pymysql.cursors.DictCursor) as cur:
         try:
-            cur.execute("SHOW REPLICA STATUS")  # MySQL 8.0.22+, MariaDB 10.5.1+
-        except pymysql.err.ProgrammingError:
+            cur.execute("SHOW REPLICA STATUS")  # MySQL 8.0.22+ (8.4: the only one), MariaDB 10.5.1+
+        except pymysql.err.MySQLError as exc:
+            if not _unknown_statement(exc):
+                raise
             cur.execute("SHOW SLAVE STATUS")
         status = cur.fetchone()
     if not status:

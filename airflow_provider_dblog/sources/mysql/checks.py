@@ -45,6 +45,10 @@ class StartupChecks:
             ],
         )
 
+        if "log_bin" in v and "binlog_format" not in v:
+            # Deprecated since MySQL 8.0.34, for removal: a server without it logs rows only.
+            v["binlog_format"] = "ROW"
+
         def need(name: str, want: str, why: str, fix: str) -> None:
             have = v.get(name, "").upper()
             if have != want:

@@ -253,14 +253,18 @@ def empty_history(mariadb: bool) -> History:
 #   MariaDB  Gtid            "BEGIN GTID 0-1-42" / "GTID 0-1-42" (DDL) / "BEGIN GTID 0-1-42 cid=7"
 #   MariaDB  Gtid_list       "[0-1-41,1-2-7]"
 #   MySQL    Gtid            "SET @@SESSION.GTID_NEXT= '3e11fa47-...:42'"
+#   MySQL    Gtid_tagged_log_event  "SET @@SESSION.GTID_NEXT= '3e11fa47-...:tag:42'" (8.3+: a
+#            tagged GTID's event type is another, named by get_event_type_as_string in MySQL's
+#            libs/mysql/binlog/event/binlog_event.cpp)
 #   MySQL    Previous_gtids  "3e11fa47-...:1-41,\n5a...:1-3"
 _INFO_MARIADB_GTID = re.compile(r"GTID (\d+-\d+-\d+)")
 _INFO_MYSQL_GTID = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'")
+_GTID_EVENT_TYPES = ("Gtid", "Gtid_tagged_log_event")
 
 
 def gtid_of_event(event_type: str, info: str) -> Optional[Gtid]:
     """The GTID a ``SHOW BINLOG EVENTS`` row starts a transaction with, or None."""
-    if event_type != "Gtid":
+    if event_type not in _GTID_EVENT_TYPES:
         return None
     m = _INFO_MARIADB_GTID.search(info) or _INFO_MYSQL_GTID.search(info)
     if m is None or m.group(1) == "ANONYMOUS":

@@ -36,7 +36,13 @@ from pymysqlreplication.event import (
     RotateEvent,
     XidEvent,
 )
-from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    PartialUpdateRowsEvent,
+    TableMapEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
 
 from ...core import names
 from ...core.batch import LogRows
@@ -47,6 +53,7 @@ from . import table_maps as mysql_table_maps
 from .catalog import ConnectionSettings, library_connect, library_connection_settings
 from .gtid import History, encode_gtid_coord, gtid_coord_prefix, parse_gtid
 from .rows_native import NativeRows
+from .tagged_gtid import GTID_TAGGED_LOG_EVENT, TaggedGtidError, decode_tagged_gtid
 from .values import binlog_converters
 
 log = logging.getLogger(__name__)
@@ -60,12 +67,32 @@ _FILE_W, _OFF_W, _ROW_W = 6, 12, 6
 _ROW_PARTS = [f"{i:0{_ROW_W}d}" for i in range(2048)]
 _ZEROS = itertools.repeat(0)  # sub 0 for every row
 _COORD = f"%0{_FILE_W}d%0{_OFF_W}d%0{_OFF_W}d%0{_ROW_W}d"  # file, transaction, event, row
+# The event classes the reader asks mysql-replication for: it drops every other one unread.
+STREAM_EVENTS = [
+    WriteRowsEvent,
+    UpdateRowsEvent,
+    PartialUpdateRowsEvent,  # only to stop on it (BinlogReader._partial_update)
+    DeleteRowsEvent,
+    TableMapEvent,
+    RotateEvent,
+    GtidEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    XidEvent,
+    NotImplementedEvent,  # with filter_non_implemented_events=False: tagged GTIDs, compression
+]
 _ANONYMOUS_GTID = 0x22  # MySQL's GTID event when gtid_mode is OFF (parsed as NotImplementedEvent)
-_TAGGED_GTID = 0x2A  # MySQL 8.3+ tagged GTID event, which mysql-replication does not decode
 # Events the library cannot decode but that may carry row changes: failing beats skipping.
+# (what, the setting that turns it off); both settings can also be set per session.
 _UNDECODABLE = {
-    0x28: "MySQL binlog transaction compression (binlog_transaction_compression=ON)",
-    **{t: "MariaDB binlog compression (log_bin_compress=ON)" for t in range(165, 172)},
+    0x28: (
+        "MySQL binlog transaction compression (binlog_transaction_compression=ON, event Transaction_payload)",
+        "SET GLOBAL binlog_transaction_compression = OFF",
+    ),
+    **{
+        t: ("MariaDB binlog compression (log_bin_compress=ON)", "SET GLOBAL log_bin_compress = OFF")
+        for t in range(165, 172)
+    },
 }
 
 
@@ -189,7 +216,8 @@ class BinlogReader(threading.Thread):
         # Where the reader is (read by log_status from another thread; plain attributes).
         self.file, self.pos = log_file, log_pos
         self._start = (log_file, log_pos)
-        self._txn_start, self._gtid, self._group_open = log_pos, None, False
+        self._txn_start, self._group_open = log_pos, False
+        self._gtid: Optional[str] = None  # the open transaction's GTID
         # GTID mode: the server's GTID history, the open transaction's counter and rows so far.
         self.history, self._era = history, era
         self._counter, self._txn_rows = 0, 0
@@ -257,18 +285,7 @@ class BinlogReader(threading.Thread):
                 resume_stream=True,  # else the library starts (and reconnects) at offset 4
                 blocking=True,
                 only_schemas=self._schemas,
-                only_events=[
-                    WriteRowsEvent,
-                    UpdateRowsEvent,
-                    DeleteRowsEvent,
-                    TableMapEvent,
-                    RotateEvent,
-                    GtidEvent,
-                    MariadbGtidEvent,
-                    QueryEvent,
-                    XidEvent,
-                    NotImplementedEvent,
-                ],
+                only_events=STREAM_EVENTS,
                 filter_non_implemented_events=False,
                 slave_heartbeat=self._heartbeat,
                 pymysql_wrapper=self._connect,
@@ -346,27 +363,24 @@ class BinlogReader(threading.Thread):
         if pk.log_pos:
             self.pos = pk.log_pos
         if isinstance(ev, (MariadbGtidEvent, GtidEvent)):
-            self._txn_start, self._gtid, self._group_open = start, ev.gtid, True
-            if self.history is not None:
-                self._counter, self._txn_rows = self.history.advance(parse_gtid(ev.gtid)), 0
+            self._begin_gtid(start, ev.gtid)
         elif isinstance(ev, NotImplementedEvent):
-            if self.history is not None and pk.event_type in (_ANONYMOUS_GTID, _TAGGED_GTID):
+            if pk.event_type == GTID_TAGGED_LOG_EVENT:
+                self._begin_gtid(start, self._tagged_gtid(ev, start))
+            elif self.history is not None and pk.event_type == _ANONYMOUS_GTID:
                 raise ConfigurationError(
-                    "use_gtid is set, but the binlog holds "
-                    + (
-                        "transactions without a GTID (gtid_mode is OFF)."
-                        if pk.event_type == _ANONYMOUS_GTID
-                        else "tagged GTIDs (MySQL 8.3+), which mysql-replication cannot decode."
-                    ),
-                    "set use_gtid = false (file positions), or turn GTIDs on (gtid_mode = ON) and untagged.",
+                    "use_gtid is set, but the binlog holds transactions without a GTID (gtid_mode is OFF).",
+                    "set use_gtid = false (file positions), or turn GTIDs on (gtid_mode = ON).",
                 )
-            if pk.event_type == _ANONYMOUS_GTID:
+            elif pk.event_type == _ANONYMOUS_GTID:
                 self._txn_start, self._gtid, self._group_open = start, None, True
             elif pk.event_type in _UNDECODABLE:
+                what, setting = _UNDECODABLE[pk.event_type]
                 raise ConfigurationError(
-                    f"the binlog holds events DBLog cannot decode: {_UNDECODABLE[pk.event_type]}.",
-                    "turn that compression off (SET GLOBAL ... and my.cnf), then restart the "
-                    "capture from a new full dump.",
+                    f"the binlog holds events DBLog cannot decode at {self.file}:{start}: {what}.",
+                    f"turn that compression off ({setting}, the same in my.cnf, and in no session), "
+                    "then restart the capture from a new full dump "
+                    "(`dblog capture --reset-position`, `dblog dump --all`).",
                 )
         elif isinstance(ev, QueryEvent):
             query = ev.query.strip().upper() if isinstance(ev.query, str) else ""
@@ -383,9 +397,50 @@ class BinlogReader(threading.Thread):
             self._group_open = False
         elif isinstance(ev, TableMapEvent):
             return self._table_map(ev, start)
+        elif isinstance(ev, PartialUpdateRowsEvent):  # before UpdateRowsEvent, its base class
+            self._partial_update(ev, start)
         elif isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
             return self._rows(ev, start)
         return []
+
+    def _begin_gtid(self, start: int, gtid: str) -> None:
+        self._txn_start, self._gtid, self._group_open = start, gtid, True
+        if self.history is not None:
+            self._counter, self._txn_rows = self.history.advance(parse_gtid(gtid)), 0
+
+    def _tagged_gtid(self, ev: Any, start: int) -> str:
+        """The GTID of a MySQL 8.3+ tagged GTID event (tagged_gtid.py), from the packet's
+        bytes: the library skips the body of an event type it does not know."""
+        data = ev.packet.packet.get_all_data()
+        body = data[20 : 20 + ev.event_size]  # after the OK byte and the 19-byte header
+        try:
+            return decode_tagged_gtid(body).gtid
+        except TaggedGtidError as exc:
+            raise ConfigurationError(
+                f"the binlog holds a tagged GTID event (MySQL 8.3+, event type 42) at "
+                f"{self.file}:{start} that DBLog cannot decode ({exc}), so its transaction's GTID "
+                "would be lost.",
+                "stop tagging transactions (SET gtid_next = 'AUTOMATIC' without a tag, and revoke "
+                "TRANSACTION_GTID_TAG), then restart the capture from a new full dump "
+                "(`dblog capture --reset-position`, `dblog dump --all`); please report the event "
+                f"(mysqlbinlog --hexdump from {start}) as a DBLog issue.",
+            ) from None
+
+    def _partial_update(self, ev: Any, start: int) -> None:
+        """binlog_row_value_options = PARTIAL_JSON (a session may set it, whatever the global
+        value the start-up check read) logs updates as Update_rows_partial events whose JSON
+        after-images are diffs: a captured table's rows would be wrong, so stop."""
+        table = names.table_name(ev.schema, ev.table)
+        if table != self._watermark_table and table not in self._captured:
+            return
+        raise ConfigurationError(
+            f"the binlog holds a partial JSON update of {table} at {self.file}:{start} "
+            "(binlog_row_value_options = PARTIAL_JSON, event Update_rows_partial): its after-image "
+            "holds JSON diffs, not the rows' values.",
+            "run SET GLOBAL binlog_row_value_options = '' (and in my.cnf), keep sessions from "
+            "setting PARTIAL_JSON, then restart the capture from a new full dump "
+            "(`dblog capture --reset-position`, `dblog dump --all`).",
+        )
 
     def _truncate(self, ev: QueryEvent, start: int) -> list:
         """TRUNCATE is logged as a statement, without row events: a table-level event (op t,
