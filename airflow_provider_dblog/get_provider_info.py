@@ -73,6 +73,9 @@ def get_provider_info() -> dict:
                 ],
             }
         ],
+        # the status page on the API server and the capture task's link to it (ui/)
+        "plugins": [{"name": "dblog", "plugin-class": "airflow_provider_dblog.ui.plugin.DBLogPlugin"}],
+        "extra-links": ["airflow_provider_dblog.ui.links.DBLogStatusLink"],
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_dblog.hooks.dblog.DBLogHook",

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from ..hooks.connections import DBLogConnections
 from ..triggers.capture import CaptureTrigger
+from ..ui.links import DBLogStatusLink
 
 
 class DBLogCaptureError(AirflowException):
@@ -38,6 +39,7 @@ class CaptureOperator(BaseOperator):
 
     template_fields = ("source_conn_id", "state_conn_id", "state", "changelog", "changelog_conn_id", "source_id")
     ui_color = "#d7eaf8"
+    operator_extra_links = (DBLogStatusLink(),)  # the capture's state in the UI (docs/operations.md)
 
     def __init__(
         self,

@@ -28,8 +28,11 @@ import random
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -235,6 +238,44 @@ def test_airflow_end_to_end(stack, capsys):
         interval=0.5,
     )
     assert af.task_state("dblog_capture", "capture") == "deferred"  # still the same long-lived task
+
+
+# -- the status view: the capture task's link to its page on the API server --------------------
+def status_page_link(af) -> str:
+    """The capture task's "DBLog status" extra link, as the UI reads it."""
+    (run,) = af.request("GET", "/api/v2/dags/dblog_capture/dagRuns")["dag_runs"]
+    links = af.request("GET", f"/api/v2/dags/dblog_capture/dagRuns/{run['dag_run_id']}/taskInstances/capture/links")
+    return links["DBLog status"]
+
+
+def fetch(url: str, token: Optional[str]) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def test_the_capture_task_links_to_its_status_page(stack):
+    """The capture task's extra link opens the provider's page on Airflow's API server (the
+    plugin's app): the running capture of this source, its position and the repair dumps;
+    only for a logged-in user; its JSON is ``dblog status --json``."""
+    af, source_id = stack.af, stack.source_id
+    link = status_page_link(stack.af)
+    assert link.startswith(af.base + "/dblog/status?") and f"source_id={source_id}" in link, link
+    assert fetch(link, None)[0] == 401  # Airflow does not guard a plugin's app: the page does
+    code, page = fetch(link, af.token())
+    assert code == 200, page[-2000:]
+    assert f'<code id="source">{source_id}</code>' in page and 'data-state="running"' in page, page[-3000:]
+    code, text = fetch(link.replace("/status?", "/status.json?"), af.token())
+    status = json.loads(text)
+    assert code == 200 and status["source_id"] == source_id and status["capture"]["state"] == "running"
+    assert status["capture"]["position"] and status["capture"]["position"] in page
+    assert status["capture"]["pid"] in af.capture_pids()
+    # a connection that is not a dblog_state one is refused, naming it (the page opens stores only so)
+    code, text = fetch(link.replace("state_conn_id=", "state_conn_id=spark_default&x="), af.token())
+    assert code == 400 and "spark_default" in text and "dblog_state" in text, text
 
 
 # -- a second triggerer, and the first one SIGKILLed mid-dump --------------------------------
@@ -545,3 +586,28 @@ def test_new_commits_land_through_the_asset_watcher_and_mirrors_equal_sources(st
         print(check.stdout)
     assert check.returncode == 0, check.stdout + check.stderr[-3000:]
     assert check.stdout.count(" 0 mismatches") == len(db.tables()), check.stdout
+
+
+STATUS_SCREENSHOT = REPO / "docs" / "img" / "airflow-status-view.png"
+
+
+@pytest.mark.soak  # make soak: chromium, like the trigger form's test
+def test_status_page_in_chromium(stack, browser, tmp_path):
+    """The status page in a browser logged in to Airflow (the UI's session cookie), reached by
+    the capture task's link: it shows the running capture and the repair dumps. A screenshot
+    goes to the test's directory (to docs/img/ with DBLOG_DOCS_SCREENSHOTS=1)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    af = stack.af
+    browser.set_window_size(1200, 1000)
+    browser.get(af.base + "/api/v2/version")  # same origin first, so the login cookie can be set
+    browser.add_cookie({"name": "_token", "value": af.token(), "path": "/"})
+    browser.get(status_page_link(af))
+    source = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "source"))
+    assert source.text == stack.source_id
+    assert browser.find_element(By.ID, "capture").get_attribute("data-state") == "running"
+    statuses = [r.get_attribute("data-status") for r in browser.find_elements(By.CSS_SELECTOR, "tr.dump")]
+    assert statuses and set(statuses) <= {"done", "running", "pending"}, statuses
+    shot = STATUS_SCREENSHOT if os.environ.get("DBLOG_DOCS_SCREENSHOTS") == "1" else tmp_path / STATUS_SCREENSHOT.name
+    browser.save_screenshot(str(shot))
