@@ -312,7 +312,16 @@ def cmd_capture(args, src, state_cfg, out_cfg, parts: Parts) -> int:
     # Every capture takes the source's leader lease (a file lock for the local store, a
     # ZooKeeper lease otherwise): one writer per source, fenced by the epoch (invariant 7).
     lease = make_lease(state, source.source_id, args.identity)
-    engine = Engine(source, output, state, engine_config, progress, lease=lease, on_standby=standby)
+    engine = Engine(
+        source,
+        output,
+        state,
+        engine_config,
+        progress,
+        lease=lease,
+        on_standby=standby,
+        on_commit=metrics.commit if metrics is not None else None,
+    )
     try:
         engine.run(stop, args.max_seconds)
     finally:

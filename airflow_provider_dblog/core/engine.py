@@ -120,7 +120,9 @@ class Engine:
         lease: Optional[LeaderLease] = None,
         on_standby: Optional[Callable[[Optional[dict[str, Any]]], None]] = None,
         chunk_hooks: Optional[ChunkStepHooks] = None,
+        on_commit: Optional[Callable[[float, int], None]] = None,
     ):
+        """``on_commit``: each output commit's seconds and events (Writer's ``on_commit``)."""
         self.source = source
         self.output = output
         self.state = state
@@ -128,6 +130,7 @@ class Engine:
         self.on_progress = on_progress
         self.lease = lease
         self.on_standby = on_standby
+        self.on_commit = on_commit
         self.source_id = source.source_id
         self.leadership = Leadership(lease, self.source_id)
         self.window = WatermarkWindow()
@@ -239,6 +242,7 @@ class Engine:
             flush_interval=self.config.flush_interval,
             epoch=self.config.epoch,
             outage_timeout=self.config.output_outage_timeout,
+            on_commit=self.on_commit,
         )
         try:
             self._start(writer, stop)

@@ -33,7 +33,7 @@ import random
 import sys
 import threading
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from .batch import Block, DumpRows, EventBatch, LogRows, Segment
 from .errors import CommitConflict, DBLogError, OutputUnavailable, StaleEpochError
@@ -114,11 +114,14 @@ class Writer:
         epoch: Optional[int] = None,
         outage_timeout: float = 3600.0,
         max_backoff: float = 10.0,
+        on_commit: Optional[Callable[[float, int], None]] = None,
     ):
         """``outage_timeout``: seconds the writer keeps retrying a batch the output refuses
         (a broker or object store down) before it gives up (0: never); ``max_backoff``: the
-        longest pause between two attempts (doubling from 0.2 s)."""
+        longest pause between two attempts (doubling from 0.2 s); ``on_commit``: called with
+        each commit's seconds and events, on the writer's thread (the metrics' histogram)."""
         self.output = output
+        self.on_commit = on_commit
         self.max_buffer = max_buffer
         self.max_buffer_bytes = max_buffer_bytes  # None: events only
         self.max_batch = max_batch
@@ -395,7 +398,13 @@ class Writer:
                         self.output.write(batch, epoch=self.epoch)
                     finally:
                         self._calling_since = None
-                    self.commit_seconds += time.monotonic() - started
+                    took = time.monotonic() - started
+                    if self.on_commit is not None:  # before the counters: never behind them
+                        try:
+                            self.on_commit(took, len(batch))
+                        except Exception:  # noqa: BLE001 - a metric must never fail the capture
+                            log.exception("the commit callback failed")
+                    self.commit_seconds += took
                     self.events_written += len(batch)
                     self.flushes += 1
                 if self._outage is not None:

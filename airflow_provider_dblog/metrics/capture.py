@@ -6,9 +6,8 @@ them: each instrument is observable and reads the newest report when an exporter
 ``dblog.capture.report.age`` is computed at collection: a capture whose loop is stuck keeps
 answering scrapes, with that age growing.
 
-Exporters (``start_metrics``): a Prometheus scrape endpoint on an opt-in port, and OTLP when
-the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` is set
-(HTTP/protobuf; the interval from ``OTEL_METRIC_EXPORT_INTERVAL``, as the SDK reads it).
+Exporters (``start_metrics``, exporters.py): a Prometheus scrape endpoint on an opt-in port,
+and OTLP when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
 Names and units follow OpenTelemetry's conventions; the Prometheus exporter turns
 ``dblog.capture.lag`` (unit ``s``) into ``dblog_capture_lag_seconds`` and a counter
 ``dblog.capture.events`` into ``dblog_capture_events_total``. Attributes carry the source
@@ -17,18 +16,17 @@ and dump ids only: nothing from the connection settings.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Callable, Iterable, Optional
 
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
 
-from ..core.errors import ConfigurationError
+from .exporters import meter_provider
 
 _Callback = Callable[[CallbackOptions], Iterable[Observation]]
+# Seconds: a local Delta commit takes milliseconds, an object store's or a broker's up to seconds.
+COMMIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class CaptureMetrics:
@@ -123,6 +121,18 @@ class CaptureMetrics:
         ]
         for name, unit, description, callback in gauges:
             meter.create_observable_gauge(name, [callback], unit, description)
+        # The one instrument recorded as it happens (a commit, not an event): its distribution
+        # is what the counters' mean hides (a slow commit among fast ones).
+        self._commit = meter.create_histogram(
+            "dblog.capture.output.commit.duration",
+            "s",
+            "one output commit (a batch written and made durable)",
+            explicit_bucket_boundaries_advisory=COMMIT_BUCKETS,
+        )
+
+    def commit(self, seconds: float, events: int) -> None:
+        """One output commit went through (the writer's ``on_commit``, on its thread)."""
+        self._commit.record(seconds, self._attrs)
 
     def update(self, status: dict[str, Any]) -> None:
         """The newest status report (one reference swap: exporters read it from their threads)."""
@@ -172,29 +182,11 @@ class CaptureMetrics:
 def start_metrics(
     source_id: str, port: Optional[int] = None, host: str = "0.0.0.0", identity: Optional[str] = None
 ) -> Optional[CaptureMetrics]:
-    """The capture's metrics with their exporters: a Prometheus endpoint on ``host:port``
-    (``port`` given) and OTLP (its standard environment set); None when neither is asked for."""
-    readers: list[MetricReader] = []
-    if port is not None:
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import start_http_server
-
-        try:
-            start_http_server(port, addr=host)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot serve the capture's metrics on {host}:{port}: {exc.strerror or exc}.",
-                "pass a free --metrics-port (each capture on a host needs a port of its own), or leave it out.",
-            ) from None
-        readers.append(PrometheusMetricReader())
-    if os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
-    if not readers:
-        return None
-    attributes = {"service.name": os.environ.get("OTEL_SERVICE_NAME", "dblog-capture"), "dblog.source.id": source_id}
+    """The capture's metrics with their exporters (exporters.py): a Prometheus endpoint on
+    ``host:port`` (``port`` given) and OTLP (its standard environment set); None when neither
+    is asked for."""
+    attributes = {"dblog.source.id": source_id}
     if identity:
         attributes["service.instance.id"] = identity
-    provider = MeterProvider(metric_readers=readers, resource=Resource.create(attributes))
-    return CaptureMetrics(source_id, provider)
+    provider = meter_provider("dblog-capture", attributes, port, host, "capture's metrics")
+    return CaptureMetrics(source_id, provider) if provider is not None else None

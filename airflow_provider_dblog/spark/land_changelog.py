@@ -84,6 +84,7 @@ def land(
     deletion_vectors: Optional[bool] = None,
     kafka: Any = None,
     parallel_tables: Optional[int] = None,
+    metrics: Any = None,
 ) -> dict:
     """Land every changelog version not landed yet (availableNow), then return run stats.
 
@@ -98,7 +99,8 @@ def land(
     turns them on for existing mirrors, False creates new mirrors without them.
     ``kafka``: a ``kafka_changelog.KafkaChangelog``: read the capture's Kafka topics (and
     schema topic) instead of ``<lake>/changelog``; the mirrors still go under ``<lake>``.
-    ``parallel_tables``: tables of a micro-batch landed at once (``Lander``)."""
+    ``parallel_tables``: tables of a micro-batch landed at once (``Lander``).
+    ``metrics``: a ``metrics.landing.LandingMetrics`` the Lander records each table's batch in."""
     lake = absolute(lake)
     lander = lander_class(
         spark, lake, mirrors, register, log, deletion_vectors=deletion_vectors, parallel_tables=parallel_tables
@@ -106,6 +108,7 @@ def land(
     default = checkpoint_path(lander.mirrors, source, kafka=kafka is not None)
     checkpoint = absolute(checkpoint) if checkpoint else default
     lander.checkpoint = checkpoint
+    lander.metrics = metrics
     t0 = time.time()
     if kafka is not None:  # the same columns, from the Kafka output's topics (spark/kafka_changelog.py)
         lander.schemas = kafka.schema_store(spark)
@@ -206,6 +209,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="tables of a micro-batch landed at once, each on a Spark session of its own "
         "(default: up to 4; 1: one after another)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve the landing's metrics for Prometheus on this port (docs/operations.md); OTLP is "
+        "exported when OTEL_EXPORTER_OTLP_ENDPOINT is set",
+    )
+    p.add_argument("--metrics-host", default="0.0.0.0", help="the address the metrics endpoint listens on")
     return p
 
 
@@ -228,6 +238,13 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
         except ConfigurationError as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
+    try:  # a taken port is reported before Spark starts
+        from ..metrics.landing import start_landing_metrics
+
+        metrics = start_landing_metrics(args.metrics_port, args.metrics_host, args.source)
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
     spark = get_session(
         "dblog-land-changelog", master=args.master, locations=(args.lake, args.mirrors, args.checkpoint)
     )
@@ -253,6 +270,7 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
             deletion_vectors=args.deletion_vectors,
             kafka=kafka,
             parallel_tables=args.parallel_tables,
+            metrics=metrics,
         )
     except mt.IncompatibleSchemaChange as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

@@ -75,6 +75,7 @@ class Lander:
         # mirrors' transaction ids. None: commits are not idempotent, only monotonic.
         self.checkpoint: Optional[str] = None
         self._landing: Optional[str] = None
+        self.metrics: Any = None  # a metrics.landing.LandingMetrics (set by ``land``), or None
 
     @property
     def spark(self) -> SparkSession:
@@ -107,6 +108,8 @@ class Lander:
                     F.max(F.when(F.col("op") == "t", F.col("position"))).alias("truncated_at"),
                     F.min("position").alias("first"),
                     F.max("position").alias("last"),
+                    # the metrics' freshness, as epoch microseconds (no time zone in the way); None: dump rows
+                    F.max(F.unix_micros("commit_ts")).alias("newest_commit"),
                 )
                 .collect()
             )
@@ -161,10 +164,16 @@ class Lander:
                 if reason is not None:  # this table only: the other tables go on landing
                     self.stopped[f"{source_id} {table}"] = reason
                     self.log(f"batch {batch_id}: {source_id} {table}: {n} events not landed: {reason}")
+                    if self.metrics is not None:
+                        self.metrics.stopped(source_id, table)
                     return
                 self.events += n
                 self.landed.add((source_id, table))
-                self.log(f"landed batch {batch_id}: {source_id} {table}: {n} events in {time.time() - t0:.1f} s")
+                now = time.time()
+                self.log(f"landed batch {batch_id}: {source_id} {table}: {n} events in {now - t0:.1f} s")
+            if self.metrics is not None:
+                newest = max((g.newest_commit for g in gs if g.newest_commit is not None), default=None)
+                self.metrics.landed(source_id, table, n, now - t0, newest / 1e6 if newest is not None else None, now)
         finally:
             if own:
                 self._workers.give(self._local.spark)

@@ -254,12 +254,44 @@ def test_typed_mirrors_follow_the_replay_rule(spark, tmp_path):
     assert "_deleted" not in spark.table(view).columns
 
 
+def landing_metrics():
+    """The landing's instruments on an in-memory reader (the exporters are the capture's)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from airflow_provider_dblog.metrics.landing import LandingMetrics
+
+    reader = InMemoryMetricReader()
+    return LandingMetrics(MeterProvider(metric_readers=[reader])), reader
+
+
+def collected(reader) -> dict:
+    """name -> {attributes as sorted pairs: value (a histogram: its data point)}."""
+    out: dict = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                for p in m.data.data_points:
+                    value = p if hasattr(p, "bucket_counts") else p.value
+                    out.setdefault(m.name, {})[tuple(sorted(p.attributes.items()))] = value
+    return out
+
+
 def test_landing_is_incremental_and_idempotent(spark, tmp_path, monkeypatch):
     src = "inc_" + uuid.uuid4().hex[:6]
     log = Changelog(tmp_path, src)
     s = log.schema("s.t", [("id", "integer"), ("v", "text")])
     log.append(*[log.ev(s, "c", {"id": i, "v": f"a{i}"}) for i in range(20)])
-    assert land(spark, tmp_path)["events"] == 20
+    metrics, reader = landing_metrics()
+    assert land(spark, tmp_path, metrics=metrics)["events"] == 20
+    # the landing's metrics (docs/operations.md): events, one commit, the newest source commit
+    attrs = (("dblog.source.id", src), ("dblog.table", "s.t"))
+    seen = collected(reader)
+    assert seen["dblog.landing.events"][attrs] == 20 and seen["dblog.landing.batches"][attrs] == 1
+    assert seen["dblog.landing.commit.newest"][attrs] == max(e.commit_ts for e in log.events) / 1e6
+    latency = seen["dblog.landing.latency"][attrs]
+    assert latency.count == 1 and latency.sum >= time.time() - 1_700_000_000 - 120  # commits of 2023
+    assert seen["dblog.landing.merge.duration"][attrs].count == 1
     path = mirror(tmp_path, src, "s.t")
     v1 = version(spark, path)
     snapshot = sorted(spark.read.format("delta").load(path).collect())
@@ -269,7 +301,10 @@ def test_landing_is_incremental_and_idempotent(spark, tmp_path, monkeypatch):
     assert sorted(spark.read.format("delta").load(path).collect()) == snapshot
 
     log.append(log.ev(s, "u", {"id": 1, "v": "b1"}), log.ev(s, "d", key=[2]))
-    assert land(spark, tmp_path)["events"] == 2  # only the new version is read
+    assert land(spark, tmp_path, metrics=metrics)["events"] == 2  # only the new version is read
+    seen = collected(reader)
+    assert seen["dblog.landing.events"][attrs] == 22 and seen["dblog.landing.batches"][attrs] == 2
+    assert seen["dblog.landing.commit.newest"][attrs] == max(e.commit_ts for e in log.events) / 1e6
     assert rows(spark, tmp_path, src, s) == log.expected("s.t")
     after = {r.id: r for r in spark.read.format("delta").load(path).collect()}
     before = {r.id: r for r in snapshot}

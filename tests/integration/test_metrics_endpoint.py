@@ -149,6 +149,12 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
         after = scrape(port)[1]
         assert value(after, "dblog_capture_output_commits_total", dblog_source_id=src) >= 1
         assert value(after, "dblog_capture_output_commit_time_seconds_total", dblog_source_id=src) > 0
+        # each commit in the histogram as it happens (the counter above lags a report behind)
+        commits = value(after, "dblog_capture_output_commit_duration_seconds_count", dblog_source_id=src)
+        assert commits >= value(after, "dblog_capture_output_commits_total", dblog_source_id=src) >= 1
+        assert value(after, "dblog_capture_output_commit_duration_seconds_bucket", dblog_source_id=src, le="30.0") == (
+            commits
+        )
         assert value(after, "dblog_capture_output_failures_total", dblog_source_id=src) == 0
         assert value(after, "dblog_capture_output_outage_seconds", dblog_source_id=src) == 0
 

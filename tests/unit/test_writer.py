@@ -413,3 +413,20 @@ def test_a_conflict_that_never_clears_ends_the_writer_with_the_fix(monkeypatch):
         isinstance(failed.value.__cause__, OutputUnavailable) and "lake root of its own" in failed.value.__cause__.fix
     )
     assert out.batches == []
+
+
+def test_each_commit_is_handed_to_on_commit_and_a_failing_callback_changes_nothing():
+    seen = []
+
+    def on_commit(seconds, events):
+        seen.append((seconds, events))
+        raise RuntimeError("a broken metrics exporter")
+
+    out = MemoryOutput()
+    w = Writer(out, flush_interval=0.01, max_batch=3, on_commit=on_commit)
+    w.start()
+    w.put_many([ev(i) for i in range(7)] + [Tag("ok")])
+    assert drain(w, 1) == ["ok"]
+    w.close()
+    assert [e.key[0] for b in out.batches for e in b] == list(range(7))  # all written once
+    assert sum(n for _, n in seen) == 7 and len(seen) == w.flushes and all(s >= 0 for s, _ in seen)
