@@ -157,6 +157,7 @@ class InProcessCapture(Capture):
         self.thread: Optional[threading.Thread] = None
         self.watch: Optional[SentinelWatch] = None
         self.on_progress: Optional[Callable[[dict], None]] = None  # the engine's, e.g. a metrics update
+        self.on_commit: Optional[Callable[[float, int], None]] = None  # each output commit (a metrics histogram)
 
     def wrap_source(self, source):
         """Hook for scenarios that observe the source (e.g. when rows were polled)."""
@@ -169,7 +170,7 @@ class InProcessCapture(Capture):
     def start(self) -> "InProcessCapture":
         source = self.wrap_source(make_source(self.db.source_config(self.source_id)))
         self.watch = self.wrap_output(make_output(self.lake))
-        self.engine = Engine(source, self.watch, self.state, self.config, self.on_progress)
+        self.engine = Engine(source, self.watch, self.state, self.config, self.on_progress, on_commit=self.on_commit)
         self.stop_event = threading.Event()
         self.error = None
         self.thread = threading.Thread(target=self._run, name="dblog-engine", daemon=True)
