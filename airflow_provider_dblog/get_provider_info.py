@@ -73,8 +73,9 @@ def get_provider_info() -> dict:
                 ],
             }
         ],
-        # the status page on the API server and the capture task's link to it (ui/)
-        "plugins": [{"name": "dblog", "plugin-class": "airflow_provider_dblog.ui.plugin.DBLogPlugin"}],
+        # the capture task's link to the status page (ui/); the page's plugin is the
+        # "airflow.plugins" entry point, which Airflow loads whatever lazy_load_providers says
+        # (listed here as well, it would be registered twice and warned about)
         "extra-links": ["airflow_provider_dblog.ui.links.DBLogStatusLink"],
         "connection-types": [
             {

@@ -246,8 +246,10 @@ class Engine:
         )
         try:
             self._start(writer, stop)
-            next_status = time.monotonic() + self.config.status_interval
+            # The first report right away (rate 0: nothing measured yet), so that `dblog status`
+            # and the status page know the capture from its start, not a status interval later.
             t0, n0 = time.monotonic(), 0
+            next_status, first = t0, True
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 self.leadership.keep()  # raises when the lease is lost
                 try:
@@ -267,8 +269,8 @@ class Engine:
                         continue
                     now = time.monotonic()
                     if now >= next_status:
-                        self._report((self.events_in - n0) / max(now - t0, 1e-9))
-                        t0, n0, next_status = now, self.events_in, now + self.config.status_interval
+                        self._report(0.0 if first else (self.events_in - n0) / max(now - t0, 1e-9))
+                        t0, n0, next_status, first = now, self.events_in, now + self.config.status_interval, False
                 except PositionLostError as exc:  # the slot dropped under us, WAL removed, ...
                     self.recovery.recover(exc)
             writer.close()

@@ -26,7 +26,7 @@ from .exporters import meter_provider
 
 _Callback = Callable[[CallbackOptions], Iterable[Observation]]
 # Seconds: a local Delta commit takes milliseconds, an object store's or a broker's up to seconds.
-COMMIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+COMMIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)  # floats: le="30.0"
 
 
 class CaptureMetrics:

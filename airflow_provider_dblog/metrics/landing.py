@@ -27,7 +27,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from .exporters import meter_provider
 
 # Seconds: merges take from a fraction of a second to minutes, freshness from seconds to hours.
-LATENCY_BUCKETS = (0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
+LATENCY_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
 
 class LandingMetrics:

@@ -90,10 +90,10 @@ def _capture_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
     state = c.get("state", "?")
     pairs = [
         ("state", state + (f": {c['why']}" if c.get("why") and state != "running" else "")),
-        ("process", c.get("pid")),
+        ("process", str(c.get("pid"))),  # an id: no thousands separator
         ("last report", f"{_utc(c.get('updated_at'))} ({c.get('age_s')} s ago)"),
         ("position", c.get("position")),
-        ("checkpoint (durable)", c.get("checkpoint")),
+        ("checkpoint (stored)", status.get("checkpoint")),  # live: the store's, not the report's
         ("events/s", c.get("events_per_s")),
         ("lag (s)", c.get("lag_seconds")),
         ("lag (bytes)", c.get("lag_bytes")),

@@ -245,7 +245,7 @@ def status_page_link(af) -> str:
     """The capture task's "DBLog status" extra link, as the UI reads it."""
     (run,) = af.request("GET", "/api/v2/dags/dblog_capture/dagRuns")["dag_runs"]
     links = af.request("GET", f"/api/v2/dags/dblog_capture/dagRuns/{run['dag_run_id']}/taskInstances/capture/links")
-    return links["DBLog status"]
+    return links["extra_links"]["DBLog status"]
 
 
 def fetch(url: str, token: Optional[str]) -> tuple[int, str]:
@@ -257,22 +257,34 @@ def fetch(url: str, token: Optional[str]) -> tuple[int, str]:
         return e.code, e.read().decode(errors="replace")
 
 
+def repair_one_key(stack) -> str:
+    """A one-key repair dump through the REST API, done: its dump id (the run's XCom)."""
+    af = stack.af
+    run_id = af.trigger("dblog_repair_dump", {"table": stack.accounts, "keys": "1", "chunk_size": 1})
+    assert af.wait_run("dblog_repair_dump", run_id) == "success", af.tails()
+    xcom = af.request("GET", f"/api/v2/dags/dblog_repair_dump/dagRuns/{run_id}/taskInstances/dump/xcomEntries/dump_id")
+    return str(xcom["value"]).strip('"')  # the id, whether the API gives it as text or as JSON text
+
+
 def test_the_capture_task_links_to_its_status_page(stack):
     """The capture task's extra link opens the provider's page on Airflow's API server (the
-    plugin's app): the running capture of this source, its position and the repair dumps;
-    only for a logged-in user; its JSON is ``dblog status --json``."""
+    plugin's app): the running capture of this source, its stored checkpoint and a repair dump
+    done; only for a logged-in user; its JSON is ``dblog status --json``."""
     af, source_id = stack.af, stack.source_id
+    dump_id = repair_one_key(stack)
     link = status_page_link(stack.af)
     assert link.startswith(af.base + "/dblog/status?") and f"source_id={source_id}" in link, link
     assert fetch(link, None)[0] == 401  # Airflow does not guard a plugin's app: the page does
     code, page = fetch(link, af.token())
     assert code == 200, page[-2000:]
     assert f'<code id="source">{source_id}</code>' in page and 'data-state="running"' in page, page[-3000:]
+    assert f'<tr class="dump" data-status="done"><td>{dump_id}</td>' in page, page[-3000:]
     code, text = fetch(link.replace("/status?", "/status.json?"), af.token())
     status = json.loads(text)
     assert code == 200 and status["source_id"] == source_id and status["capture"]["state"] == "running"
-    assert status["capture"]["position"] and status["capture"]["position"] in page
+    assert status["checkpoint"] and status["checkpoint"] in page  # the capture's progress, as stored
     assert status["capture"]["pid"] in af.capture_pids()
+    assert dump_id in [d["dump_id"] for d in status["dumps"]]
     # a connection that is not a dblog_state one is refused, naming it (the page opens stores only so)
     code, text = fetch(link.replace("state_conn_id=", "state_conn_id=spark_default&x="), af.token())
     assert code == 400 and "spark_default" in text and "dblog_state" in text, text
@@ -600,6 +612,7 @@ def test_status_page_in_chromium(stack, browser, tmp_path):
     from selenium.webdriver.support.ui import WebDriverWait
 
     af = stack.af
+    dump_id = repair_one_key(stack)
     browser.set_window_size(1200, 1000)
     browser.get(af.base + "/api/v2/version")  # same origin first, so the login cookie can be set
     browser.add_cookie({"name": "_token", "value": af.token(), "path": "/"})
@@ -607,7 +620,10 @@ def test_status_page_in_chromium(stack, browser, tmp_path):
     source = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "source"))
     assert source.text == stack.source_id
     assert browser.find_element(By.ID, "capture").get_attribute("data-state") == "running"
-    statuses = [r.get_attribute("data-status") for r in browser.find_elements(By.CSS_SELECTOR, "tr.dump")]
-    assert statuses and set(statuses) <= {"done", "running", "pending"}, statuses
+    statuses = {
+        r.find_element(By.TAG_NAME, "td").text: r.get_attribute("data-status")
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr.dump")
+    }
+    assert statuses.get(dump_id) == "done", statuses
     shot = STATUS_SCREENSHOT if os.environ.get("DBLOG_DOCS_SCREENSHOTS") == "1" else tmp_path / STATUS_SCREENSHOT.name
     browser.save_screenshot(str(shot))

@@ -53,7 +53,10 @@ class OTLPReceiver(http.server.ThreadingHTTPServer):
                             kind = m.WhichOneof("data")
                             for p in getattr(m, kind).data_points:
                                 attrs = {a.key: a.value.string_value for a in p.attributes}
-                                v = p.as_int if p.WhichOneof("value") == "as_int" else p.as_double
+                                if kind == "histogram":  # its count: one per commit
+                                    v = p.count
+                                else:
+                                    v = p.as_int if p.WhichOneof("value") == "as_int" else p.as_double
                                 receiver.points.append((m.name, attrs.get("dblog.source.id", ""), v))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -211,7 +214,7 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
             "the finished dump to leave the endpoint",
             capture.assert_alive,
         )
-        # OTLP: the same counter, received by the test's collector.
+        # OTLP: the same counter, received by the test's collector, and the commit histogram.
         wait_for(
             lambda: receiver.latest("dblog.capture.events", src) >= stuck_events + 20,
             30,
@@ -219,12 +222,14 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
             capture.assert_alive,
             detail=capture.detail,
         )
+        assert receiver.latest("dblog.capture.output.commit.duration", src) >= 1
         # Labels name the source, the dump and the exporter, never a connection setting.
         labels = {k for samples in scrape(port)[1].values() for lab, _ in samples for k in lab}
         allowed = {"dblog_source_id", "dblog_dump_id", "service_name", "service_instance_id"}
         allowed |= {"otel_scope_name", "otel_scope_schema_url", "otel_scope_version"}
         allowed |= {"telemetry_sdk_language", "telemetry_sdk_name", "telemetry_sdk_version", "generation"}
         allowed |= {"implementation", "major", "minor", "patchlevel", "version"}  # python_info
+        allowed |= {"le"}  # a histogram's bucket bound
         assert labels <= allowed, labels - allowed
         c.close()
         assert capture.stop() == 0, capture.tail()

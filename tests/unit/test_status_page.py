@@ -18,7 +18,7 @@ from airflow_provider_dblog.ui.status_page import page_path, render  # noqa: E40
 
 STATUS = {
     "source_id": "shop",
-    "checkpoint": "000001000000000000120000",
+    "checkpoint": "000001000000000000120000",  # the store's, shown beside the report's position
     "leader": {"identity": "triggerer-1:4242", "epoch": 7},
     "warnings": ["the slot's WAL is near max_slot_wal_keep_size <script>alert(1)</script>"],
     "capture": {
@@ -68,7 +68,16 @@ STATUS = {
 def test_the_page_shows_the_capture_its_warnings_and_dumps_escaped():
     page = render(STATUS, "dblog_state_default")
     assert '<code id="source">shop</code>' in page and 'data-state="running"' in page
-    for text in ("0/1A2B3C4D", "1,234.5", "65,536", "triggerer-1:4242 (epoch 7)", "987,654", "closed"):
+    for text in (
+        "<td>4242</td>",
+        "0/1A2B3C4D",
+        "000001000000000000120000",
+        "1,234.5",
+        "65,536",
+        "triggerer-1:4242 (epoch 7)",
+        "987,654",
+        "closed",
+    ):
         assert text in page, text
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # a warning is text
     # the newest dump first, paused, with its progress against the estimate and its ETA
@@ -110,8 +119,9 @@ def test_the_page_needs_an_airflow_login():
         assert client.get(f"{path}?state_conn_id=st&source_id=shop").status_code == 401, path
 
 
-def test_the_plugin_is_declared_in_valid_provider_metadata():
+def test_the_plugin_is_an_entry_point_and_the_provider_metadata_is_valid():
     import importlib
+    import importlib.metadata
     import pathlib
 
     import airflow
@@ -122,10 +132,13 @@ def test_the_plugin_is_declared_in_valid_provider_metadata():
     info = get_provider_info()
     schema = json.loads((pathlib.Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
     jsonschema.validate(info, schema)
-    (plugin,) = info["plugins"]
-    module, _, name = plugin["plugin-class"].rpartition(".")
-    cls = getattr(importlib.import_module(module), name)
+    (entry,) = [e for e in importlib.metadata.entry_points(group="airflow.plugins") if e.name == "dblog"]
+    cls = entry.load()
     assert [a["url_prefix"] for a in cls.fastapi_apps] == ["/dblog"]
     for path in info["extra-links"]:
         module, _, name = path.rpartition(".")
         assert getattr(importlib.import_module(module), name)().name == "DBLog status"
+    # what Airflow's API server mounts
+    from airflow import plugins_manager
+
+    assert "/dblog" in [a["url_prefix"] for a in plugins_manager.get_fastapi_plugins()[0]]
