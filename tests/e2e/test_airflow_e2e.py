@@ -290,6 +290,43 @@ def test_the_capture_task_links_to_its_status_page(stack):
     assert code == 400 and "spark_default" in text and "dblog_state" in text, text
 
 
+def test_a_finished_repair_dump_runs_the_downstream_dag_once(stack):
+    """dblog_after_dump is scheduled on the changelog asset: the repair dump's asset event,
+    which carries the dump's summary, triggers exactly one of its runs, whose task reads it."""
+    af = stack.af
+    af.wait_ready(("dblog_after_dump",))
+    af.unpause("dblog_after_dump")
+    dump_id = repair_one_key(stack)
+
+    def runs_with_the_dump() -> list:
+        found = []
+        for run in af.request("GET", "/api/v2/dags/dblog_after_dump/dagRuns")["dag_runs"]:
+            events = af.request("GET", f"/api/v2/dags/dblog_after_dump/dagRuns/{run['dag_run_id']}/upstreamAssetEvents")
+            dumps = [(e.get("extra") or {}).get("dblog_dump", {}).get("dump_id") for e in events["asset_events"]]
+            if dump_id in dumps:
+                found.append(run)
+        return found
+
+    wait_for(
+        lambda: any(r["state"] == "success" for r in runs_with_the_dump()),
+        120,
+        "a dblog_after_dump run triggered by the repair dump",
+        alive=af.assert_alive,
+        detail=af.tails,
+        interval=1,
+    )
+    time.sleep(10)  # a second run for the same event would be queued by now
+    (run,) = runs_with_the_dump()
+    assert run["run_type"] == "asset_triggered"
+    xcom = af.request(
+        "GET",
+        f"/api/v2/dags/dblog_after_dump/dagRuns/{run['dag_run_id']}/taskInstances/dumps_done/xcomEntries/return_value",
+    )
+    summaries = json.loads(xcom["value"]) if isinstance(xcom["value"], str) else xcom["value"]
+    (mine,) = [d for d in summaries if d["dump_id"] == dump_id]
+    assert mine["rows"] == 1 and mine["tables"] == {stack.accounts: 1}
+
+
 # -- a second triggerer, and the first one SIGKILLed mid-dump --------------------------------
 def changelog_counts(lake: str, source_id: str, table: str, op: str) -> dict:
     """How many ``op`` events each key of ``table`` has in the changelog."""

@@ -38,6 +38,7 @@ EXAMPLE_DAGS = {
     "dblog_backfill": "DumpOperator",
     "dblog_land": "SparkSubmitOperator",
     "dblog_verify_repair": "VerifyOperator",
+    "dblog_after_dump": "_PythonDecoratedOperator",  # @task
 }
 
 
