@@ -27,6 +27,7 @@ deltalake = pytest.importorskip("deltalake")
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema  # noqa: E402
 from airflow_provider_dblog.core.verify import replay  # noqa: E402
 from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput, changelog_batch  # noqa: E402
+from tests.support.otel import collected  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -261,20 +262,8 @@ def landing_metrics():
 
     from airflow_provider_dblog.metrics.landing import LandingMetrics
 
-    reader = InMemoryMetricReader()
+    reader = InMemoryMetricReader()  # read with tests.support.otel.collected
     return LandingMetrics(MeterProvider(metric_readers=[reader])), reader
-
-
-def collected(reader) -> dict:
-    """name -> {attributes as sorted pairs: value (a histogram: its data point)}."""
-    out: dict = {}
-    for rm in reader.get_metrics_data().resource_metrics:
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                for p in m.data.data_points:
-                    value = p if hasattr(p, "bucket_counts") else p.value
-                    out.setdefault(m.name, {})[tuple(sorted(p.attributes.items()))] = value
-    return out
 
 
 def test_landing_is_incremental_and_idempotent(spark, tmp_path, monkeypatch):
@@ -287,8 +276,8 @@ def test_landing_is_incremental_and_idempotent(spark, tmp_path, monkeypatch):
     # the landing's metrics (docs/operations.md): events, one commit, the newest source commit
     attrs = (("dblog.source.id", src), ("dblog.table", "s.t"))
     seen = collected(reader)
-    assert seen["dblog.landing.events"][attrs] == 20 and seen["dblog.landing.batches"][attrs] == 1
-    assert seen["dblog.landing.commit.newest"][attrs] == max(e.commit_ts for e in log.events) / 1e6
+    assert seen["dblog.landing.events"][attrs].value == 20 and seen["dblog.landing.batches"][attrs].value == 1
+    assert seen["dblog.landing.commit.newest"][attrs].value == max(e.commit_ts for e in log.events) / 1e6
     latency = seen["dblog.landing.latency"][attrs]
     assert latency.count == 1 and latency.sum >= time.time() - 1_700_000_000 - 120  # commits of 2023
     assert seen["dblog.landing.merge.duration"][attrs].count == 1
@@ -303,8 +292,8 @@ def test_landing_is_incremental_and_idempotent(spark, tmp_path, monkeypatch):
     log.append(log.ev(s, "u", {"id": 1, "v": "b1"}), log.ev(s, "d", key=[2]))
     assert land(spark, tmp_path, metrics=metrics)["events"] == 2  # only the new version is read
     seen = collected(reader)
-    assert seen["dblog.landing.events"][attrs] == 22 and seen["dblog.landing.batches"][attrs] == 2
-    assert seen["dblog.landing.commit.newest"][attrs] == max(e.commit_ts for e in log.events) / 1e6
+    assert seen["dblog.landing.events"][attrs].value == 22 and seen["dblog.landing.batches"][attrs].value == 2
+    assert seen["dblog.landing.commit.newest"][attrs].value == max(e.commit_ts for e in log.events) / 1e6
     assert rows(spark, tmp_path, src, s) == log.expected("s.t")
     after = {r.id: r for r in spark.read.format("delta").load(path).collect()}
     before = {r.id: r for r in snapshot}

@@ -9,16 +9,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from airflow_provider_dblog.metrics.landing import LATENCY_BUCKETS, LandingMetrics
-
-
-def collected(reader) -> dict:
-    out: dict = {}
-    for rm in reader.get_metrics_data().resource_metrics:
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                for p in m.data.data_points:
-                    out.setdefault(m.name, {})[tuple(sorted(p.attributes.items()))] = p
-    return out
+from tests.support.otel import collected
 
 
 def test_each_table_batch_counts_its_events_merge_time_and_freshness():
