@@ -32,12 +32,15 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def write_config(path: Path, source: dict, state_path: Path, output_url: str, state: Optional[dict] = None) -> Path:
-    """``state``: further [state] keys (e.g. auth_user and auth_password_env)."""
+def write_config(
+    path: Path, source: dict, state_path: Optional[Path], output_url: str, state: Optional[dict] = None
+) -> Path:
+    """``state``: further [state] keys (e.g. auth_user and auth_password_env; a ZooKeeper
+    ``url`` with ``state_path`` None)."""
     lines = ["[source]"]
     for k, v in source.items():
         lines.append(f"{k} = {json.dumps(v)}")
-    lines += ["", "[state]", f"path = {json.dumps(str(state_path))}"]
+    lines += ["", "[state]"] + ([f"path = {json.dumps(str(state_path))}"] if state_path is not None else [])
     lines += [f"{k} = {json.dumps(v)}" for k, v in (state or {}).items()]
     lines += ["", "[output]", f"url = {json.dumps(output_url)}"]
     path.write_text("\n".join(lines) + "\n")

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_dblog.config import make_state
 from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.outputs import make_output
@@ -43,6 +44,7 @@ from airflow_provider_dblog.state.local import LocalStateStore
 
 from .capture_proc import Capture, dblog, wait_for, write_config
 from .databases import ADAPTERS
+from .zk_tmpserver import TmpZooKeeperEnsemble
 
 FIXED_SEED = 20261121
 RANDOM_SEED = int(os.environ.get("DBLOG_ORACLE_SEED") or random.SystemRandom().randrange(10**9))
@@ -301,14 +303,20 @@ SEEDS = [
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("store", ["local", "zookeeper-ensemble"])
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
-def test_convergence_oracle(kind, seed, tmp_path):
+def test_convergence_oracle(kind, seed, store, tmp_path):
+    """``store`` zookeeper-ensemble: the state in a three-node ZooKeeper ensemble whose leader
+    is SIGKILLed during the workload and started again (the fleet's deployment, issue 33); in
+    make soak, with the fixed seed."""
     if kind == "mysql" and seed == RANDOM_SEED:
         # make test keeps PostgreSQL's (and PostgreSQL's over Kafka); MariaDB's run in make
         # soak (a fixed seed and DBLOG_SOAK_SEEDS random ones): the suite's longest run.
         pytest.skip("MariaDB's oracle runs in make soak (the suite's longest run)")
-    print(f"\noracle {kind}: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed})")
+    if store != "local" and (seed != FIXED_SEED or os.environ.get("DBLOG_SOAK") != "1"):
+        pytest.skip("the oracle on a ZooKeeper ensemble runs in make soak, with the fixed seed")
+    print(f"\noracle {kind}: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed}), state {store}")
     rng = random.Random(seed)
     db = ADAPTERS[kind]()
     if kind == "postgres":  # ledger: LIST-partitioned (one partition sub-partitioned), created under load
@@ -318,15 +326,26 @@ def test_convergence_oracle(kind, seed, tmp_path):
     db.create()
     capture = None
     mid_land = None
+    ensemble = None
     try:
         db.seed(rng, 300)  # rows that exist before the capture: only dumps can deliver them
-        config = write_config(
-            tmp_path / "dblog.toml",
-            db.tls_source_config(source_id),
-            tmp_path / "state.db",
-            f"delta://{tmp_path / 'lake'}",
-        )
-        state = LocalStateStore(str(tmp_path / "state.db"))
+        if store == "local":
+            config = write_config(
+                tmp_path / "dblog.toml",
+                db.tls_source_config(source_id),
+                tmp_path / "state.db",
+                f"delta://{tmp_path / 'lake'}",
+            )
+            state = LocalStateStore(str(tmp_path / "state.db"))
+        else:
+            ensemble = TmpZooKeeperEnsemble(tick_ms=500)
+            ensemble.start()
+            # a short session: a SIGKILLed capture's lease is gone in seconds, so its restart leads
+            zk = {"url": f"zk://{ensemble.hosts}/dblog_{source_id}", "session_timeout": 4}
+            config = write_config(
+                tmp_path / "dblog.toml", db.tls_source_config(source_id), None, f"delta://{tmp_path / 'lake'}", zk
+            )
+            state = make_state(zk)
         # Widen each chunk's window (SELECT .. HW) so concurrent writes land inside it often:
         # without the window's key removal this test then fails (checked by mutation).
         capture = Capture(
@@ -350,6 +369,8 @@ def test_convergence_oracle(kind, seed, tmp_path):
             time.sleep(1)
             gap_at = time.time() + rng.uniform(6, max(7, WORKLOAD_SECONDS - 8))
             crash_at, crashed = time.time() + rng.uniform(2, 5), False
+            # the ensemble's leader SIGKILLed and started again (zookeeper-ensemble only)
+            zk_fault_at, zk_faults = (time.time() + rng.uniform(5, max(6, WORKLOAD_SECONDS - 5))) if ensemble else 0, 0
             # the first dump of all tables reads with parallel readers (issue 15 part 2)
             readers = str(rng.randint(2, 3))
             dumps.append(
@@ -359,9 +380,9 @@ def test_convergence_oracle(kind, seed, tmp_path):
             )
             end = time.time() + WORKLOAD_SECONDS
             key_dump_at = time.time() + rng.uniform(3, 8)
-            # until the workload's time is up and the capture was killed at least 3 times (a
-            # loaded machine gets fewer rounds in; up to 60 s more for them)
-            while time.time() < end or (capture.kills < 3 and time.time() < end + 60):
+            # until the workload's time is up, the capture was killed at least 3 times and every
+            # planned fault ran (a loaded machine gets fewer rounds in; up to 60 s more for them)
+            while time.time() < end or ((capture.kills < 3 or gap_at or zk_fault_at) and time.time() < end + 60):
                 time.sleep(rng.uniform(1.5, 4.0))
                 if key_dump_at and time.time() > key_dump_at:
                     keys = [json.dumps(k) for k in rng.sample(range(1, 301), 25)]
@@ -401,6 +422,14 @@ def test_convergence_oracle(kind, seed, tmp_path):
                         )
                     crash_and_restart(db, load, capture, state, source_id)  # mid-dump
                     crashed = True
+                    continue
+                if zk_fault_at and time.time() > zk_fault_at:
+                    leader = ensemble.leader()
+                    ensemble.kill(leader)  # the capture's session moves to a follower; the quorum holds
+                    time.sleep(rng.uniform(2, 6))
+                    capture.assert_alive()
+                    ensemble.start(leader)
+                    zk_fault_at, zk_faults = 0, zk_faults + 1
                     continue
                 if gap_at and time.time() > gap_at:
                     # A gap: rows deleted and updated while nothing captures, skipped by
@@ -474,6 +503,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
         # The gap's deletes never reached the log: only the dump's key ranges (op k) remove them.
         assert gap, "no reset-position gap ran"
         assert crashed, "the server was never crashed while a dump ran"
+        assert ensemble is None or zk_faults == 1, "the ZooKeeper ensemble's leader was never killed"
         accounts = list(out.scan(source_id, f"{db.ns}.accounts"))
         assert not any(e.op.value == "d" and e.key[0] in gap["deleted"] for e in accounts), gap
         wide = list(out.scan(source_id, f"{db.ns}.wide"))
@@ -503,4 +533,7 @@ def test_convergence_oracle(kind, seed, tmp_path):
             mid_land.kill()
         if capture is not None:
             capture.close()
+        if ensemble is not None:
+            state.close()
+            ensemble.close()
         db.drop(source_id)
