@@ -6,10 +6,10 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from .links import DBLogStatusLink
-from .status_page import PREFIX, build_app
+from .status_page import PREFIX, StatusApp
 
 
 class DBLogPlugin(AirflowPlugin):
     name = "dblog"
-    fastapi_apps = [{"app": build_app(), "url_prefix": PREFIX, "name": "DBLog status"}]
+    fastapi_apps = [{"app": StatusApp(), "url_prefix": PREFIX, "name": "DBLog status"}]
     operator_extra_links = [DBLogStatusLink()]

@@ -228,3 +228,17 @@ def build_app() -> Any:
         return answer(state_conn_id, source_id, as_json=True)
 
     return app
+
+
+class StatusApp:
+    """The page's ASGI app as the plugin mounts it: the FastAPI app is built at the first
+    request. Every Airflow process loads plugins (a task's too, for listeners), and building
+    the app imports Airflow's API security (about a second); only the API server serves it."""
+
+    def __init__(self) -> None:
+        self._app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._app is None:
+            self._app = build_app()
+        await self._app(scope, receive, send)

@@ -109,14 +109,17 @@ def test_the_capture_task_links_to_its_source_page(monkeypatch):
     assert link.get_link(CaptureOperator(task_id="p", source_conn_id="shop_db", state="/tmp/s.db"), ti_key=None) == ""
 
 
-def test_the_page_needs_an_airflow_login():
+def test_the_page_needs_an_airflow_login_and_is_built_at_its_first_request():
     from fastapi.testclient import TestClient
 
-    from airflow_provider_dblog.ui.status_page import build_app
+    from airflow_provider_dblog.ui.status_page import StatusApp
 
-    client = TestClient(build_app())
+    app = StatusApp()  # what the plugin mounts: nothing built while a process only loads plugins
+    assert app._app is None
+    client = TestClient(app)
     for path in ("/status", "/status.json"):
         assert client.get(f"{path}?state_conn_id=st&source_id=shop").status_code == 401, path
+    assert app._app is not None
 
 
 def test_the_plugin_is_an_entry_point_and_the_provider_metadata_is_valid():
