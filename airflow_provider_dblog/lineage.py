@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
 from .core.events import TableSchema
-from .outputs.lake_layout import mirror_path
+from .outputs.lake_layout import absolute, mirror_path
 
 DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306}
 
@@ -50,11 +50,12 @@ class LineageDataset:
 
 def location(uri: str) -> tuple[str, str]:
     """(namespace, name) of a file or object-store location."""
-    if uri.startswith("delta://"):
-        uri = uri[len("delta://") :]
+    uri = absolute(uri)  # the lake's own rule: delta:// dropped, a local path made absolute
     parts = urlsplit(uri)
-    if parts.scheme in ("", "file") or len(parts.scheme) == 1:  # a path (``C:`` is a drive)
-        return "file", os.path.abspath(os.path.expanduser(parts.path if parts.scheme == "file" else uri))
+    if parts.scheme == "file":
+        return "file", parts.path
+    if "://" not in uri:  # a path (``C:\\`` included, whose drive urlsplit takes for a scheme)
+        return "file", uri
     authority = parts.netloc.rpartition("@")[2]  # never a userinfo part, whatever the URL held
     return f"{parts.scheme}://{authority}", parts.path.strip("/")
 
