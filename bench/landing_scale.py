@@ -1,6 +1,7 @@
 """Landing cost against mirror size: 1k changes landed into a small and into a large mirror.
 
     DBLOG_SPARK_JARS=$(scripts/spark-jars) python -m bench.landing_scale [--sizes 100000 2000000]
+        [--key-set on|off|both]   # both: each round lands once with and once without the key set
 
 The same small change (``--changes``, default 1,000 events: 20 % inserts of new keys, 70 %
 updates, 10 % deletes of existing keys drawn uniformly over the whole key range, the hard case
@@ -18,6 +19,7 @@ unchanged) and target files before / after data skipping.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -42,6 +44,7 @@ DEFAULTS = {
     "deletion_vectors": True,  # the job's default for new mirrors (--no-deletion-vectors: off)
     "optimize": False,  # OPTIMIZE ZORDER BY the key after the build (spark/maintenance.py)
     "keys": "uniform",  # which old keys change: uniform over the mirror, or the most recent
+    "key_set": "on",  # the MERGE names the batch's keys (on), not (off: as before), or both, alternating
 }
 RECENT = 10  # --keys recent: updates and deletes hit the newest RECENT x changes keys
 MASTER = "local[2]"
@@ -101,28 +104,53 @@ def one_size(spark, work: str, size: int, o: dict, say: Callable[[str], None]) -
     )
     append_job(spark, lake, os.path.join(work, f"m{size}", "append"))  # the build's rows: untimed
     rng = random.Random(size)
-    rounds = []
+    variants = {"on": [True], "off": [False], "both": [True, False]}[o["key_set"]]
+    rounds: dict[bool, list] = {v: [] for v in variants}
     next_key = size
     for r in range(o["rounds"]):
-        b.append(change_plan(o["changes"], size, next_key, rng, recent=o["keys"] == "recent"))
-        next_key += o["changes"] // 5
-        app = append_job(spark, lake, os.path.join(work, f"m{size}", "append"))
-        t0 = time.perf_counter()
-        st = land(spark, lake, register=False, log=lambda m: None, **dv)
-        seconds = time.perf_counter() - t0
-        if st["events"] != o["changes"] or app["rows"] != o["changes"]:
-            raise RuntimeError(f"expected {o['changes']} events, landed {st['events']}, appended {app['rows']}")
-        m = merge_metrics(spark, path)
-        say(f"{size:,} rows, round {r}: landing {seconds:.2f} s, append {app['seconds']:.2f} s, MERGE {json.dumps(m)}")
-        rounds.append({"land_s": seconds, "append_s": app["seconds"], "merge": m})
-    mid = sorted(rounds, key=lambda x: x["land_s"])[len(rounds) // 2]
-    return {
-        "size": size,
-        "land_s": round(statistics.median(x["land_s"] for x in rounds), 2),
-        "append_s": round(statistics.median(x["append_s"] for x in rounds), 2),
-        "merge": mid["merge"],
-        "rounds": rounds,
-    }
+        for key_set in variants if r % 2 == 0 else variants[::-1]:  # neither always goes first
+            b.append(change_plan(o["changes"], size, next_key, rng, recent=o["keys"] == "recent"))
+            next_key += o["changes"] // 5
+            app = append_job(spark, lake, os.path.join(work, f"m{size}", "append"))
+            t0 = time.perf_counter()
+            with key_set_pruning(key_set):
+                st = land(spark, lake, register=False, log=lambda m: None, **dv)
+            seconds = time.perf_counter() - t0
+            if st["events"] != o["changes"] or app["rows"] != o["changes"]:
+                raise RuntimeError(f"expected {o['changes']} events, landed {st['events']}, appended {app['rows']}")
+            m = merge_metrics(spark, path)
+            say(
+                f"{size:,} rows, round {r}, key set {'on' if key_set else 'off'}: landing {seconds:.2f} s, "
+                f"append {app['seconds']:.2f} s, MERGE {json.dumps(m)}"
+            )
+            rounds[key_set].append({"land_s": seconds, "append_s": app["seconds"], "merge": m})
+    out: dict[str, Any] = {"size": size}
+    for key_set, rs in rounds.items():
+        mid = sorted(rs, key=lambda x: x["land_s"])[len(rs) // 2]
+        suffix = "" if key_set else "_no_key_set"
+        out.update(
+            {
+                f"land_s{suffix}": round(statistics.median(x["land_s"] for x in rs), 2),
+                f"append_s{suffix}": round(statistics.median(x["append_s"] for x in rs), 2),
+                f"merge{suffix}": mid["merge"],
+                f"rounds{suffix}": rs,
+            }
+        )
+    return out
+
+
+@contextlib.contextmanager
+def key_set_pruning(on: bool):
+    """Off: the MERGE condition without the batch's key set (spark/merge_rows.py), as before
+    it had one; the key range stays."""
+    from airflow_provider_dblog.spark import merge_rows
+
+    saved = merge_rows.PRUNE_MAX_KEYS
+    merge_rows.PRUNE_MAX_KEYS = saved if on else -1
+    try:
+        yield
+    finally:
+        merge_rows.PRUNE_MAX_KEYS = saved
 
 
 def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict:
@@ -140,7 +168,9 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
         one_size(spark, work, 20_000, {**o, "rounds": 1}, lambda m: None)  # warm-up: JVM, JIT
         sizes = [one_size(spark, work, s, o, say) for s in o["sizes"]]
         for s in sizes:
-            s["ratio_to_append"] = round(s["append_s"] / s["land_s"], 3)
+            for suffix in ("", "_no_key_set"):
+                if f"land_s{suffix}" in s:
+                    s[f"ratio_to_append{suffix}"] = round(s[f"append_s{suffix}"] / s[f"land_s{suffix}"], 3)
         return {
             "name": "Landing cost vs mirror size",
             "source_agnostic": True,
@@ -151,8 +181,13 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
             "deletion_vectors": o["deletion_vectors"],
             "optimize": o["optimize"],
             "keys": o["keys"],
+            "key_set": o["key_set"],
             "sizes": sizes,
-            "large_over_small": round(sizes[-1]["land_s"] / sizes[0]["land_s"], 2),
+            **{
+                f"large_over_small{suffix}": round(sizes[-1][f"land_s{suffix}"] / sizes[0][f"land_s{suffix}"], 2)
+                for suffix in ("", "_no_key_set")
+                if f"land_s{suffix}" in sizes[0]
+            },
         }
     finally:
         if spark is not None and owned:
@@ -166,24 +201,28 @@ def markdown(results: dict) -> str:
     if not ok:
         return "\n".join(lines + [f"**Failed:** `{results}`", ""])
     r = ok[0]
+    variants = [(sfx, name) for sfx, name in (("", "on"), ("_no_key_set", "off")) if f"large_over_small{sfx}" in r]
     lines += [
         f"{_n(r['changes'])} changes (20 % inserts, 70 % updates, 10 % deletes, old keys "
         + ("among the newest " + _n(RECENT * r["changes"]) if r.get("keys") == "recent" else "uniform over the mirror")
         + f") landed by the job into one mirror of each size, median of {r['rounds']} rounds, "
         f"`{r['master']}`, Spark {r['spark']}; deletion vectors {'on' if r.get('deletion_vectors') else 'off'}, "
         f"mirror {'Z-ordered by key' if r.get('optimize') else 'as landed'}. Baseline: a plain Delta append of the same changelog rows "
-        f"(same streaming read). Large / small landing time: **{r['large_over_small']:.2f}×** (goal ≤ 2×).",
+        "(same streaming read). Large / small landing time (goal ≤ 2×): "
+        + ", ".join(f"key set {name} **{r['large_over_small' + sfx]:.2f}×**" for sfx, name in variants)
+        + ".",
         "",
-        "| Mirror rows | Landing (s) | Plain append (s) | Append / landing | Rows copied | Files before / after skipping |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| Mirror rows | Key set in the MERGE | Landing (s) | Plain append (s) | Append / landing | Rows copied | Files before / after skipping |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for s in r["sizes"]:
-        m = s["merge"]
-        lines.append(
-            f"| {_n(s['size'])} | {s['land_s']:.2f} | {s['append_s']:.2f} | {s['ratio_to_append']:.2f}× | "
-            f"{_n(m.get('numTargetRowsCopied'))} | {_n(m.get('numTargetFilesBeforeSkipping'))} / "
-            f"{_n(m.get('numTargetFilesAfterSkipping'))} |"
-        )
+        for sfx, name in variants:
+            m = s["merge" + sfx]
+            lines.append(
+                f"| {_n(s['size'])} | {name} | {s['land_s' + sfx]:.2f} | {s['append_s' + sfx]:.2f} | "
+                f"{s['ratio_to_append' + sfx]:.2f}× | {_n(m.get('numTargetRowsCopied'))} | "
+                f"{_n(m.get('numTargetFilesBeforeSkipping'))} / {_n(m.get('numTargetFilesAfterSkipping'))} |"
+            )
     return "\n".join(lines + [""])
 
 
@@ -209,6 +248,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         default=DEFAULTS["keys"],
         help=f"old keys changed: uniform over the mirror, or among its newest {RECENT} x --changes",
     )
+    p.add_argument(
+        "--key-set",
+        choices=["on", "off", "both"],
+        default=DEFAULTS["key_set"],
+        help="the MERGE condition names the batch's keys (on, the job's default), not (off: as before), "
+        "or both in alternating rounds",
+    )
     args = p.parse_args(argv)
     opts = {
         "sizes": args.sizes,
@@ -217,6 +263,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "deletion_vectors": args.deletion_vectors,
         "optimize": args.optimize,
         "keys": args.keys,
+        "key_set": args.key_set,
     }
     workdir = tempfile.mkdtemp(prefix="dblog-bench-landing-scale-")
     try:

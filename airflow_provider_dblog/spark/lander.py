@@ -31,7 +31,7 @@ from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.outputs._common import dumps
 from airflow_provider_dblog.outputs.lake_layout import absolute, mirror_path, mirrors_root, schemas_path
 from airflow_provider_dblog.spark import mirror_types as mt
-from airflow_provider_dblog.spark.merge_rows import TableFacts, key_range, merge_rows, toast_merge
+from airflow_provider_dblog.spark.merge_rows import TableFacts, batch_keys, merge_condition, merge_rows, toast_merge
 from airflow_provider_dblog.spark.mirror_commits import BatchCommit, tagged, writer_options
 from airflow_provider_dblog.spark.mirror_tables import META_NAMES, MirrorUpkeep, quote_name, register_mirrors
 from airflow_provider_dblog.spark.parallel_tables import WorkerSessions, run_all, workers_for
@@ -230,7 +230,7 @@ class Lander:
             options = writer_options(commit, "merge")
             updates.write.format("delta").mode("append").options(**options).save(path)
         else:
-            on = "t._key = s._key" + key_range(key, target, facts)
+            on = merge_condition(key, target, facts, batch_keys(events, facts))
             merge = DeltaTable.forPath(self.spark, path).alias("t").merge(updates.alias("s"), on)
             if toast:
                 merge = toast_merge(merge, target, toast)

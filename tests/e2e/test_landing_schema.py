@@ -1,5 +1,5 @@
 """Mirrors follow compatible type changes (Delta type widening), keep a change data feed,
-and a MERGE reads and rewrites in proportion to the change (real Spark + Delta)."""
+and a MERGE reads, joins and rewrites in proportion to the change (real Spark + Delta)."""
 
 from __future__ import annotations
 
@@ -114,6 +114,55 @@ def test_a_merge_of_new_keys_never_reads_the_mirror_files_outside_their_key_rang
     assert stats["events"] == 11
     got = {r.id: r.v for r in spark.read.format("delta").load(path).where("id >= 4990").collect()}
     assert got == {**{i: "x" for i in range(4990, 4999)}, 4999: "y", **{i: "new" for i in range(5000, 5010)}}
+
+
+def last_query(spark) -> int:  # noqa: F811 - the fixture's name
+    """The id of the newest query in the session's SQL status store (kept with the UI off too)."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()  # the store is fed asynchronously
+    runs = spark._jsparkSession.sharedState().statusStore().executionsList()
+    return max((runs.apply(i).executionId() for i in range(runs.size())), default=-1)
+
+
+def merge_join_plans(spark, since: int) -> list[str]:  # noqa: F811 - the fixture's name
+    """The physical plans of the queries after ``since`` that join the mirror's rows (by
+    ``_key``): the MERGE's passes."""
+    last_query(spark)
+    runs = spark._jsparkSession.sharedState().statusStore().executionsList()
+    runs = [runs.apply(i) for i in range(runs.size())]
+    plans = [r.physicalPlanDescription() for r in runs if r.executionId() > since]
+    return [p for p in plans if "Join" in p and "_key#" in p]
+
+
+def test_a_merge_of_keys_spread_over_the_mirror_joins_only_the_batchs_rows(spark, tmp_path, monkeypatch):  # noqa: F811
+    """Text keys (no key range to prune by) changed all over the mirror: every file is
+    touched, and the MERGE's joins see the mirror filtered to the batch's keys (``_key INSET``
+    below the join) rather than all its rows. Above PRUNE_MAX_KEYS the condition names no keys;
+    both land the same rows."""
+    from airflow_provider_dblog.spark import merge_rows
+
+    src = "set_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    v1 = log.schema("s.t", [("code", "text"), ("v", "text")], key=("code",))
+    log.append(*[log.ev(v1, "r", {"code": f"c{i}", "v": "x"}, origin="dump") for i in range(5000)])
+    land(spark, tmp_path)
+    since = last_query(spark)
+    log.append(
+        *[log.ev(v1, "u", {"code": f"c{i}", "v": "y"}) for i in range(3, 5000, 500)],
+        log.ev(v1, "d", key=["c4999"]),
+        log.ev(v1, "c", {"code": "new", "v": "z"}),
+    )
+    assert land(spark, tmp_path)["events"] == 12
+    assert rows(spark, tmp_path, src, v1) == log.expected("s.t")
+    plans = merge_join_plans(spark, since)
+    assert plans and all("_key#" in p and 'INSET ["c1003"]' in p and '["new"]' in p for p in plans), plans
+
+    monkeypatch.setattr(merge_rows, "PRUNE_MAX_KEYS", 5)  # a bigger batch: no key set in the plan
+    since = last_query(spark)
+    log.append(*[log.ev(v1, "u", {"code": f"c{i}", "v": "w"}) for i in range(7, 5000, 700)])
+    assert land(spark, tmp_path)["events"] == 8
+    assert rows(spark, tmp_path, src, v1) == log.expected("s.t")
+    plans = merge_join_plans(spark, since)
+    assert plans and not any("INSET" in p for p in plans)
 
 
 def test_with_deletion_vectors_a_merge_copies_far_fewer_rows_than_the_mirror_holds(spark, tmp_path):  # noqa: F811
