@@ -34,7 +34,8 @@ class TableComparison:
 
     @property
     def keys(self) -> list[Key]:
-        return [m.key for m in self.mismatches]
+        """The keys a repair dump can set right (not a mirror's duplicate rows)."""
+        return [m.key for m in self.mismatches if m.kind != "duplicate"]
 
     def describe(self, other: str) -> str:
         """The report line: ``other`` names the other side ("in the mirror")."""

@@ -81,7 +81,7 @@ class Covered:
 @dataclasses.dataclass
 class Mismatch:
     key: Key
-    kind: str  # "missing" (in source, not in changelog), "extra", "different"
+    kind: str  # "missing" (in source, not in changelog), "extra", "different", "duplicate" (mirror only)
     source: Optional[Row]
     changelog: Optional[Row]
 
@@ -95,6 +95,11 @@ class Mismatch:
             src, out = self.source or {}, self.changelog or {}
             diffs = ", ".join(f"{c}: source={src.get(c)!r} changelog={out.get(c)!r}" for c in cols)
             return f"key {list(self.key)}: different ({diffs})"
+        if self.kind == "duplicate":
+            return (
+                f"key {list(self.key)}: more than one row in the mirror (a landing fault that a repair "
+                "dump cannot undo: land the table into a new mirror, docs/landing.md)"
+            )
         return f"key {list(self.key)}: {self.kind} " + (
             "in the changelog" if self.kind == "missing" else "(deleted in the source)"
         )

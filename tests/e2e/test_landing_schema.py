@@ -139,22 +139,28 @@ def test_a_merge_of_keys_spread_over_the_mirror_joins_only_the_batchs_rows(spark
     below the join) rather than all its rows. Above PRUNE_MAX_KEYS the condition names no keys;
     both land the same rows."""
     from airflow_provider_dblog.spark import merge_rows
+    from airflow_provider_dblog.spark.verify_mirror import duplicates
 
     src = "set_" + uuid.uuid4().hex[:6]
     log = Changelog(tmp_path, src)
     v1 = log.schema("s.t", [("code", "text"), ("v", "text")], key=("code",))
-    log.append(*[log.ev(v1, "r", {"code": f"c{i}", "v": "x"}, origin="dump") for i in range(5000)])
+    # Keys the condition's SQL text must quote exactly: a miss would insert a second row.
+    odd = ["it's", "back\\slash", 'dq"', "new\nline", "ü"]
+    log.append(*[log.ev(v1, "r", {"code": c, "v": "x"}, origin="dump") for c in [f"c{i}" for i in range(5000)] + odd])
     land(spark, tmp_path)
     since = last_query(spark)
     log.append(
         *[log.ev(v1, "u", {"code": f"c{i}", "v": "y"}) for i in range(3, 5000, 500)],
+        *[log.ev(v1, "u", {"code": c, "v": "y"}) for c in odd],
         log.ev(v1, "d", key=["c4999"]),
         log.ev(v1, "c", {"code": "new", "v": "z"}),
     )
-    assert land(spark, tmp_path)["events"] == 12
+    assert land(spark, tmp_path)["events"] == 17
     assert rows(spark, tmp_path, src, v1) == log.expected("s.t")
+    assert duplicates(spark, mirror(tmp_path, src, "s.t")) == []  # rows() would not show a second row
+    assert spark.read.format("delta").load(mirror(tmp_path, src, "s.t")).where("v = 'y'").count() == 15
     plans = merge_join_plans(spark, since)
-    assert plans and all("_key#" in p and 'INSET ["c1003"]' in p and '["new"]' in p for p in plans), plans
+    assert plans and all(" INSET " in p and '["c1003"]' in p and '["new"]' in p for p in plans), plans
 
     monkeypatch.setattr(merge_rows, "PRUNE_MAX_KEYS", 5)  # a bigger batch: no key set in the plan
     since = last_query(spark)
@@ -163,6 +169,26 @@ def test_a_merge_of_keys_spread_over_the_mirror_joins_only_the_batchs_rows(spark
     assert rows(spark, tmp_path, src, v1) == log.expected("s.t")
     plans = merge_join_plans(spark, since)
     assert plans and not any("INSET" in p for p in plans)
+
+
+def test_the_mirror_check_reports_a_key_with_two_rows(spark, tmp_path):  # noqa: F811
+    """A second row for a key (what a MERGE whose condition missed the key writes) is a
+    mismatch of its own: compared by key, the mirror would look right."""
+    from airflow_provider_dblog.spark.verify_mirror import duplicates
+
+    src = "dup_" + uuid.uuid4().hex[:6]
+    log = Changelog(tmp_path, src)
+    v1 = log.schema("s.t", [("id", "bigint"), ("v", "text")])
+    log.append(*[log.ev(v1, "c", {"id": i, "v": "x"}) for i in range(5)], log.ev(v1, "d", key=[4]))
+    land(spark, tmp_path)
+    path = mirror(tmp_path, src, "s.t")
+    assert duplicates(spark, path) == []
+    table = spark.read.format("delta").load(path)
+    table.where("id IN (2, 4)").write.format("delta").mode("append").save(path)  # a live row and a tombstone
+    found = duplicates(spark, path)
+    assert [(m.key, m.kind) for m in found] == [((2,), "duplicate"), ((4,), "duplicate")]
+    assert "more than one row in the mirror" in found[0].describe()
+    assert rows(spark, tmp_path, src, v1) == log.expected("s.t")  # what the by-key comparison sees
 
 
 def test_with_deletion_vectors_a_merge_copies_far_fewer_rows_than_the_mirror_holds(spark, tmp_path):  # noqa: F811

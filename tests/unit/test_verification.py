@@ -65,3 +65,12 @@ def test_a_repair_asks_for_exactly_the_mismatched_keys_and_only_when_something_d
     assert specs == {"public.b": "spec-public.b"}
     assert asked == [("source", {"public.a": [], "public.b": [(7,), (8,)]}, 50)]
     assert reported == [("public.b", "spec-public.b", 2)] and closed == [True]
+
+
+def test_a_mirrors_duplicate_rows_are_drift_that_no_repair_dump_is_asked_for():
+    dup = Mismatch((7,), "duplicate", None, None)
+    results = {"public.a": verification.TableComparison("public.a", 3, 3, [dup])}
+    assert verification.drifted(results)
+    assert verification.mismatched(results) == {"public.a": []}
+    assert verification.repair(results, lambda: 1 / 0, lambda: 1 / 0) == {}  # opens nothing
+    assert dup.describe().startswith("key [7]: more than one row in the mirror")
