@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
 from .core.events import TableSchema
-from .outputs.lake_layout import absolute, mirror_path
+from .outputs.lake_layout import absolute, changelog_path, mirror_path, mirrors_root
 
 DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306}
 
@@ -113,6 +113,16 @@ def existing_mirrors(mirrors: str, source_id: Optional[str] = None) -> list[Line
             if os.path.isdir(os.path.join(root, source, table, "_delta_log")):
                 out.append(LineageDataset(namespace, mirror_path(root, source, table)))
     return out
+
+
+def landing_datasets(
+    lake: str, mirrors: Optional[str] = None, source_id: Optional[str] = None
+) -> tuple[list[LineageDataset], list[LineageDataset]]:
+    """(inputs, outputs) of a landing of ``lake``: the changelog, named as the capture names
+    it (one dataset, so the graph connects), and the mirrors of ``source_id`` (or all) that
+    exist under the mirrors root (``existing_mirrors``: a local root only)."""
+    changelog = LineageDataset(*location(changelog_path(absolute(lake))))
+    return [changelog], existing_mirrors(mirrors_root(lake, mirrors), source_id)
 
 
 def source_schemas(source: Any, tables: Optional[Sequence[str]] = None) -> dict[str, TableSchema]:

@@ -15,7 +15,9 @@ Three modes (``DBLOG_LAND_MODE``):
 
 The job is incremental and idempotent (docs/landing.md), so extra or overlapping runs are
 harmless; ``max_active_runs=1`` keeps one streaming checkpoint writer. The application is the
-job file of the installed package, so the DAG and the job never drift apart.
+job file of the installed package, so the DAG and the job never drift apart. With Airflow's
+OpenLineage provider installed, every mode reports the changelog feeding the mirrors
+(docs/operations.md "Lineage").
 
 Deployment settings (environment of the scheduler / dag-processor / workers / triggerer):
   DBLOG_LAND_MODE             event (default), schedule or continuous
@@ -51,10 +53,9 @@ import os
 from importlib import resources
 from typing import Optional
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable
 
-from airflow_provider_dblog.operators.land import ContinuousLandOperator
+from airflow_provider_dblog.operators.land import ContinuousLandOperator, SparkSubmitLandOperator
 from airflow_provider_dblog.spark.session import DELTA_PACKAGE, resolve_jars  # matches the pinned pyspark/delta-spark
 from airflow_provider_dblog.triggers.changelog import ChangelogCommitTrigger
 
@@ -101,11 +102,7 @@ def parallel_tables() -> Optional[int]:
 
 JARS = local_jars()
 PARALLEL_TABLES = parallel_tables()
-args = ["--lake", lake_root()]
-if os.environ.get("DBLOG_LAND_SOURCE"):
-    args += ["--source", os.environ["DBLOG_LAND_SOURCE"]]
-if PARALLEL_TABLES is not None:
-    args += ["--parallel-tables", str(PARALLEL_TABLES)]
+args = [] if PARALLEL_TABLES is None else ["--parallel-tables", str(PARALLEL_TABLES)]
 
 
 def schedule():
@@ -158,8 +155,12 @@ with DAG(
             retry_delay=dt.timedelta(seconds=30),
         )
     else:
-        SparkSubmitOperator(
+        # SparkSubmitOperator, plus --lake/--source and the landing's OpenLineage datasets
+        # (changelog -> mirrors, named as the capture and the continuous landing name them)
+        SparkSubmitLandOperator(
             task_id="land_changelog",
+            lake=lake_root(),
+            source=os.environ.get("DBLOG_LAND_SOURCE") or None,
             application=land_job_path(),
             conn_id=os.environ.get("DBLOG_SPARK_CONN_ID", "spark_default"),
             jars=JARS,

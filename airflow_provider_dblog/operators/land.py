@@ -1,15 +1,20 @@
-"""``ContinuousLandOperator``: the Spark landing as one long-lived, deferrable task.
+"""The landing's operators.
 
-The continuous counterpart of the ``dblog_land`` DAG's SparkSubmitOperator runs: the task
-defers to a ``LandTrigger`` that runs the landing job in continuous mode (a micro-batch every
-``trigger_seconds``) for one session, then defers again, like ``CaptureOperator``. A failed
-session fails the task with the job's own last lines (retries resume from the checkpoint).
+``SparkSubmitLandOperator``: Airflow's ``SparkSubmitOperator`` running the landing job (the
+``dblog_land`` DAG's event and schedule modes), reporting its OpenLineage datasets.
+
+``ContinuousLandOperator``: the Spark landing as one long-lived, deferrable task. The
+continuous counterpart of the SparkSubmitOperator runs: the task defers to a ``LandTrigger``
+that runs the landing job in continuous mode (a micro-batch every ``trigger_seconds``) for one
+session, then defers again, like ``CaptureOperator``. A failed session fails the task with the
+job's own last lines (retries resume from the checkpoint).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
@@ -18,6 +23,56 @@ from ..triggers.land import LandTrigger
 
 class DBLogLandError(AirflowException):
     """The continuous landing process failed; the message is its last output."""
+
+
+class SparkSubmitLandOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` for the landing job: the job's ``--lake`` / ``--source`` /
+    ``--mirrors`` come from these arguments (before ``application_args``), and its lineage too.
+
+    Why a subclass and not ``inlets``/``outlets``: the OpenLineage provider turns a plain
+    SparkSubmitOperator's inlets and outlets into datasets only through the asset converters
+    of whichever providers are installed (``file`` from common-io, ``s3`` from amazon, none
+    for ``s3a``), names them by its rule, not lineage.py's, and knows them at parse time,
+    when the mirrors a run lands are unknown; outlets would also emit asset events. These two
+    methods reuse lineage.py, as ``ContinuousLandOperator`` does.
+
+    :param lake: the changelog's root (the job's ``--lake``).
+    :param source: land only this source id (default: every source).
+    :param mirrors: root of the mirror tables (default ``<lake>/mirrors``).
+    """
+
+    template_fields = (*SparkSubmitOperator.template_fields, "lake", "source", "mirrors")
+
+    def __init__(
+        self,
+        *,
+        lake: str,
+        source: Optional[str] = None,
+        mirrors: Optional[str] = None,
+        application_args: Optional[list[Any]] = None,
+        **kwargs: Any,
+    ) -> None:
+        job_args = [
+            "--lake",
+            lake,
+            *(["--source", source] if source else []),
+            *(["--mirrors", mirrors] if mirrors else []),
+        ]
+        super().__init__(application_args=[*job_args, *(application_args or [])], **kwargs)
+        self.lake = lake
+        self.source = source
+        self.mirrors = mirrors
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """OpenLineage (lineage.py; called by Airflow's OpenLineage provider when installed):
+        the changelog feeds the mirrors that exist when the job starts."""
+        from .. import lineage
+
+        return lineage.operator_lineage(*lineage.landing_datasets(self.lake, self.mirrors, self.source))
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """As at the start, listed again: the mirrors this run created are there now."""
+        return self.get_openlineage_facets_on_start()
 
 
 class ContinuousLandOperator(BaseOperator):
@@ -85,11 +140,8 @@ class ContinuousLandOperator(BaseOperator):
         """OpenLineage (lineage.py; called by Airflow's OpenLineage provider when installed):
         the changelog feeds the mirrors that exist when the task starts."""
         from .. import lineage
-        from ..outputs.lake_layout import absolute, changelog_path, mirrors_root
 
-        changelog = lineage.LineageDataset(*lineage.location(changelog_path(absolute(self.lake))))
-        mirrors = lineage.existing_mirrors(mirrors_root(self.lake, self.mirrors), self.source)
-        return lineage.operator_lineage([changelog], mirrors)
+        return lineage.operator_lineage(*lineage.landing_datasets(self.lake, self.mirrors, self.source))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Optional[dict[str, Any]]:
         session = int(event.get("session", 1))

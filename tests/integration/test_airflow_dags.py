@@ -36,7 +36,7 @@ EXAMPLE_DAGS = {
     "dblog_capture": "CaptureOperator",
     "dblog_repair_dump": "DumpOperator",
     "dblog_backfill": "DumpOperator",
-    "dblog_land": "SparkSubmitOperator",
+    "dblog_land": "SparkSubmitLandOperator",  # a SparkSubmitOperator reporting lineage
     "dblog_verify_repair": "VerifyOperator",
     "dblog_after_dump": "_PythonDecoratedOperator",  # @task
 }

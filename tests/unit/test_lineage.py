@@ -4,8 +4,17 @@ real sources in tests/integration/test_airflow_dags.py and test_airflow_operator
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import subprocess
 import sys
+import tempfile
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))  # no Airflow files in the repo
 
 import pytest
 
@@ -14,6 +23,8 @@ from airflow_provider_dblog.core.events import Column, TableSchema
 from airflow_provider_dblog.outputs import make_output
 
 pytest.importorskip("airflow.providers.openlineage")
+
+LAND_DAG = Path(__file__).resolve().parents[2] / "dags" / "dblog_land.py"
 
 PG = {"type": "postgres", "id": "shop", "host": "db.internal", "port": 6432, "database": "sales", "user": "u"}
 MY = {"type": "mysql", "id": "m1", "host": "maria", "user": "u"}
@@ -95,24 +106,113 @@ def test_facets_carry_schema_statistics_and_assertions():
     assert "schema" not in out.get("facets", {})
 
 
+def land_task(monkeypatch, tmp_path, **environ: str):
+    """dblog_land's task, the DAG file executed afresh under ``environ`` (read at parse time)."""
+    for name in ("DBLOG_SPARK_JARS", "DBLOG_SPARK_PACKAGES", "DBLOG_LAND_SOURCE", "DBLOG_LAND_PARALLEL_TABLES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DBLOG_SPARK_JARS_DIR", str(tmp_path / "no-jars"))  # --packages: nothing to resolve
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    spec = importlib.util.spec_from_file_location(f"dblog_land_{uuid.uuid4().hex}", LAND_DAG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag.get_task("land_changelog")
+
+
+def extracted(task, state):
+    """What Airflow's OpenLineage listener would send for ``task`` (its ExtractorManager: the
+    operator's own methods, else hook lineage, else inlets/outlets), as JSON dicts."""
+    from airflow.providers.openlineage.extractors.manager import ExtractorManager
+    from openlineage.client.serde import Serde
+
+    ol = ExtractorManager().extract_metadata(SimpleNamespace(run_id="manual__1"), task, state, SimpleNamespace())
+    return [Serde.to_dict(d) for d in ol.inputs], [Serde.to_dict(d) for d in ol.outputs], ol.run_facets
+
+
+@pytest.mark.parametrize("mode", ["event", "schedule"])
+def test_land_dag_reports_the_changelog_feeding_the_mirrors(monkeypatch, tmp_path, mode):
+    """dblog_land's spark-submit task (event and schedule modes) reads the changelog the capture
+    writes and writes the source's mirrors, under the names the other operators give them."""
+    from airflow.utils.state import TaskInstanceState
+
+    lake = tmp_path / "lake"
+    for d in ("shop/public.orders/_delta_log", "shop/empty", "other/x.y/_delta_log", "_checkpoints/shop"):
+        (lake / "mirrors" / d).mkdir(parents=True)
+    secrets = {"password": "sp4rk-pa55word", "aws": "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT",
+        json.dumps({"conn_type": "spark", "host": "local[2]", "password": secrets["password"]}),
+    )
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secrets["aws"])
+    task = land_task(monkeypatch, tmp_path, DBLOG_LAND_MODE=mode, DBLOG_LAKE=str(lake), DBLOG_LAND_SOURCE="shop")
+    assert task.application_args == ["--lake", str(lake), "--source", "shop"]  # what the job lands
+
+    inputs, outputs, run_facets = extracted(task, TaskInstanceState.RUNNING)
+    changelog = {"namespace": "file", "name": f"{lake}/changelog", "facets": {}, "inputFacets": {}}
+    assert inputs == [changelog]
+    # the capture's output dataset (CaptureOperator, DumpOperator) is this input: the graph connects
+    (captured,) = lineage.changelog_datasets(make_output(f"delta://{lake}"), "shop", ["public.orders"])
+    assert (captured.namespace, captured.name) == (changelog["namespace"], changelog["name"])
+    orders = {"namespace": "file", "name": f"{lake}/mirrors/shop/public.orders", "facets": {}, "outputFacets": {}}
+    assert outputs == [orders]  # the source's Delta tables only: not other/, empty/, _checkpoints
+    (verified,) = lineage.mirror_datasets(f"{lake}/mirrors", [("shop", ORDERS)])  # VerifyOperator's name
+    assert (verified.namespace, verified.name) == (orders["namespace"], orders["name"])
+    assert "unknownSourceAttribute" not in run_facets  # the operator's own lineage, not a fallback
+
+    # at completion the mirrors are listed again: the one this run created is there now
+    (lake / "mirrors" / "shop" / "public.lines" / "_delta_log").mkdir(parents=True)
+    inputs, outputs, _ = extracted(task, TaskInstanceState.SUCCESS)
+    assert inputs == [changelog]
+    assert [o["name"] for o in outputs] == [f"{lake}/mirrors/shop/public.lines", orders["name"]]
+    text = json.dumps([inputs, outputs])
+    assert not any(secret in text for secret in secrets.values())
+
+
+def test_land_lineage_names_no_credential_of_the_lake_url():
+    """A lake URL that carried keys (it should not) names its bucket only; object-store
+    mirrors are not listed (existing_mirrors)."""
+    from airflow.utils.state import TaskInstanceState
+
+    from airflow_provider_dblog.operators.land import SparkSubmitLandOperator
+
+    task = SparkSubmitLandOperator(task_id="land", lake="s3://AKIAEXAMPLE:s3cr3tKey@bucket/lake", application="job.py")
+    inputs, outputs, _ = extracted(task, TaskInstanceState.RUNNING)
+    assert [(i["namespace"], i["name"]) for i in inputs] == [("s3://bucket", "lake/changelog")] and outputs == []
+    assert "s3cr3tKey" not in json.dumps(inputs) and "AKIAEXAMPLE" not in json.dumps(inputs)
+
+
 def test_the_operators_work_without_openlineage():
-    """The provider works without Airflow's OpenLineage provider: with its client and its
-    extractors unimportable, the operators import and build (its listener is the only caller of
-    the lineage methods). Airflow's provider manager still reads the installed provider's info."""
+    """The provider works without Airflow's OpenLineage provider: with its client, its
+    extractors and its utils unimportable, the operators import and build and dblog_land parses
+    (its listener is the only caller of the lineage methods), and no OpenLineage facet is
+    imported. Airflow's provider manager still reads the installed provider's info, and
+    common-compat's ``openlineage`` shims stay: the Spark provider imports them, and they fall
+    back to no-ops without the provider."""
     code = (
         "import sys\n"
         "sys.modules['openlineage'] = sys.modules['airflow.providers.openlineage.extractors'] = None\n"
-        "sys.modules['airflow.providers.common.compat.openlineage'] = None\n"
+        "sys.modules['airflow.providers.openlineage.utils'] = None\n"
         "from airflow_provider_dblog.operators.capture import CaptureOperator\n"
         "from airflow_provider_dblog.operators.dump import DumpOperator\n"
         "from airflow_provider_dblog.operators.verify import VerifyOperator\n"
-        "from airflow_provider_dblog.operators.land import ContinuousLandOperator\n"
+        "from airflow_provider_dblog.operators.land import ContinuousLandOperator, SparkSubmitLandOperator\n"
         "import airflow_provider_dblog.lineage\n"
         "CaptureOperator(task_id='c', source_conn_id='s', state='/tmp/x.db', changelog='delta:///tmp/l')\n"
         "DumpOperator(task_id='d', source_conn_id='s', state='/tmp/x.db', changelog='delta:///tmp/l')\n"
         "VerifyOperator(task_id='v', source_conn_id='s', state='/tmp/x.db', changelog='delta:///tmp/l')\n"
         "ContinuousLandOperator(task_id='l', lake='/tmp/l')\n"
+        "SparkSubmitLandOperator(task_id='s', lake='/tmp/l', application='job.py')\n"
+        "import runpy\n"
+        f"assert runpy.run_path({str(LAND_DAG)!r})['dag'].get_task('land_changelog').lake == '/tmp/l'\n"
+        "assert 'airflow.providers.common.compat.openlineage.facet' not in sys.modules\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    environ = {
+        **os.environ,
+        "DBLOG_LAKE": "/tmp/l",
+        "DBLOG_LAND_MODE": "schedule",
+        "DBLOG_SPARK_JARS_DIR": "/nonexistent",
+    }
+    environ.pop("DBLOG_SPARK_JARS", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=environ)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
