@@ -3,7 +3,8 @@ Prometheus's own rule tester, ``promtool test rules`` (Debian's prometheus packa
 scripts/promtool): each alert fires on series past its threshold for its ``for`` time, under
 the labels of the series (the source, dump or table it names), and stays quiet just below the
 threshold or before the ``for`` time is up. A rule whose expression, threshold or duration no
-longer matches its documented reason fails here."""
+longer matches its documented reason fails here. The Grafana dashboard's queries go through
+the same tool's parser."""
 
 from __future__ import annotations
 
@@ -122,3 +123,29 @@ def test_operations_md_shows_the_rule_file():
     shown = yaml.safe_load(block)
     filed = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
     assert shown == filed
+
+
+def test_every_dashboard_query_is_valid_promql(tmp_path):
+    """The Grafana dashboard's queries, its ``$source`` variable filled in, parse as PromQL
+    (``promtool check rules`` on them as recording rules); a broken one is named."""
+    import json
+
+    dashboard = json.loads((ROOT / "docs" / "dashboards" / "dblog-grafana.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 15
+
+    def check(queries: list[str]) -> subprocess.CompletedProcess:
+        rules = [{"record": f"dblog:panel_{i}", "expr": q.replace("$source", "shop")} for i, q in enumerate(queries)]
+        path = tmp_path / "panels.yml"
+        path.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
+        return subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True)
+
+    done = check(exprs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    broken = check(
+        [
+            *exprs[:1],
+            "histogram_quantile(0.99, sum by (le) (rate(dblog_capture_output_commit_duration_seconds_bucket[5m]))",
+        ]
+    )
+    assert broken.returncode != 0 and "panel_1" in broken.stdout + broken.stderr
