@@ -9,15 +9,21 @@ capture --metrics-port`` on PostgreSQL while it captures writes and runs a dump:
   are then counted;
 * its labels carry ids only, no connection setting;
 * the same capture exports by OTLP (the standard environment) to a receiver in the test,
-  which decodes the requests with the OpenTelemetry protobufs.
+  which decodes the requests with the OpenTelemetry protobufs;
+* under a steady insert load, a capture paused with SIGSTOP (its whole process: the endpoint
+  answers nothing meanwhile) shows after SIGCONT a lag in seconds of a good part of the pause
+  and log unread far above the steady level, both back down once it has caught up, and its
+  events counter reaches the rows written.
 """
 
 from __future__ import annotations
 
 import http.server
 import random
+import signal
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -237,4 +243,170 @@ def test_the_metrics_endpoint_follows_the_capture_and_shows_a_stuck_loop(tmp_pat
         if capture is not None:
             capture.close()
         receiver.shutdown()
+        db.drop(source_id)
+
+
+class InsertLoad(threading.Thread):
+    """A steady write load: rows inserted into ``accounts`` in transactions of ``batch`` rows,
+    ``rate`` rows per second, until ``stop``; ``written`` counts the rows committed."""
+
+    def __init__(self, db, rate: int, batch: int = 100, first_id: int = 10**6):
+        super().__init__(daemon=True)
+        self.db, self.rate, self.batch, self.next_id = db, rate, batch, first_id
+        self.written = 0
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            c = self.db.connect()
+            try:
+                t0 = time.monotonic()
+                while not self._halt.is_set():
+                    c.cursor().execute(
+                        f"INSERT INTO {self.db.ns}.accounts (id, name) "
+                        "SELECT g, 'load ' || g FROM generate_series(%s, %s) g",
+                        (self.next_id, self.next_id + self.batch - 1),
+                    )
+                    c.commit()
+                    self.next_id += self.batch
+                    self.written += self.batch
+                    self._halt.wait(self.written / self.rate - (time.monotonic() - t0))  # keep the pace
+            finally:
+                c.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.error = exc
+
+    def assert_running(self) -> None:
+        assert self.is_alive() and self.error is None, f"the insert load stopped: {self.error!r}"
+
+    def stop(self) -> int:
+        self._halt.set()
+        self.join(30)
+        assert not self.is_alive() and self.error is None, self.error
+        return self.written
+
+
+PAUSE_S = 10.0  # the capture's SIGSTOP: at least this long, ...
+PAUSE_ROWS = 20_000  # ... and until the load wrote this many rows: several of the engine's polls (5,000 items)
+LOAD_RATE = 2_000  # rows/s
+KiB = 1024
+
+
+def lag_now(port: int, src: str) -> dict[str, float]:
+    """The lag, the unread log, the report's age and the events counters, from one scrape."""
+    s = scrape(port)[1]
+    return {
+        name: value(s, f"dblog_capture_{metric}", dblog_source_id=src)
+        for name, metric in (
+            ("lag", "lag_seconds"),
+            ("unread", "log_unread_bytes"),
+            ("age", "report_age_seconds"),
+            ("events", "events_total"),
+            ("written", "output_events_total"),
+        )
+    }
+
+
+def test_lag_rises_while_the_capture_is_stopped_and_falls_once_it_caught_up(tmp_path):
+    """SIGSTOP stops the whole capture, its endpoint too: nothing can be scraped during the
+    pause. What shows it is the first report made after SIGCONT (the engine reports at once,
+    after one poll of the log): the log written during the pause is more than one poll, so
+    that report's newest processed commit is from early in the pause (lag: most of the pause)
+    and most of the backlog is still unread; the reports after it, once the capture caught
+    up, show both near their steady level again. Only reports made after the resume count
+    (their age at the scrape is below the time since SIGCONT): the scrapes right after it
+    still read the report from before the pause."""
+    db = ADAPTERS["postgres"]()
+    db.create()
+    source_id = f"lag_{uuid.uuid4().hex[:6]}"
+    src = source_id
+    capture = load = None
+    try:
+        db.seed(random.Random(7), 10)
+        config = write_config(
+            tmp_path / "dblog.toml", db.source_config(source_id), tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
+        )
+        port = free_port()
+        # A report every 2 s: the one report made right after the resume stays on the endpoint that long.
+        extra = ("--metrics-port", str(port), "--metrics-host", "127.0.0.1", "--status-interval", "2")
+        capture = Capture(config, tmp_path / "capture.log", *extra)
+        capture.start()
+        wait_for(lambda: reported(port), 90, "the first report", capture.assert_alive, detail=capture.detail)
+        start = lag_now(port, src)
+
+        load = InsertLoad(db, LOAD_RATE)
+        load.start()
+        wait_for(
+            lambda: lag_now(port, src)["events"] >= start["events"] + LOAD_RATE,
+            60,
+            "the capture to count the load",
+            capture.assert_alive,
+            detail=capture.detail,
+        )
+        steady = []  # the steady level under the load, over two reports
+        end = time.monotonic() + 4
+        while time.monotonic() < end:
+            steady.append(lag_now(port, src))
+            time.sleep(0.2)
+        steady_lag = max(m["lag"] for m in steady)
+        steady_unread = max(m["unread"] for m in steady)
+        assert steady_lag < 1.0, ("the capture does not keep up with the load", steady)
+
+        capture.proc.send_signal(signal.SIGSTOP)
+        paused_at, rows_at_pause = time.monotonic(), load.written
+        try:
+            with pytest.raises(OSError):  # a timeout: the stopped process answers nothing
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1)
+            wait_for(
+                lambda: time.monotonic() - paused_at >= PAUSE_S and load.written - rows_at_pause >= PAUSE_ROWS,
+                30,
+                f"the load to write {PAUSE_ROWS} rows during the pause",
+                load.assert_running,
+            )
+        finally:
+            capture.proc.send_signal(signal.SIGCONT)
+        resumed = time.monotonic()
+        pause = resumed - paused_at
+
+        after: list[dict] = []  # scrapes of reports made after the resume
+
+        def caught_up() -> bool:
+            m = lag_now(port, src)
+            if m["age"] >= time.monotonic() - resumed:
+                return False  # still the report from before the pause
+            after.append(m)
+            return m["lag"] < 1.0 and m["unread"] < max(4 * steady_unread, 256 * KiB)  # caught up
+
+        wait_for(caught_up, 60, "the lag to fall again", capture.assert_alive, detail=capture.detail, interval=0.1)
+        peak_lag = max(m["lag"] for m in after)
+        peak_unread = max(m["unread"] for m in after)
+        # The newest commit processed at the first report is from early in the pause (about
+        # 0.75 of it here), and most of what was written during the pause is still unread
+        # (about 2 MiB, 20 times the steady level at least).
+        assert peak_lag >= 0.4 * pause, (f"lag after a {pause:.1f} s pause", after)
+        assert peak_unread >= max(10 * steady_unread, 512 * KiB), (
+            f"unread log after the pause, steady {steady_unread}",
+            after,
+        )
+
+        written = load.stop()
+        load = None
+        wait_for(
+            lambda: lag_now(port, src)["written"] >= start["written"] + written,
+            60,
+            f"the {written} rows written to be captured",
+            capture.assert_alive,
+            detail=capture.detail,
+        )
+        final = lag_now(port, src)
+        # each row once: read, and committed to the output
+        assert final["events"] == start["events"] + written
+        assert final["written"] == start["written"] + written
+        assert capture.stop() == 0, capture.tail()
+    finally:
+        if load is not None:
+            load.stop()
+        if capture is not None:
+            capture.close()
         db.drop(source_id)
