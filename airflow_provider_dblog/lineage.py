@@ -46,6 +46,8 @@ class LineageDataset:
     row_count: Optional[int] = None  # rows written (an output's statistics)
     # (table, mismatches) of a verification: an input's data quality assertions
     assertions: tuple[tuple[str, int], ...] = field(default=())
+    # column lineage: this dataset's field -> the (namespace, name, field) it is made of
+    fields_from: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = field(default=())
 
 
 def location(uri: str) -> tuple[str, str]:
@@ -74,19 +76,37 @@ def source_dataset(source: Mapping[str, Any], table: str, schema: Optional[Table
     return LineageDataset(source_namespace(source), name, schema)
 
 
-def changelog_datasets(output: Any, source_id: str, tables: Sequence[str]) -> list[LineageDataset]:
+def changelog_datasets(
+    output: Any, source_id: str, tables: Sequence[str], sources: Sequence[LineageDataset] = ()
+) -> list[LineageDataset]:
     """Where the capture writes these tables' changes: one changelog table (Delta, JSON
-    lines), or a topic per table (Kafka; one topic for all with ``topic=``)."""
+    lines), or a topic per table (Kafka; one topic for all with ``topic=``). ``sources``:
+    the tables' datasets with their schemas, for the column lineage (``column_lineage``)."""
     from .outputs.kafka import KafkaOutput
 
     if isinstance(output, KafkaOutput):
         namespace = f"kafka://{output.bootstrap.split(',')[0].strip()}"
-        topics = dict.fromkeys(output.topic_for(source_id, t) for t in tables)  # in order, once each
-        return [LineageDataset(namespace, topic) for topic in topics]
+        topics: dict[str, list[str]] = {}  # in order, once each
+        for t in tables:
+            topics.setdefault(output.topic_for(source_id, t), []).append(t)
+        return [
+            LineageDataset(namespace, topic, fields_from=column_lineage(sources, ts)) for topic, ts in topics.items()
+        ]
     uri = getattr(output, "changelog_uri", None) or getattr(output, "changelog_path", None)
     if uri is None:  # python: outputs write wherever their function does
         return []
-    return [LineageDataset(*location(str(uri)))]
+    return [LineageDataset(*location(str(uri)), fields_from=column_lineage(sources, tables))]
+
+
+def column_lineage(sources: Sequence[LineageDataset], tables: Sequence[str]) -> tuple:
+    """The changelog's fields made of these tables' columns (docs/changelog-format.md): the
+    row images ``after`` and ``before`` of every column, ``key`` of the key columns. Cheap:
+    the schemas are the ones the schema facets already carry."""
+    wanted = set(tables)
+    known = [(d.namespace, d.name, d.schema) for d in sources if d.schema is not None and d.schema.table in wanted]
+    images = tuple((ns, name, c.name) for ns, name, schema in known for c in schema.columns)
+    keys = tuple((ns, name, k) for ns, name, schema in known for k in schema.key)
+    return (("after", images), ("before", images), ("key", keys)) if images else ()
 
 
 def mirror_datasets(mirrors: str, schemas: Iterable[tuple[str, TableSchema]]) -> list[LineageDataset]:
@@ -164,7 +184,10 @@ def operator_lineage(
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     def facets(d: LineageDataset) -> dict[str, Any]:
-        return {"schema": schema_facet(d.schema)} if d.schema is not None else {}
+        out: dict[str, Any] = {"schema": schema_facet(d.schema)} if d.schema is not None else {}
+        if d.fields_from:
+            out["columnLineage"] = column_lineage_facet(d.fields_from)
+        return out
 
     return OperatorLineage(
         inputs=[
@@ -208,6 +231,23 @@ def schema_facet(schema: TableSchema) -> Any:
             )
             for c in schema.columns
         ]
+    )
+
+
+def column_lineage_facet(fields_from: Sequence[tuple[str, Sequence[tuple[str, str, str]]]]) -> Any:
+    """OpenLineage's column lineage: each changelog field from the source columns it encodes
+    (an identity copy of their values into a JSON image)."""
+    from airflow.providers.common.compat.openlineage.facet import ColumnLineageDatasetFacet, Fields, InputField
+
+    return ColumnLineageDatasetFacet(
+        fields={
+            name: Fields(
+                inputFields=[InputField(namespace=ns, name=ds, field=col) for ns, ds, col in inputs],
+                transformationType="IDENTITY",
+                transformationDescription="the column's value in the changelog's JSON row image",
+            )
+            for name, inputs in fields_from
+        }
     )
 
 

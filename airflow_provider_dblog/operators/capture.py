@@ -107,7 +107,8 @@ class CaptureOperator(BaseOperator):
 
         hook = self.connections.hook()
         source_id, inputs = lineage.source_inputs(hook)
-        outputs = lineage.changelog_datasets(hook.get_output(), source_id, [d.schema.table for d in inputs if d.schema])
+        tables = [d.schema.table for d in inputs if d.schema]
+        outputs = lineage.changelog_datasets(hook.get_output(), source_id, tables, inputs)
         return lineage.operator_lineage(inputs, outputs)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Optional[dict[str, Any]]:

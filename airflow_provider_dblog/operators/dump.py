@@ -264,7 +264,9 @@ class DumpOperator(BaseOperator):
         hook = self.hook()
         source_id, inputs = lineage.source_inputs(hook, self._requested_tables())
         tables = [d.schema.table for d in inputs if d.schema]
-        outputs = lineage.changelog_datasets(hook.get_output(), source_id, tables) if self._knows_changelog() else []
+        outputs = (
+            lineage.changelog_datasets(hook.get_output(), source_id, tables, inputs) if self._knows_changelog() else []
+        )
         return lineage.operator_lineage(inputs, outputs)
 
     def _knows_changelog(self) -> bool:

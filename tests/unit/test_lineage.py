@@ -72,6 +72,42 @@ def test_changelog_datasets_per_output(tmp_path):
     assert [d.name for d in lineage.changelog_datasets(jsonl, "shop", tables)] == [f"{tmp_path}/j/changelog.jsonl"]
 
 
+def test_the_changelog_carries_column_lineage_from_the_tables_it_receives(tmp_path):
+    """Each changelog dataset's after/before images come from every column of the tables
+    written to it, its key from their key columns; a topic per table gets its own table's."""
+    from openlineage.client.serde import Serde
+
+    lines = TableSchema("public.lines", (Column("order_id", "bigint"), Column("sku", "text")), ("order_id", "sku"))
+    sources = [lineage.source_dataset(PG, "public.orders", ORDERS), lineage.source_dataset(PG, "public.lines", lines)]
+    tables = ["public.orders", "public.lines"]
+    (delta,) = lineage.changelog_datasets(make_output(f"delta://{tmp_path}/lake"), "shop", tables, sources)
+    (out,) = (Serde.to_dict(d) for d in lineage.operator_lineage(sources, [delta]).outputs)
+    cols = out["facets"]["columnLineage"]["fields"]
+    ns = "postgres://db.internal:6432"
+    assert [(f["name"], f["field"]) for f in cols["after"]["inputFields"]] == [
+        ("sales.public.orders", "id"),
+        ("sales.public.orders", "amount"),
+        ("sales.public.orders", "note"),
+        ("sales.public.lines", "order_id"),
+        ("sales.public.lines", "sku"),
+    ]
+    assert {f["namespace"] for f in cols["after"]["inputFields"]} == {ns}
+    assert cols["before"]["inputFields"] == cols["after"]["inputFields"]
+    assert [(f["name"], f["field"]) for f in cols["key"]["inputFields"]] == [
+        ("sales.public.orders", "id"),
+        ("sales.public.lines", "order_id"),
+        ("sales.public.lines", "sku"),
+    ]
+    assert cols["after"]["transformationType"] == "IDENTITY"
+    per_table = make_output("kafka://k1:9092?topic_prefix=cdc")
+    orders, lines_topic = lineage.changelog_datasets(per_table, "shop", tables, sources)
+    assert [f[2] for f in dict(lines_topic.fields_from)["after"]] == ["order_id", "sku"]
+    assert [f[2] for f in dict(orders.fields_from)["key"]] == ["id"]
+    # without the schemas (the dump's completion event): no column lineage, no facet
+    (bare,) = lineage.changelog_datasets(make_output(f"delta://{tmp_path}/lake"), "shop", tables)
+    assert "columnLineage" not in Serde.to_dict(lineage.operator_lineage([], [bare]).outputs[0]).get("facets", {})
+
+
 def test_existing_mirrors_are_the_delta_tables_under_the_root(tmp_path):
     for d in ("shop/public.orders/_delta_log", "shop/public.empty", "other/x.y/_delta_log", "_checkpoints/shop"):
         (tmp_path / d).mkdir(parents=True)
