@@ -3,13 +3,14 @@ a scenario per database (from bench/run.py or standalone as ``python -m bench.<m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 # Scenario modules, in run order: name -> module (each has DEFAULTS, run, markdown, plot).
 # Here, not in run.py, because report.py writes their sections and run.py imports report.py.
@@ -74,6 +75,26 @@ def standalone(
     if plot_path:
         say(f"plot: {module.plot(results, plot_path)}")
     return 1 if any("error" in r for r in results.values()) else 0
+
+
+@contextlib.contextmanager
+def spark_bench(name: str, workdir: str, master: str = "local[2]") -> Iterator[tuple[Any, str]]:
+    """(session, work directory) of a Spark benchmark: the active session if there is one
+    (bench/run.py's), else a new one stopped at the end; the directory removed at the end."""
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_dblog.spark.session import get_session
+
+    work = tempfile.mkdtemp(prefix=f"{name}-", dir=workdir)
+    owned = SparkSession.getActiveSession() is None
+    spark = None
+    try:
+        spark = get_session(f"dblog-bench-{name}", master=master)
+        yield spark, work
+    finally:
+        if spark is not None and owned:
+            spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def raise_if_exited(proc: Optional[subprocess.Popen], log_path: str, what: str) -> None:

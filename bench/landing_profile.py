@@ -30,6 +30,7 @@ from typing import Callable, Optional
 
 from .common import fmt_n as _n
 from .common import say as _say
+from .common import spark_bench
 from .landing import ChangelogBuilder, append_job, first_plan
 
 DEFAULTS = {"events": 1_000_000, "tables": 5}
@@ -137,17 +138,10 @@ def steps(spark, lake: str, work: str, tables: list[str], say: Callable[[str], N
 
 def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict:
     """``kind`` is ignored (source-agnostic)."""
-    from pyspark.sql import SparkSession
-
     from airflow_provider_dblog.spark.land_changelog import land
-    from airflow_provider_dblog.spark.session import get_session
 
     o = {**DEFAULTS, **(opts or {})}
-    work = tempfile.mkdtemp(prefix="landing-profile-", dir=workdir)
-    owned = SparkSession.getActiveSession() is None
-    spark = None
-    try:
-        spark = get_session("dblog-bench-landing-profile", master=MASTER)
+    with spark_bench("landing-profile", workdir, MASTER) as (spark, work):
         warm = os.path.join(work, "warm")
         ChangelogBuilder(warm, o["tables"], 10_000).append(first_plan(20_000, o["tables"]))
         land(spark, warm, register=False, log=lambda m: None)
@@ -178,10 +172,6 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
             "inside": {k: round(v, 2) for k, v in inside.items()},
             "steps": [(n, round(s, 2)) for n, s in steps(spark, lake, work, tables, say)],
         }
-    finally:
-        if spark is not None and owned:
-            spark.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def markdown(results: dict) -> str:

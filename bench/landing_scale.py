@@ -34,6 +34,7 @@ from airflow_provider_dblog.outputs.lake_layout import mirror_path, mirrors_root
 
 from .common import fmt_n as _n
 from .common import say as _say
+from .common import spark_bench
 from .landing import ChangelogBuilder, append_job
 
 DEFAULTS = {
@@ -155,16 +156,8 @@ def key_set_pruning(on: bool):
 
 def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict:
     """``kind`` is ignored (source-agnostic)."""
-    from pyspark.sql import SparkSession
-
-    from airflow_provider_dblog.spark.session import get_session
-
     o = {**DEFAULTS, **(opts or {})}
-    work = tempfile.mkdtemp(prefix="landing-scale-", dir=workdir)
-    owned = SparkSession.getActiveSession() is None
-    spark = None
-    try:
-        spark = get_session("dblog-bench-landing-scale", master=MASTER)
+    with spark_bench("landing-scale", workdir, MASTER) as (spark, work):
         one_size(spark, work, 20_000, {**o, "rounds": 1}, lambda m: None)  # warm-up: JVM, JIT
         sizes = [one_size(spark, work, s, o, say) for s in o["sizes"]]
         for s in sizes:
@@ -189,10 +182,6 @@ def run(kind: str, opts: dict, workdir: str, say: Callable[[str], None]) -> dict
                 if f"land_s{suffix}" in sizes[0]
             },
         }
-    finally:
-        if spark is not None and owned:
-            spark.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def markdown(results: dict) -> str:
