@@ -46,8 +46,6 @@ class FleetSource:
     capture: bool = True  # False: its capture DAG is published elsewhere (only the backfill here)
     changelog: Optional[str] = None
     session_seconds: Optional[float] = None
-    # end the capture task (successfully) after this many sessions; None: it runs for ever
-    max_sessions: Optional[int] = None
     redump_on_position_lost: bool = False
     backfill: Optional[str] = "@weekly"  # cron or preset of the full dump; None: no backfill DAG
     backfill_tables: Optional[Sequence[str]] = None  # None: every captured table
@@ -79,14 +77,14 @@ def fleet_dags(
     """The DAGs of ``sources`` by DAG id: put them in the DAG file's globals. ``single``: one
     source, its DAG ids without its name (``dblog_capture``, ``dblog_backfill``: the example
     DAGs of one source)."""
-    from .assets.dblog import changelog_asset as make_changelog_asset
+    from airflow.sdk import Asset
+
     from .operators.dump import DumpOperator
 
     _check(sources)
     if single and len(sources) != 1:
         raise ConfigurationError(f"single=True with {len(sources)} sources.", "declare one source, or drop single.")
-    # dblog://changelog/<lake> of the fleet's changelog (assets/dblog.py), as dblog_land builds it
-    asset = make_changelog_asset(changelog_asset, changelog)
+    asset = Asset(changelog_asset)
     dags: dict[str, Any] = {}
     for s in sources:
         name = s.dag_name
@@ -154,7 +152,6 @@ def _capture_dag(
             state_conn_id=state_conn_id,
             changelog=s.changelog or changelog,
             session_seconds=s.session_seconds or session_seconds,
-            max_sessions=s.max_sessions,
             status_interval=status_interval,
             redump_on_position_lost=s.redump_on_position_lost,
             metrics_port=s.metrics_port,
@@ -201,11 +198,6 @@ def _check(sources: Sequence[FleetSource]) -> None:
                 "give one of them another name=....",
             )
         seen[name] = s.conn_id
-        if s.max_sessions is not None and s.max_sessions < 1:
-            raise ConfigurationError(
-                f"source {s.conn_id!r}: max_sessions {s.max_sessions} ends the capture before it starts.",
-                "give 1 or more, or None for a capture that runs for ever.",
-            )
         if s.chunk_size < 1 or s.delay_ms < 0:
             raise ConfigurationError(
                 f"source {s.conn_id!r}: chunk_size {s.chunk_size} / delay_ms {s.delay_ms} out of range.",

@@ -10,8 +10,6 @@ passed over.
 
 Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_CHANGELOG_ASSET  the changelog's asset (default ``dblog_changelog``)
-  DBLOG_CHANGELOG        the capture's changelog URL: the asset's ``dblog://changelog`` URI
-                         (default ``delta:///opt/dblog/lake``)
 """
 
 from __future__ import annotations
@@ -19,16 +17,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Asset, task
 
-from airflow_provider_dblog.assets.dblog import changelog_asset
-
-# [START howto_asset_dblog_changelog]
-# the asset the dump DAGs emit: its name, and the dblog://changelog URI of DBLOG_CHANGELOG's lake
-CHANGELOG_ASSET = changelog_asset(
-    os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"),
-    os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake"),
-)
+CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
 
 with DAG(
     dag_id="dblog_after_dump",
@@ -53,4 +44,3 @@ with DAG(
         return summaries
 
     dumps_done()
-# [END howto_asset_dblog_changelog]

@@ -23,7 +23,6 @@ from airflow_provider_dblog.fleet import FleetSource, fleet_dags
 TABLES = [t.strip() for t in os.environ.get("DBLOG_BACKFILL_TABLES", "").split(",") if t.strip()] or None
 
 # One source's backfill (its capture: dags/dblog_capture.py), as the fleet builds it.
-# [START howto_dblog_backfill]
 dag = fleet_dags(
     [
         FleetSource(
@@ -42,4 +41,3 @@ dag = fleet_dags(
     single=True,
     backfill_poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "10")),
 )["dblog_backfill"]
-# [END howto_dblog_backfill]

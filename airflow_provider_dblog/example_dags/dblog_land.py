@@ -53,18 +53,13 @@ import os
 from importlib import resources
 from typing import Optional
 
-from airflow.sdk import DAG, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable
+from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable
 
-from airflow_provider_dblog.assets.dblog import changelog_asset, commits_asset
 from airflow_provider_dblog.operators.land import ContinuousLandOperator, SparkSubmitLandOperator
 from airflow_provider_dblog.spark.session import DELTA_PACKAGE, resolve_jars  # matches the pinned pyspark/delta-spark
 from airflow_provider_dblog.triggers.changelog import ChangelogCommitTrigger
 
-# the asset the capture and the dump DAGs emit, built as they build it (one asset per name)
-CHANGELOG_ASSET = changelog_asset(
-    os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"),
-    os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake"),
-)
+CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
 MODE = os.environ.get("DBLOG_LAND_MODE", "event").strip().lower()
 if MODE not in ("event", "schedule", "continuous"):
     raise ValueError(f"dblog_land: DBLOG_LAND_MODE is {MODE!r}. Fix: set it to event, schedule or continuous.")
@@ -121,10 +116,8 @@ def schedule():
     cron = os.environ.get("DBLOG_LAND_SCHEDULE", "0 * * * *" if MODE == "event" else "*/15 * * * *")
     assets = CHANGELOG_ASSET
     if MODE == "event":
-        # [START howto_trigger_dblog_changelog_commits]
-        commits = commits_asset(  # dblog://commits/<lake>
+        commits = Asset(
             "dblog_changelog_commits",
-            lake_root(),
             watchers=[
                 AssetWatcher(
                     name="dblog_changelog_commits",
@@ -137,7 +130,6 @@ def schedule():
                 )
             ],
         )
-        # [END howto_trigger_dblog_changelog_commits]
         assets = CHANGELOG_ASSET | commits
     return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=assets)
 
@@ -152,7 +144,6 @@ with DAG(
     tags=["dblog"],
 ) as dag:
     if MODE == "continuous":
-        # [START howto_operator_dblog_land_continuous]
         ContinuousLandOperator(
             task_id="land_changelog",
             lake=lake_root(),
@@ -163,11 +154,9 @@ with DAG(
             retries=10,
             retry_delay=dt.timedelta(seconds=30),
         )
-        # [END howto_operator_dblog_land_continuous]
     else:
         # SparkSubmitOperator, plus --lake/--source and the landing's OpenLineage datasets
         # (changelog -> mirrors, named as the capture and the continuous landing name them)
-        # [START howto_operator_dblog_land_spark_submit]
         SparkSubmitLandOperator(
             task_id="land_changelog",
             lake=lake_root(),
@@ -185,4 +174,3 @@ with DAG(
             retries=2,
             retry_delay=dt.timedelta(minutes=1),
         )
-        # [END howto_operator_dblog_land_spark_submit]

@@ -14,30 +14,24 @@ Deployment settings (environment of the scheduler / dag-processor / workers):
   DBLOG_REPAIR_TABLES    comma-separated tables offered in the form's select (else free text)
   DBLOG_DUMP_POLL_INTERVAL  seconds between progress checks (default 2)
   DBLOG_CHANGELOG_ASSET  the asset emitted when the dump is done (default ``dblog_changelog``)
-  DBLOG_CHANGELOG        the capture's changelog URL: OpenLineage's output, and the asset's
-                         ``dblog://changelog`` URI (default ``delta:///opt/dblog/lake``)
+  DBLOG_CHANGELOG        the capture's changelog URL, for lineage only (OpenLineage's output)
 """
 
 from __future__ import annotations
 
 import os
 
-from airflow_provider_dblog.assets.dblog import changelog_asset
+from airflow.sdk import Asset
+
 from airflow_provider_dblog.repair_form import repair_dag
 
 TABLES = [t.strip() for t in os.environ.get("DBLOG_REPAIR_TABLES", "").split(",") if t.strip()]
 
-# [START howto_dblog_repair_form]
 dag = repair_dag(
     [os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source")],
     os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default"),
-    # the changelog's asset, as the capture, the backfill and dblog_land build it
-    changelog_asset(
-        os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"),
-        os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake"),
-    ),
+    Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog")),
     tables=TABLES or None,
     poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "2")),
     changelog=os.environ.get("DBLOG_CHANGELOG"),  # lineage only: where the capture writes
 )
-# [END howto_dblog_repair_form]

@@ -25,7 +25,6 @@ from tests.support.spark_jars import spark_jars
 
 pytest.importorskip("airflow.sdk")
 
-from airflow_provider_dblog.assets.dblog import changelog_uri  # noqa: E402
 from airflow_provider_dblog.outputs import make_output  # noqa: E402
 
 from .capture_proc import Capture, wait_for, write_config  # noqa: E402
@@ -64,10 +63,9 @@ def test_example_dag_parses_and_serialises(dagbag, dag_id):
 
 
 def test_dump_dags_emit_the_changelog_asset_that_schedules_landing(dagbag):
-    from airflow_provider_dblog.assets.dblog import changelog_asset
+    from airflow.sdk import Asset
 
-    # the name, and the dblog:// URI of the changelog's lake (tests/unit/test_assets.py)
-    asset = changelog_asset("dblog_changelog", os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake"))
+    asset = Asset("dblog_changelog")
     for dag_id in ("dblog_capture", "dblog_repair_dump", "dblog_backfill"):
         assert dagbag.dags[dag_id].tasks[0].outlets == [asset], dag_id
     land = dagbag.dags["dblog_land"]
@@ -93,10 +91,10 @@ def land_dag(monkeypatch, **environ: str):
 
 
 def test_land_dag_modes(monkeypatch):
-    from airflow_provider_dblog.assets.dblog import changelog_asset
+    from airflow.sdk import Asset
 
-    scheduled = land_dag(monkeypatch, DBLOG_LAND_MODE="schedule", DBLOG_CHANGELOG="delta:///data/lake")
-    assert scheduled.timetable.asset_condition == changelog_asset("dblog_changelog", "/data/lake")  # no watcher
+    scheduled = land_dag(monkeypatch, DBLOG_LAND_MODE="schedule")
+    assert scheduled.timetable.asset_condition == Asset("dblog_changelog")  # no watcher
     continuous = land_dag(monkeypatch, DBLOG_LAND_MODE="continuous", DBLOG_LAND_TRIGGER_SECONDS="3")
     task = continuous.get_task("land_changelog")
     assert task.task_type == "ContinuousLandOperator" and task.trigger_seconds == 3.0
@@ -305,7 +303,7 @@ def test_repair_dump_dag_emits_the_requested_keys(airflow_home, captured, tmp_pa
     # one asset event for the run (it schedules landing), saying which dump it stands for
     (events_line,) = [ln for ln in log.splitlines() if ln.startswith("ASSET_EVENTS=")]
     (asset_event,) = json.loads(events_line[len("ASSET_EVENTS=") :])
-    assert asset_event["uri"] == changelog_uri(lake)  # dblog://changelog/<lake>
+    assert asset_event["uri"] == "dblog_changelog"
     summary = asset_event["extra"]["dblog_dump"]
     assert summary["dump_id"] == rows[0].dump_id and summary["rows"] == 3 and summary["tables"] == {table: 3}
 
