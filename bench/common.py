@@ -97,6 +97,21 @@ def spark_bench(name: str, workdir: str, master: str = "local[2]") -> Iterator[t
         shutil.rmtree(work, ignore_errors=True)
 
 
+def agnostic_main(name: str, run: Callable, markdown: Callable[[dict], str], opts: dict) -> int:
+    """``python -m bench.<name>`` of a source-agnostic benchmark (``run`` ignores the kind):
+    run once, print the JSON and the markdown section; exit 1 if it failed."""
+    workdir = tempfile.mkdtemp(prefix=f"dblog-bench-{name}-")
+    try:
+        result = run("any", opts, workdir, say)
+    except Exception as exc:  # noqa: BLE001 - reported like the other benchmarks
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result, indent=2, default=str))
+    print(markdown({"any": result}))
+    return 1 if "error" in result else 0
+
+
 def raise_if_exited(proc: Optional[subprocess.Popen], log_path: str, what: str) -> None:
     """A child that should still run has exited: raise with the end of its log."""
     if proc is not None and proc.poll() is not None:

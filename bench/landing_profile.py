@@ -22,15 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from typing import Callable, Optional
 
+from .common import agnostic_main, spark_bench
 from .common import fmt_n as _n
-from .common import say as _say
-from .common import spark_bench
 from .landing import ChangelogBuilder, append_job, first_plan
 
 DEFAULTS = {"events": 1_000_000, "tables": 5}
@@ -205,16 +202,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--events", type=int, default=DEFAULTS["events"])
     p.add_argument("--tables", type=int, default=DEFAULTS["tables"])
     args = p.parse_args(argv)
-    workdir = tempfile.mkdtemp(prefix="dblog-bench-landing-profile-")
-    try:
-        result = run("any", {"events": args.events, "tables": args.tables}, workdir, _say)
-    except Exception as exc:  # noqa: BLE001 - reported like the other benchmarks
-        result = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(result, indent=2, default=str))
-    print(markdown({"any": result}))
-    return 1 if "error" in result else 0
+    return agnostic_main("landing-profile", run, markdown, {"events": args.events, "tables": args.tables})
 
 
 if __name__ == "__main__":

@@ -23,18 +23,15 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Optional
 
 from airflow_provider_dblog.outputs.lake_layout import mirror_path, mirrors_root
 
+from .common import agnostic_main, spark_bench
 from .common import fmt_n as _n
-from .common import say as _say
-from .common import spark_bench
 from .landing import ChangelogBuilder, append_job
 
 DEFAULTS = {
@@ -254,16 +251,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "keys": args.keys,
         "key_set": args.key_set,
     }
-    workdir = tempfile.mkdtemp(prefix="dblog-bench-landing-scale-")
-    try:
-        result = run("any", opts, workdir, _say)
-    except Exception as exc:  # noqa: BLE001 - reported like the other benchmarks
-        result = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(result, indent=2, default=str))
-    print(markdown({"any": result}))
-    return 1 if "error" in result else 0
+    return agnostic_main("landing-scale", run, markdown, opts)
 
 
 if __name__ == "__main__":
