@@ -63,6 +63,8 @@ KEYS: dict[str, dict[str, Kind]] = {
         # each database's own keys (its descriptor: sources/<db>/descriptor.py)
         **{key: kind for d in descriptors() for key, kind in d.config_keys.items()},
         "watermark_schema": TEXT,
+        # "table": watermark rows (the default); "log": read-only dumps (docs/sources.md)
+        "watermarks": choice("table", "log"),
         **_TLS_KINDS,
     },
     "state": {

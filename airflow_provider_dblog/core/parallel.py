@@ -35,14 +35,16 @@ def combine(
     range is not read to its end (``size`` rows that stop before its upper key) ends the
     chunk: the later readers' rows are dropped and selected again by the next chunk."""
     rows: list[Row] = []
-    invisible: set[str] = set()
+    # Any reader's snapshot may have missed these; ``|`` of the source's own type (a
+    # PostgreSQL snapshot's set also holds every xid from its xmax on).
+    invisible: frozenset[str] = frozenset()
     for i, (result, upper) in enumerate(zip(results, uppers)):
         rows += result.rows
-        invisible |= result.invisible_txids  # any reader's snapshot may have missed these
+        invisible = invisible | result.invisible_txids
         last = i == len(results) - 1
         whole = len(result.rows) < size or (upper is not None and key_of(result.rows[-1]) == upper)
         if not whole:
-            return ChunkResult(rows, frozenset(invisible)), False
+            return ChunkResult(rows, invisible), False
         if last:
-            return ChunkResult(rows, frozenset(invisible)), len(result.rows) < size
-    return ChunkResult(rows, frozenset(invisible)), True
+            return ChunkResult(rows, invisible), len(result.rows) < size
+    return ChunkResult(rows, invisible), True

@@ -48,6 +48,7 @@ PASSWORD_ENV = dblog_config.DEFAULT_PASSWORD_ENV
 _SOURCE_EXTRAS = (
     *(key for d in sources.descriptors() for key in d.conn_extras),
     "watermark_schema",
+    "watermarks",  # "table" or "log" (read-only dumps)
     "sslpassword_env",  # the client key's passphrase: a variable of the worker's environment
     "sslpassword_file",  # or a file on the worker
 )

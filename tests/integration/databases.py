@@ -693,6 +693,46 @@ class PostgresAdapter(Adapter):
             "password_env": "DBLOG_PG_PASSWORD",
         }
 
+    def read_only_source_config(self, source_id: str) -> dict:
+        """source_config for read-only dumps (watermarks = "log", docs/sources.md): a role of its
+        own with the documented read-only grants (SELECT, present and future tables of the
+        schema, every transaction read-only), the publication made by the tables' owner; over
+        TLS with the server verified. ``drop`` removes the role."""
+        import psycopg2
+
+        role, password = f"ro_{self.ns}", uuid.uuid4().hex
+        with self.superconnect() as c:
+            c.autocommit = True
+            cur = c.cursor()
+            cur.execute(f"CREATE ROLE {role} LOGIN REPLICATION PASSWORD %s", (password,))
+            cur.execute(f"GRANT USAGE ON SCHEMA {self.ns} TO {role}")
+            cur.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {self.ns} TO {role}")
+            # partitions the workload creates while capturing
+            cur.execute(
+                f"ALTER DEFAULT PRIVILEGES FOR ROLE {self.user} IN SCHEMA {self.ns} GRANT SELECT ON TABLES TO {role}"
+            )
+            cur.execute(f"ALTER ROLE {role} SET default_transaction_read_only = on")
+        with psycopg2.connect(
+            host=self.host, port=self.port, user=self.user, password=self.password, dbname=self.db
+        ) as c:
+            c.cursor().execute(
+                f'CREATE PUBLICATION "dblog_{source_id}" FOR TABLE {", ".join(self.tables())} '
+                "WITH (publish_via_partition_root = true)"
+            )
+        self.read_only_role = role
+        os.environ["DBLOG_PG_RO_PASSWORD"] = password  # the capture child's environment
+        return {
+            **self.source_config(source_id),
+            "user": role,
+            "password_env": "DBLOG_PG_RO_PASSWORD",
+            "publication": f"dblog_{source_id}",
+            "watermarks": "log",
+            "sslmode": "verify-full",
+            "sslrootcert": env("DBLOG_TLS_CA"),
+        }
+
+    read_only_role = None
+
     def superconnect(self):
         """As the superuser: sees every session's TLS state, drops what dblog_tls created."""
         import psycopg2
@@ -716,6 +756,9 @@ class PostgresAdapter(Adapter):
                 (f"dblog_{source_id}",),
             )
             cur.execute(f'DROP PUBLICATION IF EXISTS "dblog_{source_id}"')
+            if self.read_only_role is not None:
+                cur.execute(f"DROP OWNED BY {self.read_only_role}")
+                cur.execute(f"DROP ROLE IF EXISTS {self.read_only_role}")
 
 
 class MySQLAdapter(Adapter):

@@ -303,20 +303,24 @@ SEEDS = [
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("watermarks", ["table", "log"])
 @pytest.mark.parametrize("store", ["local", "zookeeper-ensemble"])
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
-def test_convergence_oracle(kind, seed, store, tmp_path):
+def test_convergence_oracle(kind, seed, store, watermarks, tmp_path):
     """``store`` zookeeper-ensemble: the state in a three-node ZooKeeper ensemble whose leader
     is SIGKILLed during the workload and started again (the fleet's deployment, issue 33); in
-    make soak, with the fixed seed."""
+    make soak, with the fixed seed. ``watermarks`` log: read-only dumps (docs/sources.md), as a
+    role that can write nothing (PostgreSQL; on the local store)."""
+    if watermarks == "log" and (kind != "postgres" or store != "local"):
+        pytest.skip("read-only dumps: PostgreSQL only (docs/sources.md); the ensemble runs with table watermarks")
     if kind == "mysql" and seed == RANDOM_SEED:
         # make test keeps PostgreSQL's (and PostgreSQL's over Kafka); MariaDB's run in make
         # soak (a fixed seed and DBLOG_SOAK_SEEDS random ones): the suite's longest run.
         pytest.skip("MariaDB's oracle runs in make soak (the suite's longest run)")
     if store != "local" and (seed != FIXED_SEED or os.environ.get("DBLOG_SOAK") != "1"):
         pytest.skip("the oracle on a ZooKeeper ensemble runs in make soak, with the fixed seed")
-    print(f"\noracle {kind}: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed}), state {store}")
+    print(f"\noracle {kind}: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed}), state {store}, watermarks {watermarks}")
     rng = random.Random(seed)
     db = ADAPTERS[kind]()
     if kind == "postgres":  # ledger: LIST-partitioned (one partition sub-partitioned), created under load
@@ -329,10 +333,11 @@ def test_convergence_oracle(kind, seed, store, tmp_path):
     ensemble = None
     try:
         db.seed(rng, 300)  # rows that exist before the capture: only dumps can deliver them
+        source = db.tls_source_config(source_id) if watermarks == "table" else db.read_only_source_config(source_id)
         if store == "local":
             config = write_config(
                 tmp_path / "dblog.toml",
-                db.tls_source_config(source_id),
+                source,
                 tmp_path / "state.db",
                 f"delta://{tmp_path / 'lake'}",
             )
@@ -342,9 +347,7 @@ def test_convergence_oracle(kind, seed, store, tmp_path):
             ensemble.start()
             # a short session: a SIGKILLed capture's lease is gone in seconds, so its restart leads
             zk = {"url": f"zk://{ensemble.hosts}/dblog_{source_id}", "session_timeout": 4}
-            config = write_config(
-                tmp_path / "dblog.toml", db.tls_source_config(source_id), None, f"delta://{tmp_path / 'lake'}", zk
-            )
+            config = write_config(tmp_path / "dblog.toml", source, None, f"delta://{tmp_path / 'lake'}", zk)
             state = make_state(zk)
         # Widen each chunk's window (SELECT .. HW) so concurrent writes land inside it often:
         # without the window's key removal this test then fails (checked by mutation).

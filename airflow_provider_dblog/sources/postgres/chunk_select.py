@@ -41,6 +41,9 @@ class ChunkSelect:
         self._info = info
         self.native_rows = NativePgRows()  # chunk rows made canonical by the extension
         self.copy = ChunkCopy(self.native_rows)  # or read by COPY into their texts
+        # Read-only watermarks (postgres/log_markers.py): the SELECT takes no xid either, so
+        # the transactions it cannot see are its snapshot's list and every xid from its xmax.
+        self.writes_nothing = False
 
     def rows(self, cur, schema, sql: str, params: list) -> list[dict]:
         """One autocommit statement's rows, canonical (the max key, a partition's keys)."""
@@ -66,12 +69,16 @@ class ChunkSelect:
             # Keep every value but bool/ints as the server's text: from_pg_text then treats
             # it exactly like the text the log carries.
             psycopg2.extensions.register_type(RAW_TEXT, cur)
-            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            writes_nothing = self.writes_nothing
+            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" + (" READ ONLY" if writes_nothing else ""))
             try:
                 # The snapshot is taken when this statement starts, the xid while it runs.
-                cur.execute("SELECT pg_current_snapshot()::text, pg_current_xact_id()::text")
+                if writes_nothing:
+                    cur.execute("SELECT pg_current_snapshot()::text, NULL")
+                else:
+                    cur.execute("SELECT pg_current_snapshot()::text, pg_current_xact_id()::text")
                 snapshot, own = cur.fetchone()
-                if read_only:  # a filtered chunk runs operator-given SQL: it may write nothing
+                if read_only and not writes_nothing:  # a filtered chunk runs operator-given SQL: it may write nothing
                     cur.execute("SET TRANSACTION READ ONLY")
                 copied = self._copy_chunk(conn, cur, schema, sql, params) if texts else None
                 if copied is not None:
@@ -94,7 +101,7 @@ class ChunkSelect:
             finally:
                 # Nothing was written: ROLLBACK ends it (and also clears an error).
                 cur.execute("ROLLBACK")
-        invisible = invisible_xids(snapshot, int(own))
+        invisible = invisible_xids(snapshot, int(own)) if own is not None else SnapshotInvisible.of(snapshot)
         if copied is not None:
             return ChunkResult(rows, invisible, keys, texts=True, key_texts=key_texts)
         if texts:
@@ -144,6 +151,42 @@ def invisible_xids(snapshot: str, own_xid: int) -> frozenset[str]:
     xids = {int(x) for x in xip.split(",") if x}
     xids.update(range(int(xmax), own_xid))
     return frozenset(str(x & 0xFFFFFFFF) for x in xids)
+
+
+class SnapshotInvisible(frozenset):
+    """The transactions a snapshot ('xmin:xmax:xip,...') does not see, without an xid of the
+    SELECT's own to close the range: its in-progress list (the members, which the window
+    looks for among the transactions already passed on) and every xid from its xmax on
+    (``in``, modulo 2**32 as PostgreSQL compares 32-bit xids; such a transaction began after
+    the snapshot, so none was passed on before it)."""
+
+    xmax: int
+
+    @classmethod
+    def of(cls, snapshot: str) -> "SnapshotInvisible":
+        _xmin, xmax, xip = snapshot.split(":")
+        out = cls(str(int(x) & 0xFFFFFFFF) for x in xip.split(",") if x)
+        out.xmax = int(xmax) & 0xFFFFFFFF
+        return out
+
+    def __or__(self, other: Any) -> "SnapshotInvisible":
+        """Missed by either snapshot (parallel readers, core/parallel.py): both lists, and
+        every xid from the older xmax on."""
+        out = SnapshotInvisible(frozenset.__or__(self, other))
+        xmax = self.xmax
+        if isinstance(other, SnapshotInvisible) and (other.xmax - xmax) & 0xFFFFFFFF >= 0x80000000:
+            xmax = other.xmax
+        out.xmax = xmax
+        return out
+
+    __ror__ = __or__
+
+    def __contains__(self, txid: object) -> bool:
+        if frozenset.__contains__(self, txid):
+            return True
+        if not isinstance(txid, str) or not txid.isdigit():
+            return False
+        return (int(txid) - self.xmax) & 0xFFFFFFFF < 0x80000000
 
 
 def to_param(value: Any) -> Any:

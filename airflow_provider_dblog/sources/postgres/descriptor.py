@@ -24,6 +24,7 @@ def make(src: dict[str, Any], common: dict[str, Any]) -> Any:
         port=int(src.get("port", DESCRIPTOR.default_port)),
         dbname=src.get("database", "postgres"),
         watermark_schema=src.get("watermark_schema", "dblog"),
+        watermarks=src.get("watermarks", "table"),
         **extra,
         **common,
     )

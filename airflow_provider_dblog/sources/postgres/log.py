@@ -40,6 +40,7 @@ from ...core.row_text import loads_row
 from ...core.toast import fill_from_before, unchanged_columns
 from . import pgoutput
 from .catalog import TableInfo, quote_table, type_label
+from .log_markers import LogMarkers
 from .pgoutput import Relation  # annotations: the name `pgoutput` is also a method below
 from .pgoutput_native import NativePgRows
 from .values import (
@@ -143,6 +144,8 @@ class LogDecoder:
         self.block_extra = 0
         # relid -> (its Relation, the table's schema id, the key's column indices or None)
         self._key_columns: dict[int, tuple[Relation, str, Optional[list[int]]]] = {}
+        # Read-only watermarks not yet in the stream (postgres/log_markers.py).
+        self.markers = LogMarkers()
 
     def _target(self, name: str) -> Optional[str]:
         """The captured table (or the watermark table) a change of ``name`` belongs to: the
@@ -169,6 +172,8 @@ class LogDecoder:
             # two of every three messages.
             elif tag == 66 and len(payload) == _BEGIN_LEN:  # b"B"
                 final_lsn, ts, xid = _BEGIN.unpack_from(payload, 1)
+                if self.markers:
+                    self.pending.extend(self.markers.due(None, before_commit=final_lsn))
                 self._txn = _Txn(final_lsn, ts + pgoutput.PG_EPOCH_OFFSET_US, str(xid))
                 i += 1
                 continue
@@ -179,12 +184,20 @@ class LogDecoder:
             self.pgoutput(payload)
             i += 1
 
+    def markers_passed(self, wal_end: int) -> None:
+        """The server's decoding passed ``wal_end``: the markers up to it go into the stream,
+        unless a transaction is open (they follow its commit then)."""
+        if self.markers and self._txn is None:
+            self.pending.extend(self.markers.due(wal_end))
+
     def pgoutput(self, payload: bytes) -> None:
         if payload and payload[0] in _ROW_TAGS and self._native.on and self._native_change(payload):
             return
         # pgoutput converts text to the client encoding, which the source sets to UTF8.
         m = pgoutput.decode(payload, "utf-8")
         if isinstance(m, pgoutput.Begin):
+            if self.markers:
+                self.pending.extend(self.markers.due(None, before_commit=m.final_lsn))
             self._txn = _Txn(m.final_lsn, m.commit_ts, str(m.xid))
         elif isinstance(m, pgoutput.Commit):
             self._txn = None

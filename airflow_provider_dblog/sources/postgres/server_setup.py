@@ -69,15 +69,30 @@ def ensure_watermark_table(cur, watermark_table: str, source_id: str) -> None:
     )
 
 
+def check_publication(cur, publication: str, tables: Sequence[str], partitioned: Sequence[str] = ()) -> None:
+    """Read-only watermarks (``watermarks = "log"``): the publication must exist, created by
+    the operator (creating it is a write), and carry every captured table; no watermark table."""
+    cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,))
+    if cur.fetchone() is None:
+        via_root = " WITH (publish_via_partition_root = true)" if server_version(cur) >= 130000 else ""
+        raise ConfigurationError(
+            f"publication {publication} does not exist, and a capture with read-only watermarks "
+            '(watermarks = "log") creates nothing in the database.',
+            f"have the tables' owner or a superuser run CREATE PUBLICATION {quote_ident(publication)} FOR TABLE "
+            f"{', '.join(quote_table(t) for t in tables)}{via_root};",
+        )
+    ensure_publication(cur, publication, tables, None, partitioned)
+
+
 def ensure_publication(
-    cur, publication: str, tables: Sequence[str], watermark_table: str, partitioned: Sequence[str] = ()
+    cur, publication: str, tables: Sequence[str], watermark_table: Optional[str], partitioned: Sequence[str] = ()
 ) -> None:
     """Create the publication, or check that an existing one carries every captured table and
     the watermark table, and every kind of change (DESIGN: Filters). Changes of a
     partitioned table's partitions must be published under the table's own name
     (``publish_via_partition_root``), or they would arrive under each partition's name."""
     pub = quote_ident(publication)
-    wanted = list(tables) + [watermark_table]
+    wanted = list(tables) + ([watermark_table] if watermark_table is not None else [])
     version = server_version(cur)  # partitioned tables are refused before 13 (PostgresSource.open)
     via_root = "pubviaroot" if version >= 130000 else "false"
     cur.execute(

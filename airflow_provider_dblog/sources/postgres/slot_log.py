@@ -169,6 +169,8 @@ class SlotLog:
             try:
                 if pgoutput:
                     decoder.pgoutput_many(payloads)
+                    if decoder.markers:  # read-only watermarks the server's decoding passed
+                        decoder.markers_passed(self._stream.wal_end)
                 else:
                     for payload in payloads:
                         decoder.wal2json(payload)
@@ -199,6 +201,10 @@ class SlotLog:
             else:
                 n += 1
         return out
+
+    def add_marker(self, uuid: str, lsn: int) -> None:
+        """A read-only watermark at WAL position ``lsn`` (postgres/log_markers.py)."""
+        self._decoder.markers.add(uuid, lsn)
 
     def take_unchanged_toast(self) -> list[tuple[str, Key, Position]]:
         """(table, key, position) of the changes decoded since the last call whose ``after``

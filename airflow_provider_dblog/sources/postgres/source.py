@@ -73,8 +73,9 @@ from .chunk_select import ChunkSelect, to_param
 from .digest import digest_sql, row_hasher
 from .errors import ErrorContext, first_line, translate
 from .log import LogDecoder, make_position, parse_lsn
+from .log_markers import marker_lsn
 from .partitions import Partitions
-from .server_setup import check_server, ensure_publication, ensure_watermark_table
+from .server_setup import check_publication, check_server, ensure_publication, ensure_watermark_table
 from .slot import ReplicationSlot
 from .slot_log import SlotLog, SlotLogParts
 
@@ -95,6 +96,7 @@ SESSION_SETTINGS = {
 }
 _OPTIONS = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
 _PLUGINS = ("pgoutput", "wal2json")
+WATERMARK_KINDS = ("table", "log")
 
 
 def leader_application_name(domain: str, source_id: str) -> str:
@@ -139,9 +141,24 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
         connect_timeout: int = 10,
         tls: Optional[TLSSettings] = None,
         partition_check_interval: float = 1.0,
+        watermarks: str = "table",
     ):
         if plugin not in _PLUGINS:
             raise ConfigurationError(f"unknown output plugin {plugin!r}.", f"use one of {list(_PLUGINS)}.")
+        if watermarks not in WATERMARK_KINDS:
+            raise ConfigurationError(
+                f"unknown watermarks {watermarks!r}.", f"use one of {list(WATERMARK_KINDS)} (docs/sources.md)."
+            )
+        if watermarks == "log" and plugin != "pgoutput":
+            raise ConfigurationError(
+                f'watermarks = "log" (read-only dumps) needs the pgoutput plugin, not {plugin}: its Begin '
+                "messages carry the commit position the watermarks are placed by.",
+                'use plugin = "pgoutput", or watermarks = "table".',
+            )
+        # "table": LW/HW are UPDATEs of the watermark row; "log": WAL positions, nothing is
+        # written to the database (postgres/log_markers.py).
+        self.watermarks = watermarks
+        self._wal_sizes = (8192, 16 * 1024 * 1024)  # WAL block and segment size, read by open()
         self.source_id = source_id
         self.plugin = plugin
         self.slot_name = slot_name or slot_name_for(source_id)
@@ -176,6 +193,7 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
         self.slot = ReplicationSlot(self.slot_name, plugin, source_id, self._dsn, self._cur)
         self._encoding = "utf-8"
         self._chunks = ChunkSelect(self._info)  # chunk SELECTs and their canonical rows
+        self._chunks.writes_nothing = watermarks == "log"
         # Kept across reopen(): a partition attached or detached while reconnecting is noticed.
         self._partitions = Partitions(self._cur, self._partition_keys, self._log_end_position, partition_check_interval)
         self._log = SlotLog(
@@ -279,9 +297,17 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
             roots = {t: self._infos[t].oid for t in self._tables if self._infos[t].partitioned}
             leaves = self._check_partitioned(roots)
             with self._cur() as cur:
-                ensure_watermark_table(cur, self.watermark_table, self.source_id)
-                if self.plugin == "pgoutput":
-                    ensure_publication(cur, self.publication, self._tables, self.watermark_table, list(roots))
+                if self.watermarks == "log":  # read-only: the publication is the operator's to create
+                    check_publication(cur, self.publication, self._tables, list(roots))
+                    cur.execute(
+                        "SELECT current_setting('wal_block_size')::int, "
+                        "(SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size')"
+                    )
+                    self._wal_sizes = cur.fetchone()
+                else:
+                    ensure_watermark_table(cur, self.watermark_table, self.source_id)
+                    if self.plugin == "pgoutput":
+                        ensure_publication(cur, self.publication, self._tables, self.watermark_table, list(roots))
             self.slot.ensure()
             self._partitions.compare(leaves)  # after a reconnect: what changed meanwhile
         except psycopg2.Error as exc:
@@ -506,6 +532,10 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
     # -- watermarks and chunks -------------------------------------------------------------
     @on_connection_loss
     def write_watermark(self, uuid: str) -> None:
+        if self.watermarks == "log":  # read-only: the WAL position, placed in the stream
+            lsn = parse_lsn(self._scalar("SELECT pg_current_wal_insert_lsn()::text"))
+            self._log.add_marker(uuid, marker_lsn(lsn, *self._wal_sizes))
+            return
         with self._cur() as cur:
             # An upsert, so a watermark row deleted by hand does not stall dumps.
             cur.execute(
