@@ -20,7 +20,7 @@ Config file (TOML), every key optional, command-line options override it::
     server_id = 4242             # MySQL: replica id of the binlog reader
     # use_gtid = true            # MySQL: GTID positions (survive a failover; host = "db1:3306,db2:3306")
     watermark_schema = "dblog"
-    # watermarks = "log"         # read-only dumps: nothing written (PostgreSQL; docs/sources.md)
+    # watermarks = "log"         # read-only dumps: nothing written (PostgreSQL, MariaDB)
 
     [state]
     path = "dblog-state/state.db"   # the embedded store (SQLite), or instead:

@@ -815,12 +815,44 @@ class MySQLAdapter(Adapter):
             "password_env": "DBLOG_MYSQL_PASSWORD",
         }
 
+    read_only_user = None
+
+    def read_only_source_config(self, source_id: str) -> dict:
+        """source_config for read-only dumps (watermarks = "log", docs/sources.md): a user of its
+        own with the documented read-only grants only (no CREATE, INSERT or UPDATE anywhere),
+        over TLS with the server verified. ``drop`` removes the user."""
+        user, password = f"ro_{self.ns}", uuid.uuid4().hex
+        root = mysql_root()
+        try:
+            cur = root.cursor()
+            cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")
+            cur.execute(f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'%'")
+            cur.execute(f"GRANT SELECT ON {self.ns}.* TO '{user}'@'%'")
+        finally:
+            root.close()
+        self.read_only_user = user
+        os.environ["DBLOG_MYSQL_RO_PASSWORD"] = password  # the capture child's environment
+        return {
+            **self.source_config(source_id),
+            "user": user,
+            "password_env": "DBLOG_MYSQL_RO_PASSWORD",
+            "watermarks": "log",
+            "sslmode": "verify-full",
+            "sslrootcert": env("DBLOG_TLS_CA"),
+        }
+
     def drop(self, source_id: str) -> None:
         c = self.connect()
         try:
             c.cursor().execute(f"DROP DATABASE IF EXISTS {self.ns}")
         finally:
             c.close()
+        if self.read_only_user is not None:
+            root = mysql_root()
+            try:
+                root.cursor().execute(f"DROP USER IF EXISTS '{self.read_only_user}'@'%'")
+            finally:
+                root.close()
 
 
 ADAPTERS = {"postgres": PostgresAdapter, "mysql": MySQLAdapter}

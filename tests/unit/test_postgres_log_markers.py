@@ -160,9 +160,9 @@ def test_read_only_watermarks_are_refused_where_they_cannot_be_exact():
     assert 'plugin = "pgoutput"' in err.value.fix
     with pytest.raises(ConfigurationError, match="unknown watermarks"):
         _pg(watermarks="rows")
-    src = {"type": "mysql", "id": "m", "host": "h", "user": "u", "watermarks": "log"}
-    with pytest.raises(ConfigurationError, match="not available for MySQL/MariaDB"):
-        descriptor("mysql").make(src, dict(source_id="m", host="h", port=3306, user="u", password="p"))
+    src = {"type": "mysql", "id": "m", "host": "h", "user": "u", "watermarks": "log", "use_gtid": True}
+    with pytest.raises(ConfigurationError, match="needs file positions"):
+        descriptor("mysql").make(src, dict(source_id="m", host="h", password="p", user="u"))
 
 
 def test_the_config_check_names_the_watermark_kinds():

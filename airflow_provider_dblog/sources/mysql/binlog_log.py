@@ -27,7 +27,8 @@ from . import catalog
 from .catalog import ConnectionSettings, Session
 from .gtid import History, decode_gtid_coord, era_after, is_gtid_coord
 from .gtid_resume import history_at, resume_point, server_history
-from .log import BinlogReader, Failure, decode_coord, file_number
+from .log import BinlogReader, Failure, decode_coord, encode_coord, file_number
+from .log_markers import READ_ONLY_HEARTBEAT, BinlogMarkers
 from .reader_claim import ReaderClaim
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class BinlogLogParts:
     tables: Callable[[], list[str]]
     mariadb: Callable[[], bool]
     schema_for: Callable[[str, list], TableSchema]
+    read_only: bool = False  # watermarks = "log": binlog positions (mysql/log_markers.py)
 
 
 def expire_seconds(variables: dict) -> float:
@@ -102,6 +104,9 @@ class BinlogLog:
         self.acknowledged_ts: Optional[float] = None  # commit time of the acknowledged event
         # (last position, commit time) of each handed-out batch, for acknowledged_ts
         self._handed: collections.deque = collections.deque(maxlen=100_000)
+        # Read-only watermarks waiting for the reader (a new reader starts without them: the
+        # engine abandons its window then, as with a restarted stream of table watermarks).
+        self.markers: Optional[BinlogMarkers] = BinlogMarkers(encode_coord) if parts.read_only else None
 
     def take_over(
         self, check: Callable[[], None], previous: Optional[dict[str, Any]] = None, domain: Optional[str] = None
@@ -156,6 +161,8 @@ class BinlogLog:
                 era = era_after(floor.coord if floor is not None else None, history.counter())
         self._queue = queue.Queue(maxsize=self._p.queue_size)
         self._pending.clear()
+        if self.markers is not None:
+            self.markers = BinlogMarkers(encode_coord)
         self._failure = None
         self.session = Session(self._p.settings())
         captured = set(self._p.tables())
@@ -174,6 +181,9 @@ class BinlogLog:
             history=history,
             era=era,
             texts=texts,
+            markers=self.markers,
+            # read-only watermarks: an idle server's position often (mysql/log_markers.py)
+            **({"heartbeat": READ_ONLY_HEARTBEAT} if self.markers is not None else {}),
         )
         self.reader.start()
 

@@ -153,6 +153,24 @@ def connect(settings: ConnectionSettings) -> pymysql.connections.Connection:
 _T = TypeVar("_T")
 
 
+def snapshot_position(session: "Session") -> tuple[str, int]:
+    """(binlog file, position) of a consistent snapshot taken now (MariaDB's
+    binlog_snapshot_file / binlog_snapshot_position): every transaction before it is
+    committed in InnoDB, none after it is (read-only watermarks, mysql/log_markers.py)."""
+
+    def read(conn: pymysql.connections.Connection) -> tuple[str, int]:
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            try:
+                cur.execute("SHOW SESSION STATUS LIKE 'binlog\\_snapshot\\_%'")
+                values = {str(k).lower(): v for k, v in cur.fetchall()}
+            finally:
+                conn.rollback()
+        return str(values["binlog_snapshot_file"]), int(values["binlog_snapshot_position"])
+
+    return session.read(read)
+
+
 class Session:
     """One PyMySQL connection with reconnect-and-retry on connection loss. One thread each."""
 

@@ -183,10 +183,11 @@ class StartupChecks:
             tables = [t for t in tables if catalog.split_table(t)[0] != wm_db]
         return tables
 
-    def filters(self, tables: list[str], wm_db: str) -> None:
-        """DESIGN "Filters": a binlog filter must not hide the watermark or captured tables."""
+    def filters(self, tables: list[str], wm_db: Optional[str]) -> None:
+        """DESIGN "Filters": a binlog filter must not hide the watermark or captured tables
+        (``wm_db`` None: read-only watermarks, no watermark table)."""
         _, _, do_db, ignore_db = catalog.master_status(self.session)
-        needed = sorted({catalog.split_table(t)[0] for t in tables} | {wm_db})
+        needed = sorted({catalog.split_table(t)[0] for t in tables} | ({wm_db} if wm_db else set()))
         do = {d.strip() for d in do_db.split(",") if d.strip()}
         ignored = {d.strip() for d in ignore_db.split(",") if d.strip()}
         hidden = [d for d in needed if (do and d not in do) or d in ignored]
@@ -198,6 +199,18 @@ class StartupChecks:
                 f"remove those binlog_do_db / binlog_ignore_db lines from my.cnf (or add "
                 f"binlog_do_db lines for {hidden}) and restart the server.",
             )
+
+    def snapshot_position(self) -> None:
+        """Read-only watermarks need the binlog position of a consistent snapshot, which only
+        MariaDB gives (mysql/log_markers.py)."""
+        if not self.mariadb:
+            raise ConfigurationError(
+                'watermarks = "log" (read-only dumps) needs MariaDB: MySQL gives no binlog position '
+                "that matches a consistent snapshot (binlog_snapshot_position), and the executed GTID "
+                "set read around a chunk's SELECT can hold a transaction InnoDB has not committed yet.",
+                'use watermarks = "table" on MySQL, with INSERT and UPDATE on the watermark table (docs/sources.md).',
+            )
+        catalog.snapshot_position(self.session)
 
     def watermark_row(self, wm_db: str, source_id: str) -> None:
         db, wm_table = MYSQL.quote(wm_db), f"{wm_db}.watermarks"

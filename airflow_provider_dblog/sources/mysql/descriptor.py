@@ -29,13 +29,6 @@ SSL_MODES = {
 def make(src: dict[str, Any], common: dict[str, Any]) -> Any:
     from .source import MySQLSource
 
-    if src.get("watermarks", "table") != "table":
-        raise ConfigurationError(
-            'watermarks = "log" (read-only dumps) is not available for MySQL/MariaDB sources yet: '
-            "their chunks still need the watermark table's writes.",
-            'leave watermarks out (or "table") for this source, and grant the capture user INSERT '
-            "and UPDATE on the watermark table (docs/sources.md).",
-        )
     mysql_extra: dict[str, Any] = {"server_id": int(src["server_id"])} if src.get("server_id") else {}
     if src.get("use_gtid") is not None:
         mysql_extra["use_gtid"] = src["use_gtid"]
@@ -46,6 +39,7 @@ def make(src: dict[str, Any], common: dict[str, Any]) -> Any:
         databases=src.get("databases")
         or ([src["database"]] if src.get("database") and not src.get("tables") else None),
         watermark_database=src.get("watermark_schema", "dblog"),
+        watermarks=src.get("watermarks", "table"),
         **mysql_extra,
         **common,
     )

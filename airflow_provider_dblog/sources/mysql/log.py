@@ -30,6 +30,7 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
+    HeartbeatLogEvent,
     MariadbGtidEvent,
     NotImplementedEvent,
     QueryEvent,
@@ -52,6 +53,7 @@ from ...core.row_text import loads_row
 from . import table_maps as mysql_table_maps
 from .catalog import ConnectionSettings, library_connect, library_connection_settings
 from .gtid import History, encode_gtid_coord, gtid_coord_prefix, parse_gtid
+from .log_markers import BinlogMarkers
 from .rows_native import NativeRows
 from .tagged_gtid import GTID_TAGGED_LOG_EVENT, TaggedGtidError, decode_tagged_gtid
 from .values import binlog_converters
@@ -80,6 +82,7 @@ STREAM_EVENTS = [
     QueryEvent,
     XidEvent,
     NotImplementedEvent,  # with filter_non_implemented_events=False: tagged GTIDs, compression
+    HeartbeatLogEvent,  # an idle server's position (read-only watermarks, mysql/log_markers.py)
 ]
 _ANONYMOUS_GTID = 0x22  # MySQL's GTID event when gtid_mode is OFF (parsed as NotImplementedEvent)
 # Events the library cannot decode but that may carry row changes: failing beats skipping.
@@ -198,8 +201,10 @@ class BinlogReader(threading.Thread):
         history: Optional[History] = None,  # GTID positions: the history before (log_file, log_pos)
         era: int = 0,  # GTID positions: their era (mysql_gtid.py)
         texts: bool = False,  # row images as their changelog JSON text where it can (start_log)
+        markers: Optional[BinlogMarkers] = None,  # read-only watermarks (mysql/log_markers.py)
     ):
         super().__init__(name=f"dblog-binlog-{source_id}-{id(self):x}", daemon=True)
+        self._markers = markers
         self._settings = settings
         self._server_id = server_id
         self._schemas = schemas
@@ -355,10 +360,30 @@ class BinlogReader(threading.Thread):
 
     # -- decoding --------------------------------------------------------------------------
     def _handle(self, ev: Any) -> list:
+        """``_handle_event``, with the read-only watermarks the binlog passed put around its
+        items (mysql/log_markers.py): those at or before the event's start when it opens no
+        transaction's middle, and those at or before its end once no transaction is open."""
+        markers = self._markers
+        if not markers:
+            return self._handle_event(ev)
+        assert markers is not None
+        before: list = []
+        if not self._group_open and not isinstance(ev, (RotateEvent, HeartbeatLogEvent)):
+            pk = ev.packet
+            before = markers.due(file_number(self.file), pk.log_pos - pk.event_size)
+        items = self._handle_event(ev)
+        after = [] if self._group_open else markers.due(file_number(self.file), self.pos)
+        return before + items + after if before or after else items
+
+    def _handle_event(self, ev: Any) -> list:
         pk = ev.packet
         start = pk.log_pos - pk.event_size
         if isinstance(ev, RotateEvent):
             self.file, self.pos = ev.next_binlog, ev.position
+            return []
+        if isinstance(ev, HeartbeatLogEvent):  # the server's position while it has nothing to send
+            if not self._group_open and ev.ident == self.file and pk.log_pos > self.pos:
+                self.pos = pk.log_pos
             return []
         if pk.log_pos:
             self.pos = pk.log_pos

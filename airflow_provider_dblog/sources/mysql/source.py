@@ -52,6 +52,7 @@ from .catalog import ConnectionSettings, Session
 from .checks import StartupChecks
 from .chunk_select import ChunkSelect
 from .leader_sessions import end_deposed_sessions, session_marker
+from .log import file_number
 from .values import select_expression, to_param
 
 log = logging.getLogger(__name__)
@@ -112,9 +113,23 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         queue_size: int = 10_000,
         tls: Optional[TLSSettings] = None,
         replicas: Optional[list[str]] = None,
+        watermarks: str = "table",
     ):
         self.source_id = source_id
         self._use_gtid = use_gtid
+        if watermarks not in ("table", "log"):
+            raise ConfigurationError(
+                f"unknown watermarks {watermarks!r}.", "use one of ['table', 'log'] (docs/sources.md)."
+            )
+        if watermarks == "log" and use_gtid:
+            raise ConfigurationError(
+                'watermarks = "log" (read-only dumps) needs file positions: its watermarks are binlog '
+                "positions of the server they were read on, which GTID positions (use_gtid) do not carry.",
+                'set use_gtid = false, or watermarks = "table".',
+            )
+        # "table": LW/HW are UPDATEs of the watermark row; "log": binlog positions of
+        # consistent snapshots, nothing is written (mysql/log_markers.py).
+        self.watermarks = watermarks
         # Several hosts: the writable one is chosen at every open() (a failover moves it).
         self._endpoints = parse_hosts(host, port)
         # Replicas whose lag paces adaptive dumps (core/pacing.py): same user, password and TLS.
@@ -159,6 +174,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
                 self.tables,
                 lambda: self._mariadb,
                 self._schema_for_log,
+                read_only=watermarks == "log",
             )
         )
 
@@ -183,8 +199,12 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         # kicks the running capture off the server (e.g. `dblog dump` while capturing).
         check.privileges(random.randrange(2**31, 2**32 - 1))
         self._tables = check.resolve_tables(self._configured_tables, self._databases, self._wm_db)
-        check.filters(self._tables, self._wm_db)
-        check.watermark_row(self._wm_db, self.source_id)
+        if self.watermarks == "log":
+            check.snapshot_position()  # MariaDB's binlog_snapshot_position; nothing is created
+            check.filters(self._tables, None)
+        else:
+            check.filters(self._tables, self._wm_db)
+            check.watermark_row(self._wm_db, self.source_id)
         # one catalog read for every table; ConfigurationError for a table without a key
         for table, schema in catalog.read_table_schemas(
             self._session, self._tables, self._key_columns, self._mariadb
@@ -209,7 +229,9 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
                 check.gtid_mode()
             check.privileges(random.randrange(2**31, 2**32 - 1))
             tables = check.resolve_tables(self._configured_tables, self._databases, self._wm_db)
-            check.filters(tables, self._wm_db)
+            if self.watermarks == "log":
+                check.snapshot_position()
+            check.filters(tables, self._wm_db if self.watermarks == "table" else None)
             for table, schema in catalog.read_table_schemas(session, tables, self._key_columns, mariadb).items():
                 if isinstance(schema, DBLogError):
                     raise schema
@@ -369,6 +391,10 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
     @on_connection_loss
     def write_watermark(self, uuid: str) -> None:
         session = self._require_session()
+        if self._log.markers is not None:  # read-only: a consistent snapshot's binlog position
+            file, pos = catalog.snapshot_position(session)
+            self._log.markers.add(uuid, file_number(file), pos)
+            return
         db = MYSQL.quote(self._wm_db)
         _, count = session.run(
             f"UPDATE {db}.`watermarks` SET value = %s, updated_at = NOW(6) WHERE source_id = %s",

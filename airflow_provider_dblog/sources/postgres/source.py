@@ -326,7 +326,11 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
             self._read_infos(self._tables)
             for table in self._tables:
                 check_replica_identity(self._info(table))
-            self._check_partitioned({t: self._infos[t].oid for t in self._tables if self._infos[t].partitioned})
+            roots = {t: self._infos[t].oid for t in self._tables if self._infos[t].partitioned}
+            self._check_partitioned(roots)
+            if self.watermarks == "log":  # read-only: the operator's publication must be there already
+                with self._cur() as cur:
+                    check_publication(cur, self.publication, self._tables, list(roots))
         except psycopg2.Error as exc:
             raise translate(exc, self._error_context()) from None
         finally:

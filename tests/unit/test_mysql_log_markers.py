@@ -1,0 +1,68 @@
+"""Read-only watermarks on MariaDB (sources/mysql/log_markers.py): which markers are due at a
+binlog position, and their positions among the transactions' around them."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_dblog.core.errors import ConfigurationError
+from airflow_provider_dblog.sources.mysql.log import encode_coord
+from airflow_provider_dblog.sources.mysql.log_markers import BinlogMarkers
+
+
+def _pos(m):
+    return m.position
+
+
+def test_markers_are_due_at_or_past_their_position_in_order():
+    m = BinlogMarkers(encode_coord)
+    m.add("hw", 17, 900)
+    m.add("lw", 17, 500)
+    m.add("next-file", 18, 4)
+    assert m.due(17, 499) == []
+    assert [w.uuid for w in m.due(17, 500)] == ["lw"]
+    assert [w.uuid for w in m.due(18, 4)] == ["hw", "next-file"] and not m
+
+
+def test_a_marker_sorts_after_transactions_before_it_and_before_one_starting_at_it():
+    m = BinlogMarkers(encode_coord)
+    m.add("lw", 17, 500)
+    (wm,) = m.due(17, 500)
+    before = encode_coord(17, 420, 480, 3)  # a transaction that started before 500
+    at = encode_coord(17, 500, 540, 0)  # one starting at 500: its events lie past it
+    assert before < wm.position.coord < at
+
+
+def test_markers_of_one_position_get_growing_positions_across_calls():
+    """An idle server: LW and HW of a chunk read at the same position, given out by two
+    heartbeats; HW must still sort after LW."""
+    m = BinlogMarkers(encode_coord)
+    m.add("lw", 17, 500)
+    (lw,) = m.due(17, 500)
+    m.add("hw", 17, 500)
+    (hw,) = m.due(17, 500)
+    m.add("a", 17, 500)
+    m.add("b", 17, 500)
+    a, b = m.due(17, 600)
+    assert lw.position < hw.position < a.position < b.position
+
+
+def _mysql(**kw):
+    from airflow_provider_dblog.sources.mysql.source import MySQLSource
+
+    return MySQLSource(source_id="m", host="127.0.0.1", port=3306, user="u", password="p", **kw)
+
+
+def test_read_only_watermarks_are_refused_with_gtid_positions():
+    assert _mysql(watermarks="log").watermarks == "log"
+    with pytest.raises(ConfigurationError, match="needs file positions") as err:
+        _mysql(watermarks="log", use_gtid=True)
+    assert "use_gtid = false" in err.value.fix
+
+
+def test_read_only_watermarks_are_refused_on_mysql_with_the_fix():
+    from airflow_provider_dblog.sources.mysql.checks import StartupChecks
+
+    with pytest.raises(ConfigurationError, match="needs MariaDB") as err:
+        StartupChecks(None, None, False).snapshot_position()  # MySQL: refused before any query
+    assert 'watermarks = "table"' in err.value.fix
