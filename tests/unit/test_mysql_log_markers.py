@@ -66,3 +66,28 @@ def test_read_only_watermarks_are_refused_on_mysql_with_the_fix():
     with pytest.raises(ConfigurationError, match="needs MariaDB") as err:
         StartupChecks(None, None, False).snapshot_position()  # MySQL: refused before any query
     assert 'watermarks = "table"' in err.value.fix
+
+
+def test_the_reader_queue_is_bounded_in_changes_not_events():
+    """A rows event is one queued item of up to hundreds of changes: the bound counts changes,
+    so a fast reader cannot queue millions of them ahead of the writer."""
+    import queue
+
+    from airflow_provider_dblog.core.batch import LogRows
+    from airflow_provider_dblog.core.events import Op, Position
+    from airflow_provider_dblog.sources.mysql.log import ChangeQueue, Items
+
+    def block(n):
+        keys = [(i,) for i in range(n)]
+        pos = [Position(f"{i:040d}") for i in range(n)]
+        return LogRows("s", "d.t", Op.CREATE, "sid", None, "1", keys, [None] * n, ["{}"] * n, pos)
+
+    q = ChangeQueue(maxsize=300)
+    q.put_nowait(Items([block(250)], None))
+    q.put_nowait(Items([block(100)], None))  # below the bound when put: queued whole
+    with pytest.raises(queue.Full):
+        q.put_nowait(Items([block(1)], None))
+    q.get_nowait()
+    assert q.qsize() == 100
+    q.put_nowait(Items([block(150), block(1)], None))
+    assert q.qsize() == 251

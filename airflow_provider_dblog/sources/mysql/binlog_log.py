@@ -27,7 +27,7 @@ from . import catalog
 from .catalog import ConnectionSettings, Session
 from .gtid import History, decode_gtid_coord, era_after, is_gtid_coord
 from .gtid_resume import history_at, resume_point, server_history
-from .log import BinlogReader, Failure, decode_coord, encode_coord, file_number
+from .log import BinlogReader, ChangeQueue, Failure, decode_coord, encode_coord, file_number
 from .log_markers import READ_ONLY_HEARTBEAT, BinlogMarkers
 from .reader_claim import ReaderClaim
 
@@ -97,7 +97,7 @@ class BinlogLog:
         self._lease_check: Optional[Callable[[], None]] = None
         self._previous_readers: list[int] = []
         self._claim: Optional[ReaderClaim] = None  # set by take_over with a lease domain
-        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=parts.queue_size)
+        self._queue: "queue.Queue[Any]" = ChangeQueue(maxsize=parts.queue_size)
         self._pending: collections.deque = collections.deque()
         self._failure: Optional[BaseException] = None
         self.acknowledged: Optional[Position] = None
@@ -159,7 +159,7 @@ class BinlogLog:
             history = history_at(session, file, pos, self._p.mariadb())
             if after is None:  # a new start: above whatever the changelog holds already
                 era = era_after(floor.coord if floor is not None else None, history.counter())
-        self._queue = queue.Queue(maxsize=self._p.queue_size)
+        self._queue = ChangeQueue(maxsize=self._p.queue_size)
         self._pending.clear()
         if self.markers is not None:
             self.markers = BinlogMarkers(encode_coord)

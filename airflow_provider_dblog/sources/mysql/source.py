@@ -110,7 +110,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         key_columns: Optional[dict[str, list[str]]] = None,
         use_gtid: bool = False,
         connect_timeout: float = 10,
-        queue_size: int = 10_000,
+        queue_size: int = 10_000,  # changes the binlog reader thread may queue ahead (log.ChangeQueue)
         tls: Optional[TLSSettings] = None,
         replicas: Optional[list[str]] = None,
         watermarks: str = "table",
