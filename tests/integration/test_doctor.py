@@ -78,6 +78,21 @@ def test_postgres_role_without_replication_and_a_keyless_table(tmp_path, monkeyp
         )  # a fresh deployment: nothing yet
         assert out.returncode == 0, out.stdout + out.stderr
 
+        # read-only dumps: the capture creates no publication, so a missing one is the operator's
+        read_only = write_config(
+            tmp_path / "ro.toml",
+            {**source, "watermarks": "log", "publication": f"pub_{tag}"},
+            tmp_path / "r.db",
+            "jsonl://x",
+        )
+        out = run_doctor(read_only, "--skip", "spark", "--skip", "jars", environ=environ)
+        found = "\n".join(lines(out.stdout, "source"))
+        assert out.returncode == 1 and found.startswith("[fail]") and "CREATE PUBLICATION" in found, out.stdout
+        cur.execute(f"CREATE PUBLICATION pub_{tag} FOR TABLE {schema}.orders WITH (publish_via_partition_root = true)")
+        out = run_doctor(read_only, "--skip", "spark", "--skip", "jars", environ=environ)
+        assert lines(out.stdout, "source")[0].startswith("[ok"), out.stdout + out.stderr
+        cur.execute(f"DROP PUBLICATION pub_{tag}")
+
         keyless = write_config(
             tmp_path / "keyless.toml", {**source, "tables": [f"{schema}.log"]}, tmp_path / "s.db", "jsonl://x"
         )
