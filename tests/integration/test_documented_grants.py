@@ -4,9 +4,12 @@ The capture starts, writes its watermarks, dumps a table and captures a change."
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -108,8 +111,14 @@ def test_mysql_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch)
         root.close()
 
 
-def test_postgres_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch):
-    host, port, database = env("DBLOG_PG_HOST"), int(env("DBLOG_PG_PORT")), env("DBLOG_PG_DATABASE")
+@contextlib.contextmanager
+def documented_pg_role(heading: str, columns: str, rows: dict[str, int]) -> Iterator[SimpleNamespace]:
+    """A schema with tables ``orders`` and ``items`` (``columns``, an int key first and a text
+    second; ``rows``: rows per table, ``(i, 'v' || i, 0, ...)`` for i from 1), and a new role given the statements under ``**heading**``
+    of docs/sources.md and nothing else, the docs' names made this run's own. Yields the admin
+    cursor, tag, schema, watermark schema, role, publication, password and database; drops them
+    all afterwards (slots included)."""
+    database = env("DBLOG_PG_DATABASE")
     admin = pg_admin()
     cur = admin.cursor()
     tag = uuid.uuid4().hex[:8]
@@ -125,31 +134,18 @@ def test_postgres_capture_with_exactly_the_documented_grants(tmp_path, monkeypat
     ]
     cur.execute(f"CREATE SCHEMA {schema}")
     for t in ("orders", "items"):
-        cur.execute(f"CREATE TABLE {schema}.{t} (id int PRIMARY KEY, v text)")
-    cur.execute(f"INSERT INTO {schema}.orders SELECT i, 'v' || i FROM generate_series(1, 5) i")
+        cur.execute(f"CREATE TABLE {schema}.{t} ({columns})")
+        values = ", ".join(["i", "'v' || i", *(["0"] * (columns.count(",") - 1))])
+        cur.execute(f"INSERT INTO {schema}.{t} SELECT {values} FROM generate_series(1, %s) i", (rows.get(t, 0),))
     cur.execute(f"CREATE ROLE {role} PASSWORD %s", (password,))
     try:
-        for statement in documented_sql("PostgreSQL"):
+        for statement in documented_sql(heading):
             for pattern, name in names:
                 statement = re.sub(pattern, name, statement)
             cur.execute(statement)
-        source = {
-            "type": "postgres",
-            "id": f"g{tag}",
-            "host": host,
-            "port": port,
-            "user": role,
-            "database": database,
-            "password_env": "DBLOG_GRANTS_PASSWORD",
-            "tables": [f"{schema}.orders", f"{schema}.items"],
-            "watermark_schema": wm,
-            "publication": pub,
-        }
-
-        def insert() -> None:
-            cur.execute(f"INSERT INTO {schema}.orders VALUES (6, 'new')")
-
-        capture_dumps_and_follows(tmp_path, monkeypatch, source, password, f"{schema}.orders", insert)
+        yield SimpleNamespace(
+            cur=cur, tag=tag, schema=schema, wm=wm, role=role, pub=pub, password=password, database=database
+        )
     finally:
         cur.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE %s AND NOT active",
@@ -158,6 +154,27 @@ def test_postgres_capture_with_exactly_the_documented_grants(tmp_path, monkeypat
         cur.execute(f"DROP PUBLICATION IF EXISTS {pub}")
         cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         cur.execute(f"DROP SCHEMA IF EXISTS {wm} CASCADE")
-        cur.execute(f"REVOKE ALL ON DATABASE {database} FROM {role}")
+        cur.execute(f"DROP OWNED BY {role}")  # its grants, on the database too
         cur.execute(f"DROP ROLE IF EXISTS {role}")
         admin.close()
+
+
+def test_postgres_capture_with_exactly_the_documented_grants(tmp_path, monkeypatch):
+    with documented_pg_role("PostgreSQL", "id int PRIMARY KEY, v text", {"orders": 5}) as r:
+        source = {
+            "type": "postgres",
+            "id": f"g{r.tag}",
+            "host": env("DBLOG_PG_HOST"),
+            "port": int(env("DBLOG_PG_PORT")),
+            "user": r.role,
+            "database": r.database,
+            "password_env": "DBLOG_GRANTS_PASSWORD",
+            "tables": [f"{r.schema}.orders", f"{r.schema}.items"],
+            "watermark_schema": r.wm,
+            "publication": r.pub,
+        }
+
+        def insert() -> None:
+            r.cur.execute(f"INSERT INTO {r.schema}.orders VALUES (6, 'new')")
+
+        capture_dumps_and_follows(tmp_path, monkeypatch, source, r.password, f"{r.schema}.orders", insert)

@@ -9,7 +9,6 @@ once more on an idle database (the watermarks then arrive by the server's keepal
 from __future__ import annotations
 
 import random
-import re
 import threading
 import uuid
 
@@ -19,8 +18,8 @@ from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.state.local import LocalStateStore
 
 from .capture_proc import Capture, dblog, wait_for, write_config
-from .databases import env, mysql_root, pg_admin
-from .test_documented_grants import documented_sql, output_keys
+from .databases import env, mysql_root
+from .test_documented_grants import documented_pg_role, documented_sql, output_keys
 
 pytestmark = pytest.mark.integration
 
@@ -108,62 +107,33 @@ def dumps_under_writes_and_idle(tmp_path, kind: str, source: dict, connect, tabl
 def test_postgres_read_only_dumps_under_writes_and_idle(tmp_path, monkeypatch):
     import psycopg2
 
-    host, port, database = env("DBLOG_PG_HOST"), int(env("DBLOG_PG_PORT")), env("DBLOG_PG_DATABASE")
-    admin = pg_admin()
-    cur = admin.cursor()
-    tag = uuid.uuid4().hex[:8]
-    schema, role, pub, password = f"ro_{tag}", f"dblog_ro_{tag}", f"pub_{tag}", uuid.uuid4().hex
-    wm = f"dblog_{tag}"  # the watermark schema the capture would create without read-only dumps
-    names = [
-        (r"\bdblog_shop\b", pub),
-        (r"\bdblog\b", role),
-        (r"\bshop\.", f"{schema}."),
-        (r"\bSCHEMA shop\b", f"SCHEMA {schema}"),
-    ]
-    cur.execute(f"CREATE SCHEMA {schema}")
-    for t in ("orders", "items"):
-        cur.execute(f"CREATE TABLE {schema}.{t} (id int PRIMARY KEY, v text, n int)")
-        cur.execute(f"INSERT INTO {schema}.{t} SELECT i, 'v' || i, 0 FROM generate_series(1, 2000) i")
-    cur.execute(f"CREATE ROLE {role} PASSWORD %s", (password,))
-    try:
-        for statement in documented_sql("PostgreSQL, read-only dumps"):
-            for pattern, name in names:
-                statement = re.sub(pattern, name, statement)
-            cur.execute(statement)
-        monkeypatch.setenv("DBLOG_RO_PASSWORD", password)  # the capture child's environment
+    host, port = env("DBLOG_PG_HOST"), int(env("DBLOG_PG_PORT"))
+    columns, rows = "id int PRIMARY KEY, v text, n int", {"orders": 2000, "items": 2000}
+    with documented_pg_role("PostgreSQL, read-only dumps", columns, rows) as r:
+        monkeypatch.setenv("DBLOG_RO_PASSWORD", r.password)  # the capture child's environment
         source = {
             "type": "postgres",
-            "id": f"ro{tag}",
+            "id": f"ro{r.tag}",
             "host": host,
             "port": port,
-            "user": role,
-            "database": database,
+            "user": r.role,
+            "database": r.database,
             "password_env": "DBLOG_RO_PASSWORD",
-            "tables": [f"{schema}.orders", f"{schema}.items"],
-            "watermark_schema": wm,
-            "publication": pub,
+            "tables": [f"{r.schema}.orders", f"{r.schema}.items"],
+            "watermark_schema": r.wm,  # the schema the capture would create without read-only dumps
+            "publication": r.pub,
             "watermarks": "log",
         }
-        dsn = dict(host=host, port=port, user=env("DBLOG_PG_SUPERUSER"), dbname=database)
+        dsn = dict(host=host, port=port, user=env("DBLOG_PG_SUPERUSER"), dbname=r.database)
         dsn["password"] = env("DBLOG_PG_SUPERUSER_PASSWORD")
         dumps_under_writes_and_idle(tmp_path, "postgres", source, lambda: psycopg2.connect(**dsn), source["tables"])
         # The capture created nothing: no watermark schema, and the role owns no object.
-        cur.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (wm,))
-        assert cur.fetchone()[0] == 0
-        cur.execute(
-            "SELECT count(*) FROM pg_class WHERE relowner = (SELECT oid FROM pg_roles WHERE rolname = %s)", (role,)
+        r.cur.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (r.wm,))
+        assert r.cur.fetchone()[0] == 0
+        r.cur.execute(
+            "SELECT count(*) FROM pg_class WHERE relowner = (SELECT oid FROM pg_roles WHERE rolname = %s)", (r.role,)
         )
-        assert cur.fetchone()[0] == 0
-    finally:
-        cur.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE %s AND NOT active",
-            (f"%{tag}%",),
-        )
-        cur.execute(f"DROP PUBLICATION IF EXISTS {pub}")
-        cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        cur.execute(f"DROP OWNED BY {role}")
-        cur.execute(f"DROP ROLE IF EXISTS {role}")
-        admin.close()
+        assert r.cur.fetchone()[0] == 0
 
 
 def test_mariadb_read_only_dumps_under_writes_and_idle(tmp_path, monkeypatch):
