@@ -85,6 +85,7 @@ def land(
     kafka: Any = None,
     parallel_tables: Optional[int] = None,
     metrics: Any = None,
+    history: Optional[list[str]] = None,
 ) -> dict:
     """Land every changelog version not landed yet (availableNow), then return run stats.
 
@@ -100,10 +101,19 @@ def land(
     ``kafka``: a ``kafka_changelog.KafkaChangelog``: read the capture's Kafka topics (and
     schema topic) instead of ``<lake>/changelog``; the mirrors still go under ``<lake>``.
     ``parallel_tables``: tables of a micro-batch landed at once (``Lander``).
-    ``metrics``: a ``metrics.landing.LandingMetrics`` the Lander records each table's batch in."""
+    ``metrics``: a ``metrics.landing.LandingMetrics`` the Lander records each table's batch in.
+    ``history``: tables ("schema.table", "*": all) that also get a history mirror (SCD type 2,
+    spark/history.py)."""
     lake = absolute(lake)
     lander = lander_class(
-        spark, lake, mirrors, register, log, deletion_vectors=deletion_vectors, parallel_tables=parallel_tables
+        spark,
+        lake,
+        mirrors,
+        register,
+        log,
+        deletion_vectors=deletion_vectors,
+        parallel_tables=parallel_tables,
+        history=history,
     )
     default = checkpoint_path(lander.mirrors, source, kafka=kafka is not None)
     checkpoint = absolute(checkpoint) if checkpoint else default
@@ -216,6 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
         "exported when OTEL_EXPORTER_OTLP_ENDPOINT is set",
     )
     p.add_argument("--metrics-host", default="0.0.0.0", help="the address the metrics endpoint listens on")
+    p.add_argument(
+        "--history",
+        action="append",
+        metavar="TABLE",
+        help="also keep a history mirror (SCD type 2: every version with _valid_from/_valid_to) of this "
+        "table, under <mirrors>/_history (repeatable; '*': every table; docs/landing.md)",
+    )
     return p
 
 
@@ -271,6 +288,7 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
             kafka=kafka,
             parallel_tables=args.parallel_tables,
             metrics=metrics,
+            history=args.history,
         )
     except mt.IncompatibleSchemaChange as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

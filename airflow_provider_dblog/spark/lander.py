@@ -31,6 +31,7 @@ from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.outputs._common import dumps
 from airflow_provider_dblog.outputs.lake_layout import absolute, mirror_path, mirrors_root, schemas_path
 from airflow_provider_dblog.spark import mirror_types as mt
+from airflow_provider_dblog.spark.history import TOAST_FIX, ensure_history, history_path, land_history
 from airflow_provider_dblog.spark.merge_rows import TableFacts, batch_keys, merge_condition, merge_rows, toast_merge
 from airflow_provider_dblog.spark.mirror_commits import BatchCommit, tagged, writer_options
 from airflow_provider_dblog.spark.mirror_tables import META_NAMES, MirrorUpkeep, quote_name, register_mirrors
@@ -54,6 +55,7 @@ class Lander:
         log=print,
         deletion_vectors: Optional[bool] = None,
         parallel_tables: Optional[int] = None,
+        history: Optional[list[str]] = None,
     ):
         if parallel_tables is not None and parallel_tables < 1:
             raise ConfigurationError(
@@ -76,6 +78,8 @@ class Lander:
         self.checkpoint: Optional[str] = None
         self._landing: Optional[str] = None
         self.metrics: Any = None  # a metrics.landing.LandingMetrics (set by ``land``), or None
+        # Tables ("schema.table", or "*" for all) that also get a history mirror (spark/history.py).
+        self.history = set(history or ())
 
     @property
     def spark(self) -> SparkSession:
@@ -198,19 +202,17 @@ class Lander:
 
         facts = facts or TableFacts.of_events(events)
         path = mirror_path(self.mirrors, source_id, table)
+        row_events = events.where(~F.col("op").isin("k", "t"))  # every one, for the history mirror
         truncates = events.where(F.col("op") == "t")
         if truncated_at is not None:
             events = events.where((F.col("op") != "t") & (F.col("position") > truncated_at))
         ranges = []
         if facts.has_ranges:
-            ranges = [
-                (json.loads(r.after), r.position)
-                # newest first: a key covered twice becomes a tombstone at the newer one's position
-                for r in events.where(F.col("op") == "k")
-                .select("after", "position")
-                .orderBy(F.desc("position"))
-                .collect()
-            ]
+            range_rows = (
+                events.where(F.col("op") == "k").select("after", "position", "commit_ts").orderBy(F.desc("position"))
+            ).collect()
+            # newest first: a key covered twice becomes a tombstone at the newer one's position
+            ranges = [(json.loads(r.after), r.position) for r in range_rows]
             events = events.where(F.col("op") != "k")
         with self._lock:  # the schema store is shared and re-read on an unknown id
             versions = self.schemas.versions(table, schema_ids)
@@ -246,6 +248,41 @@ class Lander:
         if truncated_at is not None:
             with tagged(self.spark, commit, "truncate"):
                 self._truncate(path, key, target, truncated_at, truncates)
+        if "*" in self.history or table in self.history:
+            spans = [(r.position, r.commit_ts) for r in truncates.select("position", "commit_ts").collect()]
+            cuts = [(json.loads(r.after), r.position, r.commit_ts) for r in range_rows] if facts.has_ranges else []
+            self._land_history(
+                source_id, table, row_events, target, wanted, key, source_types, facts, spans, cuts, commit
+            )
+
+    def _land_history(
+        self,
+        source_id: str,
+        table: str,
+        row_events: DataFrame,
+        target: T.StructType,
+        wanted: dict,
+        key: tuple,
+        source_types: dict,
+        facts: TableFacts,
+        truncates: list,
+        ranges: list,
+        commit: Optional[BatchCommit],
+    ) -> None:
+        """The table's history mirror (spark/history.py), after its mirror: one MERGE of the
+        batch's versions, and one UPDATE ending versions at its TRUNCATEs and range events."""
+        path = history_path(self.mirrors, source_id, table)
+        if self.upkeep.stopped_reason(path) is not None:
+            return
+        if facts.has_toast:
+            ensure_history(self.spark, path, source_id, table, target)  # a table to keep the mark on
+            reason = f"the changelog holds unchanged-TOAST placeholders for {table}, which a history cannot fill"
+            self.upkeep.stop(path, f"{reason}; fix: {TOAST_FIX}")
+            self.log(f"history {path} stopped: {reason}; fix: {TOAST_FIX}")
+            return
+        history = ensure_history(self.spark, path, source_id, table, target)
+        typed = merge_rows(row_events, wanted, key, target, source_types, every_event=True)
+        land_history(self.spark, path, typed, history, truncates, ranges, lambda step: tagged(self.spark, commit, step))
 
     def _landing_id(self) -> Optional[str]:
         """The streaming query's id from its checkpoint (``<checkpoint>/metadata``, written

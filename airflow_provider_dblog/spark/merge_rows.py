@@ -138,13 +138,15 @@ def merge_rows(
     target: T.StructType,
     source_types: dict,
     toast: Optional[list[str]] = None,
+    every_event: bool = False,
 ) -> DataFrame:
-    """One row per key: the event with the highest position, typed like the mirror.
+    """One row per key: the event with the highest position, typed like the mirror
+    (``every_event``: one row per event, for the history mirror, spark/history.py).
 
     ``toast``: columns that may hold the unchanged-TOAST placeholder. Each takes the value
     of the key's newest earlier event in the batch that has one (not across a delete);
     where there is none, ``_toast_keep_<i>`` tells the merge to keep the mirror's value."""
-    if toast:
+    if toast or every_event:
         latest = events  # every event: the placeholders are filled from earlier ones below
     else:
         latest = (
