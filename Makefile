@@ -49,7 +49,7 @@ test: install lint
 # (and 45 s under a MariaDB one), and
 # Debezium's JDBC sink fed by a MariaDB capture; and
 # the status page in Chromium, the five-source fleet, MariaDB's failover mid-flush, the mirror that never moves back and the
-# TRUNCATE landing test; the longest runs, kept out of make test so that it stays near half an hour (README).
+# TRUNCATE landing test, and the example DAGs' system tests (tests/system: dag.test() of each); the longest runs, kept out of make test so that it stays near half an hour (README).
 soak: install
 	DBLOG_SOAK=1 DBLOG_ORACLE_SECONDS=$${DBLOG_ORACLE_SECONDS:-120} PY=$(PY) scripts/run-tests -m soak
 

@@ -19,8 +19,11 @@ scheduled full dump, as ``dags/dblog_backfill.py``). For the fleet: ``dblog_repa
 repair form, whose source is chosen from the declared ones. Each source keeps settings of its
 own (its changelog, session length, the backfill's schedule, tables and pacing); what it does
 not set comes from the fleet's arguments. The tables a source captures are its connection's
-(``tables`` in the connection's extra), as for a single source. Every DAG emits the fleet's
-changelog asset, which schedules the landing (``dags/dblog_land.py``).
+(``tables`` in the connection's extra), as for a single source. A source's DAGs emit the asset
+of the changelog it writes (``dblog://changelog/<lake>``, named by its URI: two lakes, two
+assets), which schedules the landing (``dags/dblog_land.py``), and the name-only
+``changelog_asset`` (``dblog_changelog``) that earlier builds emitted; the repair form emits
+the assets of all the sources' changelogs.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class FleetSource:
     capture: bool = True  # False: its capture DAG is published elsewhere (only the backfill here)
     changelog: Optional[str] = None
     session_seconds: Optional[float] = None
+    # end the capture task (successfully) after this many sessions; None: it runs for ever
+    max_sessions: Optional[int] = None
     redump_on_position_lost: bool = False
     backfill: Optional[str] = "@weekly"  # cron or preset of the full dump; None: no backfill DAG
     backfill_tables: Optional[Sequence[str]] = None  # None: every captured table
@@ -68,7 +73,7 @@ def fleet_dags(
     changelog: str,
     session_seconds: float = 3600.0,
     status_interval: float = 30.0,
-    changelog_asset: str = "dblog_changelog",
+    changelog_asset: Optional[str] = "dblog_changelog",
     repair: bool = True,
     tags: Sequence[str] = ("dblog",),
     single: bool = False,
@@ -76,22 +81,28 @@ def fleet_dags(
 ) -> dict[str, Any]:
     """The DAGs of ``sources`` by DAG id: put them in the DAG file's globals. ``single``: one
     source, its DAG ids without its name (``dblog_capture``, ``dblog_backfill``: the example
-    DAGs of one source)."""
-    from airflow.sdk import Asset
-
+    DAGs of one source). ``changelog_asset``: the name-only asset emitted beside each
+    changelog's own, for DAGs scheduled on it as earlier builds named it (None: none)."""
+    from .assets.dblog import changelog_outlets
     from .operators.dump import DumpOperator
 
     _check(sources)
     if single and len(sources) != 1:
         raise ConfigurationError(f"single=True with {len(sources)} sources.", "declare one source, or drop single.")
-    asset = Asset(changelog_asset)
     dags: dict[str, Any] = {}
+    every: list = []  # the assets of all the sources' changelogs (the repair form's outlets)
     for s in sources:
         name = s.dag_name
         suffix, source_tags = ("", list(tags)) if single else (f"__{name}", [*tags, name])
+        # dblog://changelog/<lake> of the changelog the source writes (assets/dblog.py), as
+        # dblog_land builds it, and the name-only asset of earlier builds
+        outlets = changelog_outlets(s.changelog or changelog, changelog_asset)
+        every.extend(a for a in outlets if a not in every)
         if s.capture:
             dags.update(
-                _capture_dag(s, suffix, source_tags, state_conn_id, changelog, session_seconds, status_interval, asset)
+                _capture_dag(
+                    s, suffix, source_tags, state_conn_id, changelog, session_seconds, status_interval, outlets
+                )
             )
         if s.backfill is None:
             continue
@@ -109,7 +120,7 @@ def fleet_dags(
                 adaptive=s.adaptive,
                 poll_interval=backfill_poll_interval,
                 changelog=s.changelog or changelog,  # lineage only
-                outlets=[asset],
+                outlets=list(outlets),
             )
         dags[backfill.dag_id] = backfill
     if repair:
@@ -120,7 +131,7 @@ def fleet_dags(
         dag = repair_dag(
             [s.conn_id for s in sources],
             state_conn_id,
-            asset,
+            sorted(every, key=lambda a: not a.uri.startswith("dblog://")),  # the name-only one last
             tags,
             changelog=shared.pop() if len(shared) == 1 else None,
         )
@@ -136,7 +147,7 @@ def _capture_dag(
     changelog: str,
     session_seconds: float,
     status_interval: float,
-    asset: Any,
+    outlets: list,
 ) -> dict[str, Any]:
     """One long-lived deferrable capture task (dags/dblog_capture.py's docstring)."""
 
@@ -152,6 +163,7 @@ def _capture_dag(
             state_conn_id=state_conn_id,
             changelog=s.changelog or changelog,
             session_seconds=s.session_seconds or session_seconds,
+            max_sessions=s.max_sessions,
             status_interval=status_interval,
             redump_on_position_lost=s.redump_on_position_lost,
             metrics_port=s.metrics_port,
@@ -159,7 +171,7 @@ def _capture_dag(
             retry_delay=dt.timedelta(seconds=30),
             # Emitted when the task ends (max_sessions); while it runs, the landing's schedule
             # and the dump DAGs' asset events pick up the new changelog data.
-            outlets=[asset],
+            outlets=list(outlets),
         )
     return {dag.dag_id: dag}
 
@@ -198,6 +210,11 @@ def _check(sources: Sequence[FleetSource]) -> None:
                 "give one of them another name=....",
             )
         seen[name] = s.conn_id
+        if s.max_sessions is not None and s.max_sessions < 1:
+            raise ConfigurationError(
+                f"source {s.conn_id!r}: max_sessions {s.max_sessions} ends the capture before it starts.",
+                "give 1 or more, or None for a capture that runs for ever.",
+            )
         if s.chunk_size < 1 or s.delay_ms < 0:
             raise ConfigurationError(
                 f"source {s.conn_id!r}: chunk_size {s.chunk_size} / delay_ms {s.delay_ms} out of range.",

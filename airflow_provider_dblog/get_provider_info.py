@@ -73,6 +73,17 @@ def get_provider_info() -> dict:
                 ],
             }
         ],
+        # dblog://changelog/<lake>, dblog://commits/<lake>, dblog://mirror/<mirrors>/<source>/<table>
+        # (assets/dblog.py): Airflow normalises and checks the URI of every such Asset with the
+        # handler, and OpenLineage names it as lineage.py names the changelog and the mirrors
+        "asset-uris": [
+            {
+                "schemes": ["dblog"],
+                "handler": "airflow_provider_dblog.assets.dblog.sanitize_uri",
+                "factory": "airflow_provider_dblog.assets.dblog.create_asset",
+                "to_openlineage_converter": "airflow_provider_dblog.assets.dblog.convert_asset_to_openlineage",
+            }
+        ],
         # the capture task's link to the status page (ui/); the page's plugin is the
         # "airflow.plugins" entry point, which Airflow loads whatever lazy_load_providers says
         # (listed here as well, it would be registered twice and warned about)

@@ -30,7 +30,8 @@ def repair_dag(
 ) -> Any:
     """The form's DAG. ``sources``: the source connection ids (several: a select of them; one:
     the default of a free-text field); ``tables``: the tables offered in a select (None: free
-    text, ``schema.table``); ``asset``: emitted when the dump is done (it schedules landing);
+    text, ``schema.table``); ``asset``: the asset, or a list of them, emitted when the dump is
+    done (it schedules landing: ``assets.dblog.changelog_outlets``);
     ``changelog``: the captures' changelog URL, for lineage only (DumpOperator)."""
     from airflow.sdk import DAG, Param
 
@@ -119,6 +120,6 @@ def repair_dag(
             readers="{{ params.readers }}",
             poll_interval=poll_interval,
             changelog=changelog,
-            outlets=[asset],  # dblog_land lands the repaired rows
+            outlets=list(asset) if isinstance(asset, (list, tuple)) else [asset],  # dblog_land lands them
         )
     return dag

@@ -9,7 +9,8 @@ refresh, a check). Events from elsewhere (a capture task ending) carry no ``dblo
 passed over.
 
 Deployment settings (environment of the scheduler / dag-processor / workers):
-  DBLOG_CHANGELOG_ASSET  the changelog's asset (default ``dblog_changelog``)
+  DBLOG_CHANGELOG        the capture's changelog URL (default ``delta:///opt/dblog/lake``): the
+                         asset is its lake's ``dblog://changelog/<lake>``, named by its URI
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from airflow.sdk import DAG, Asset, task
+from airflow.sdk import DAG, task
 
-CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
+from airflow_provider_dblog.assets.dblog import changelog_asset
+
+# [START howto_asset_dblog_changelog]
+# the asset the capture and dump DAGs emit: dblog://changelog/<lake> of DBLOG_CHANGELOG's lake,
+# named by its URI (one asset per changelog, whichever DAG declares it)
+CHANGELOG_ASSET = changelog_asset(os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake"))
 
 with DAG(
     dag_id="dblog_after_dump",
@@ -44,3 +50,4 @@ with DAG(
         return summaries
 
     dumps_done()
+# [END howto_asset_dblog_changelog]

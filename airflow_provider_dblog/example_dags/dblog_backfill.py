@@ -4,10 +4,11 @@ A DBLog dump takes no locks and runs inside the live capture (chunks between wat
 a periodic full state is cheap for the source: it lets consumers rebuild from a recent
 snapshot instead of replaying a long log, and repairs anything a consumer lost. The task
 records the request and waits (deferred) until the running ``dblog_capture`` finished it; on
-success it emits the changelog asset, which triggers ``dblog_land``.
+success it emits the changelog asset (``dblog://changelog/<lake>`` of ``DBLOG_CHANGELOG``, and
+the name-only ``DBLOG_CHANGELOG_ASSET``: as in dblog_capture), which triggers ``dblog_land``.
 
 Deployment settings (environment of the scheduler / dag-processor / workers):
-  DBLOG_SOURCE_CONN_ID, DBLOG_STATE_CONN_ID, DBLOG_CHANGELOG_ASSET   as in dblog_capture
+  DBLOG_SOURCE_CONN_ID, DBLOG_STATE_CONN_ID, DBLOG_CHANGELOG, DBLOG_CHANGELOG_ASSET   as in dblog_capture
   DBLOG_BACKFILL_SCHEDULE     cron or preset (default ``@weekly``)
   DBLOG_BACKFILL_TABLES       comma-separated tables (default: every captured table)
   DBLOG_BACKFILL_CHUNK_SIZE   rows per chunk (default 10000)
@@ -23,6 +24,7 @@ from airflow_provider_dblog.fleet import FleetSource, fleet_dags
 TABLES = [t.strip() for t in os.environ.get("DBLOG_BACKFILL_TABLES", "").split(",") if t.strip()] or None
 
 # One source's backfill (its capture: dags/dblog_capture.py), as the fleet builds it.
+# [START howto_dblog_backfill]
 dag = fleet_dags(
     [
         FleetSource(
@@ -41,3 +43,4 @@ dag = fleet_dags(
     single=True,
     backfill_poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "10")),
 )["dblog_backfill"]
+# [END howto_dblog_backfill]

@@ -12,7 +12,11 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
   DBLOG_STATE_CONN_ID           the ``dblog_state`` connection (default ``dblog_state_default``)
   DBLOG_CHANGELOG               changelog URL (default ``delta:///opt/dblog/lake``)
   DBLOG_CAPTURE_SESSION_SECONDS length of one session (default 3600)
-  DBLOG_CHANGELOG_ASSET         name of the changelog's Airflow asset (default ``dblog_changelog``)
+  DBLOG_CAPTURE_MAX_SESSIONS    end the task (successfully) after this many sessions (default:
+                                never; the system test, tests/system/dblog, runs one)
+  DBLOG_CHANGELOG_ASSET         a name-only asset the task emits beside the changelog's own
+                                (``dblog://changelog/<lake>``), for DAGs scheduled on it as
+                                earlier builds named it (default ``dblog_changelog``; empty: none)
 """
 
 from __future__ import annotations
@@ -22,12 +26,16 @@ import os
 from airflow_provider_dblog.fleet import FleetSource, fleet_dags
 
 # One source: the fleet's DAG ids without the source's name (dags/dblog_fleet.py declares many).
+# [START howto_dblog_capture]
 globals().update(
     fleet_dags(
         [
             FleetSource(
                 os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source"),
                 session_seconds=float(os.environ.get("DBLOG_CAPTURE_SESSION_SECONDS", "3600")),
+                max_sessions=int(os.environ["DBLOG_CAPTURE_MAX_SESSIONS"])
+                if os.environ.get("DBLOG_CAPTURE_MAX_SESSIONS")
+                else None,
                 backfill=None,  # dags/dblog_backfill.py
             )
         ],
@@ -39,3 +47,4 @@ globals().update(
         single=True,
     )
 )
+# [END howto_dblog_capture]

@@ -15,7 +15,8 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
   DBLOG_CHANGELOG               changelog URL (default ``delta:///opt/dblog/lake``)
   DBLOG_CAPTURE_SESSION_SECONDS length of one capture session (default 3600)
   DBLOG_BACKFILL_SCHEDULE       every source's backfill (default ``@weekly``)
-  DBLOG_CHANGELOG_ASSET         the changelog's Airflow asset (default ``dblog_changelog``)
+  DBLOG_CHANGELOG_ASSET         as in dblog_capture (the changelog's own asset:
+                                ``dblog://changelog/<lake>``)
 """
 
 from __future__ import annotations

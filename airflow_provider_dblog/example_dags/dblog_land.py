@@ -3,9 +3,10 @@
 Three modes (``DBLOG_LAND_MODE``):
 
 * ``event`` (default): runs when the changelog has new commits. An ``AssetWatcher`` on the
-  ``dblog_changelog_commits`` asset runs ``ChangelogCommitTrigger`` in the triggerer: it polls
+  ``dblog://commits/<lake>`` asset runs ``ChangelogCommitTrigger`` in the triggerer: it polls
   the changelog's Delta log and fires at most once per ``DBLOG_LAND_MIN_INTERVAL`` seconds.
-  Also after a repair dump or a backfill (the changelog asset) and on the cron as a safety net.
+  Also after a repair dump or a backfill (the changelog asset, ``dblog://changelog/<lake>``)
+  and on the cron as a safety net.
 * ``schedule``: on the cron and after dumps only (``AssetOrTimeSchedule``), as before.
 * ``continuous``: one long-lived deferred task (``ContinuousLandOperator``) supervising a
   Spark Structured Streaming landing with a ``DBLOG_LAND_TRIGGER_SECONDS`` trigger, session
@@ -41,7 +42,9 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
   DBLOG_LAND_SOURCE           land only this source id (default: every source)
   DBLOG_LAND_PARALLEL_TABLES  tables of a micro-batch landed at once (the job's
                               ``--parallel-tables``; default up to 4, 1: one after another)
-  DBLOG_CHANGELOG_ASSET       as in dblog_capture
+  DBLOG_CHANGELOG             the capture's changelog URL (default ``delta:///opt/dblog/lake``):
+                              its asset, ``dblog://changelog/<lake>``, is the one the capture and
+                              dump DAGs emit
   DBLOG_LAKE_CONN_ID          event mode on an object store: an ``aws`` connection whose keys
                               the changelog watcher uses in the triggerer (docs/deploy.md)
 """
@@ -53,13 +56,16 @@ import os
 from importlib import resources
 from typing import Optional
 
-from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable
+from airflow.sdk import DAG, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable
 
+from airflow_provider_dblog.assets.dblog import changelog_asset, commits_asset
 from airflow_provider_dblog.operators.land import ContinuousLandOperator, SparkSubmitLandOperator
 from airflow_provider_dblog.spark.session import DELTA_PACKAGE, resolve_jars  # matches the pinned pyspark/delta-spark
 from airflow_provider_dblog.triggers.changelog import ChangelogCommitTrigger
 
-CHANGELOG_ASSET = Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog"))
+# the asset the capture and the dump DAGs emit, built as they build it: dblog://changelog/<lake>
+# of DBLOG_CHANGELOG, named by its URI
+CHANGELOG_ASSET = changelog_asset(os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake"))
 MODE = os.environ.get("DBLOG_LAND_MODE", "event").strip().lower()
 if MODE not in ("event", "schedule", "continuous"):
     raise ValueError(f"dblog_land: DBLOG_LAND_MODE is {MODE!r}. Fix: set it to event, schedule or continuous.")
@@ -116,8 +122,9 @@ def schedule():
     cron = os.environ.get("DBLOG_LAND_SCHEDULE", "0 * * * *" if MODE == "event" else "*/15 * * * *")
     assets = CHANGELOG_ASSET
     if MODE == "event":
-        commits = Asset(
-            "dblog_changelog_commits",
+        # [START howto_trigger_dblog_changelog_commits]
+        commits = commits_asset(  # dblog://commits/<lake>, named by its URI
+            lake_root(),
             watchers=[
                 AssetWatcher(
                     name="dblog_changelog_commits",
@@ -130,6 +137,7 @@ def schedule():
                 )
             ],
         )
+        # [END howto_trigger_dblog_changelog_commits]
         assets = CHANGELOG_ASSET | commits
     return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=assets)
 
@@ -144,6 +152,7 @@ with DAG(
     tags=["dblog"],
 ) as dag:
     if MODE == "continuous":
+        # [START howto_operator_dblog_land_continuous]
         ContinuousLandOperator(
             task_id="land_changelog",
             lake=lake_root(),
@@ -154,9 +163,11 @@ with DAG(
             retries=10,
             retry_delay=dt.timedelta(seconds=30),
         )
+        # [END howto_operator_dblog_land_continuous]
     else:
         # SparkSubmitOperator, plus --lake/--source and the landing's OpenLineage datasets
         # (changelog -> mirrors, named as the capture and the continuous landing name them)
+        # [START howto_operator_dblog_land_spark_submit]
         SparkSubmitLandOperator(
             task_id="land_changelog",
             lake=lake_root(),
@@ -174,3 +185,4 @@ with DAG(
             retries=2,
             retry_delay=dt.timedelta(minutes=1),
         )
+        # [END howto_operator_dblog_land_spark_submit]

@@ -42,6 +42,7 @@ with DAG(
     max_active_runs=1,
     tags=["dblog"],
 ) as dag:
+    # [START howto_operator_dblog_verify]
     VerifyOperator(
         task_id="verify",
         source_conn_id=SOURCE_CONN_ID,
@@ -51,3 +52,4 @@ with DAG(
         tables=TABLES,
         repair=True,
     )
+    # [END howto_operator_dblog_verify]

@@ -60,7 +60,7 @@ DBLOG_SOURCE_EXTRAS = (
     *(d.conn_database_extra for d in sources.descriptors() if d.conn_database_extra),
     *_SOURCE_EXTRAS,
 )
-# Extras Airflow's own source connections and their drivers define (docs/airflow.md), from
+# Extras Airflow's own source connections and their drivers define (docs/connections.md), from
 # each database's descriptor: they may be there for other tasks on the same connection;
 # DBLog does not use them.
 AIRFLOW_SOURCE_EXTRAS = frozenset(key for d in sources.descriptors() for key in d.conn_driver_extras)
@@ -80,7 +80,7 @@ def check_source_extras(conn_id: str, extra: dict[str, Any]) -> None:
         if match:
             raise ConfigurationError(
                 f"connection {conn_id} has the extra {key!r}, which is not a DBLog option.",
-                f"did you mean {match[0]!r}? DBLog's extras: {', '.join(DBLOG_SOURCE_EXTRAS)} (docs/airflow.md).",
+                f"did you mean {match[0]!r}? DBLog's extras: {', '.join(DBLOG_SOURCE_EXTRAS)} (docs/connections.md).",
             )
 
 
@@ -143,7 +143,7 @@ def _not_a_source(conn_id: str, conn_type: Optional[str]) -> tuple[str, str]:
         f"`airflow connections delete {conn_id}` and add it again"
         + "".join(note for _, note in missing.values())
         + '; or, without the provider, `airflow connections import FILE.json` with "conn_type": '
-        f'"{next(iter(missing))}" keeps the type (docs/airflow.md).'
+        f'"{next(iter(missing))}" keeps the type (docs/connections.md).'
     )
     return cause, fix
 

@@ -8,14 +8,17 @@ and Airflow's configuration is fixed once per process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Iterator, Optional
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))
 
@@ -25,6 +28,7 @@ from tests.support.spark_jars import spark_jars
 
 pytest.importorskip("airflow.sdk")
 
+from airflow_provider_dblog.assets.dblog import changelog_uri, commits_uri  # noqa: E402
 from airflow_provider_dblog.outputs import make_output  # noqa: E402
 
 from .capture_proc import Capture, wait_for, write_config  # noqa: E402
@@ -65,15 +69,19 @@ def test_example_dag_parses_and_serialises(dagbag, dag_id):
 def test_dump_dags_emit_the_changelog_asset_that_schedules_landing(dagbag):
     from airflow.sdk import Asset
 
-    asset = Asset("dblog_changelog")
+    # the dblog:// asset of the changelog's lake, named by its URI (tests/unit/test_assets.py),
+    # and the name-only asset of earlier builds
+    lake = os.environ.get("DBLOG_CHANGELOG", "delta:///opt/dblog/lake")
+    asset = Asset(name=changelog_uri(lake), uri=changelog_uri(lake))
     for dag_id in ("dblog_capture", "dblog_repair_dump", "dblog_backfill"):
-        assert dagbag.dags[dag_id].tasks[0].outlets == [asset], dag_id
+        assert dagbag.dags[dag_id].tasks[0].outlets == [asset, Asset("dblog_changelog")], dag_id
     land = dagbag.dags["dblog_land"]
     # event mode (the default): the changelog's new commits (an asset watcher), dumps, and a cron
     assert type(land.timetable).__name__ == "AssetOrTimeSchedule"
     assets = {a.name: a for a in land.timetable.asset_condition.objects}
-    assert set(assets) == {"dblog_changelog", "dblog_changelog_commits"}
-    (watcher,) = assets["dblog_changelog_commits"].watchers
+    assert set(assets) == {changelog_uri(lake), commits_uri(lake)}
+    assert all(a.uri == name for name, a in assets.items())
+    (watcher,) = assets[commits_uri(lake)].watchers
     assert type(watcher.trigger).__name__ == "ChangelogCommitTrigger" and watcher.trigger.min_interval == 60
     assert "CronTriggerTimetable" in type(land.timetable.timetable).__name__  # and the cron part
 
@@ -91,10 +99,10 @@ def land_dag(monkeypatch, **environ: str):
 
 
 def test_land_dag_modes(monkeypatch):
-    from airflow.sdk import Asset
+    from airflow_provider_dblog.assets.dblog import changelog_asset
 
-    scheduled = land_dag(monkeypatch, DBLOG_LAND_MODE="schedule")
-    assert scheduled.timetable.asset_condition == Asset("dblog_changelog")  # no watcher
+    scheduled = land_dag(monkeypatch, DBLOG_LAND_MODE="schedule", DBLOG_CHANGELOG="delta:///data/lake")
+    assert scheduled.timetable.asset_condition == changelog_asset("/data/lake")  # no watcher
     continuous = land_dag(monkeypatch, DBLOG_LAND_MODE="continuous", DBLOG_LAND_TRIGGER_SECONDS="3")
     task = continuous.get_task("land_changelog")
     assert task.task_type == "ContinuousLandOperator" and task.trigger_seconds == 3.0
@@ -161,18 +169,34 @@ def test_capture_dag_is_one_long_lived_task(dagbag):
 # -- dag.test() against real sources -------------------------------------------------------
 RUNNER = r"""
 import json, sys
+from sqlalchemy import delete, select
 from airflow.dag_processing.dagbag import DagBag
+from airflow.models.asset import AssetActive, AssetDagRunQueue, AssetEvent
+from airflow.utils.session import create_session
 path, dag_id, conf = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 bag = DagBag(dag_folder=path)
 assert not bag.import_errors, bag.import_errors
+with create_session() as session:  # what earlier runs queued: a scheduler would have run it by now
+    session.execute(delete(AssetDagRunQueue))
 dr = bag.dags[dag_id].test(run_conf=conf or None)
 print("RUN_STATE=" + str(dr.state))
-from sqlalchemy import select
-from airflow.models.asset import AssetEvent
-from airflow.utils.session import create_session
-with create_session() as session:  # the run's asset events, as downstream DAGs receive them
+with create_session() as session:  # the run's asset events, and the DAGs each queued a run of
     q = select(AssetEvent).where(AssetEvent.source_dag_id == dag_id, AssetEvent.source_run_id == dr.run_id)
-    print("ASSET_EVENTS=" + json.dumps([{"uri": e.uri, "extra": e.extra} for e in session.scalars(q)]))
+    events = [
+        {
+            "name": e.name,
+            "uri": e.uri,
+            "extra": e.extra,
+            "queued": sorted(
+                session.scalars(
+                    select(AssetDagRunQueue.target_dag_id).where(AssetDagRunQueue.asset_id == e.asset_id)
+                )
+            ),
+        }
+        for e in session.scalars(q)
+    ]
+    print("ASSET_EVENTS=" + json.dumps(sorted(events, key=lambda e: e["uri"])))
+    print("ACTIVE_ASSETS=" + json.dumps(sorted([a.name, a.uri] for a in session.scalars(select(AssetActive)))))
 """
 
 
@@ -190,16 +214,31 @@ def airflow_home(tmp_path_factory):
 @pytest.fixture(params=["mysql", "postgres"])
 def captured(request, tmp_path):
     """A seeded source, a ``dblog capture`` child on it, and the env the DAG files read."""
-    env("DBLOG_PG_HOST" if request.param == "postgres" else "DBLOG_MYSQL_HOST")
-    db = ADAPTERS[request.param]()
+    with capture_source(request.param, tmp_path) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def capture_source(
+    kind: str,
+    where: Path,
+    conn_id: str = "dblog_test_source",
+    state_conn_id: str = "dblog_test_state",
+    state: Optional[Path] = None,
+) -> Iterator[tuple]:
+    """A seeded ``kind`` source, a ``dblog capture`` child on it writing to a lake of its own
+    under ``where`` (its state in ``state``, default ``where/state.db``), and the env the DAG
+    files read: the connections ``conn_id`` and ``state_conn_id``."""
+    env("DBLOG_PG_HOST" if kind == "postgres" else "DBLOG_MYSQL_HOST")
+    db = ADAPTERS[kind]()
     db.create()
     db.seed(random.Random(11), 8)
     source_id = f"afd_{uuid.uuid4().hex[:8]}"
-    state, lake = tmp_path / "state.db", f"delta://{tmp_path / 'lake'}"
+    state, lake = state or where / "state.db", f"delta://{where / 'lake'}"
     src = db.source_config(source_id)
     password = os.environ[src["password_env"]]
-    cfg = write_config(tmp_path / "dblog.toml", src, state, lake)
-    cap = Capture(cfg, tmp_path / "capture.log")
+    cfg = write_config(where / "dblog.toml", src, state, lake)
+    cap = Capture(cfg, where / "capture.log")
     cap.start()
     conn = {
         "conn_type": db.kind,
@@ -212,10 +251,10 @@ def captured(request, tmp_path):
     if db.kind == "postgres":
         conn["schema"] = db.db
     dag_env = {
-        "DBLOG_SOURCE_CONN_ID": "dblog_test_source",
-        "DBLOG_STATE_CONN_ID": "dblog_test_state",
-        "AIRFLOW_CONN_DBLOG_TEST_SOURCE": json.dumps(conn),
-        "AIRFLOW_CONN_DBLOG_TEST_STATE": json.dumps({"conn_type": "dblog_state", "host": str(state)}),
+        "DBLOG_SOURCE_CONN_ID": conn_id,
+        "DBLOG_STATE_CONN_ID": state_conn_id,
+        f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(conn),
+        f"AIRFLOW_CONN_{state_conn_id.upper()}": json.dumps({"conn_type": "dblog_state", "host": str(state)}),
         "DBLOG_DUMP_POLL_INTERVAL": "0.5",
     }
     try:
@@ -235,17 +274,19 @@ def captured(request, tmp_path):
             db.drop(source_id)
 
 
-def dag_test(airflow_home, dag_file: str, dag_id: str, dag_env: dict, conf: dict | None = None) -> str:
+def dag_test(
+    airflow_home, dag_file: str, dag_id: str, dag_env: dict, conf: dict | None = None, dags: Path = DAGS
+) -> str:
     # dag.test() syncs the DAG folder's bundle to the metadata database: point it at dags/
     environ = {
         **os.environ,
         **dag_env,
         "AIRFLOW_HOME": str(airflow_home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
     }
     out = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(DAGS / dag_file), dag_id, json.dumps(conf or {})],
+        [sys.executable, "-c", RUNNER, str(dags / dag_file), dag_id, json.dumps(conf or {})],
         env=environ,
         capture_output=True,
         text=True,
@@ -253,6 +294,12 @@ def dag_test(airflow_home, dag_file: str, dag_id: str, dag_env: dict, conf: dict
     )
     assert out.returncode == 0 and "RUN_STATE=success" in out.stdout, (out.stdout[-4000:], out.stderr[-4000:])
     return out.stdout + out.stderr
+
+
+def printed(log: str, key: str):
+    """A JSON value the runner printed as ``KEY=...``."""
+    (line,) = [ln for ln in log.splitlines() if ln.startswith(f"{key}=")]
+    return json.loads(line[len(key) + 1 :])
 
 
 def dumped(lake: str, source_id: str, table: str) -> list:
@@ -300,12 +347,17 @@ def test_repair_dump_dag_emits_the_requested_keys(airflow_home, captured, tmp_pa
     assert sorted(e.key for e in rows) == sorted(keys), log[-3000:]  # the absent key emits nothing
     assert len({e.dump_id for e in rows}) == 1
     assert "3 rows" in log or "rows': 3" in log or '"rows": 3' in log
-    # one asset event for the run (it schedules landing), saying which dump it stands for
-    (events_line,) = [ln for ln in log.splitlines() if ln.startswith("ASSET_EVENTS=")]
-    (asset_event,) = json.loads(events_line[len("ASSET_EVENTS=") :])
-    assert asset_event["uri"] == "dblog_changelog"
-    summary = asset_event["extra"]["dblog_dump"]
-    assert summary["dump_id"] == rows[0].dump_id and summary["rows"] == 3 and summary["tables"] == {table: 3}
+    # an asset event for the run on the changelog's asset (it schedules landing) and on the
+    # name-only one of earlier builds, each saying which dump it stands for. The module's
+    # Airflow database saw the other database's run first, with another lake: another asset.
+    events = printed(log, "ASSET_EVENTS")
+    assert [(e["name"], e["uri"]) for e in events] == [
+        (changelog_uri(lake), changelog_uri(lake)),  # dblog://changelog/<lake>
+        ("dblog_changelog", "dblog_changelog"),
+    ], log[-3000:]
+    for asset_event in events:
+        summary = asset_event["extra"]["dblog_dump"]
+        assert summary["dump_id"] == rows[0].dump_id and summary["rows"] == 3 and summary["tables"] == {table: 3}
 
     # lineage: the source table (named by OpenLineage's spec, with its schema) feeds the changelog
     events = lineage_events(ol_file, "dblog_repair_dump.dump")
@@ -378,3 +430,170 @@ def test_land_dag_lands_through_spark_submit_with_the_install_time_jars(airflow_
         got = {tuple(json.loads(k)) for k in pa.table(live).column("_key").to_pylist()}
         want = {tuple(str(v) if table == "notes" else v for v in k) for k in current_keys(db, table, cols)}
         assert got == want, table
+
+
+# -- asset identity: two changelogs in one Airflow, and an upgrade from name-only assets ------
+# Airflow keeps one active asset per name and one per URI; an outlet whose asset a clash left
+# inactive emits nothing (only a warning in the task's log). Each test below has an Airflow
+# database of its own, the DAGs unpaused as they are created, so that an event queues a run
+# of every DAG scheduled on its asset (AssetDagRunQueue, which the runner reports).
+UNPAUSED = {"AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False"}
+
+TWO_CHANGELOGS = """
+import os
+from airflow_provider_dblog.fleet import FleetSource, fleet_dags
+
+# one fleet, each source writing to a changelog (a lake) of its own
+globals().update(
+    fleet_dags(
+        [
+            FleetSource("dblog_src_a", name="a", capture=False, changelog=os.environ["LAKE_A"]),
+            FleetSource("dblog_src_b", name="b", capture=False, changelog=os.environ["LAKE_B"]),
+        ],
+        state_conn_id="dblog_fleet_state",
+        changelog=os.environ["LAKE_A"],
+        backfill_poll_interval=0.5,
+    )
+)
+"""
+
+DOWNSTREAM = """
+import datetime as dt
+import os
+from airflow.sdk import DAG, Asset
+from airflow.providers.standard.operators.empty import EmptyOperator
+
+# a user's DAGs on each changelog, written by hand (the URI, as docs/airflow.md spells it), and
+# one on the name-only asset that every changelog's DAGs emitted before the dblog:// URIs
+for dag_id, asset in (
+    ("on_a", Asset(uri=os.environ["URI_A"])),
+    ("on_b", Asset(uri=os.environ["URI_B"])),
+    ("on_any", Asset("dblog_changelog")),
+):
+    with DAG(dag_id, schedule=[asset], start_date=dt.datetime(2024, 1, 1), catchup=False) as dag:
+        EmptyOperator(task_id="after")
+    globals()[dag_id] = dag
+"""
+
+
+def fresh_airflow_home(where: Path) -> Path:
+    home = where / "airflow-home"
+    home.mkdir()
+    environ = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=environ, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return home
+
+
+@pytest.mark.integration
+def test_two_changelogs_in_one_airflow_each_get_their_asset_events(tmp_path):
+    """Two sources of one fleet writing to two lakes: each backfill's event reaches the DAG
+    scheduled on its own changelog (and the one on the name-only asset), in one Airflow
+    database where both are declared. With one asset name for both lakes (the reverted
+    cad1f17), one of the two was inactive and its events were dropped."""
+    home = fresh_airflow_home(tmp_path)
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "sources.py").write_text(TWO_CHANGELOGS)
+    (dags / "downstream.py").write_text(DOWNSTREAM)
+    state = tmp_path / "state.db"  # one state store for the fleet, as FleetSource takes it
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with (
+        capture_source("mysql", tmp_path / "a", "dblog_src_a", "dblog_fleet_state", state) as a,
+        capture_source("postgres", tmp_path / "b", "dblog_src_b", "dblog_fleet_state", state) as b,
+    ):
+        lakes = {"a": a[2], "b": b[2]}
+        dag_env = {
+            **a[3],
+            **b[3],
+            **UNPAUSED,
+            "LAKE_A": lakes["a"],
+            "LAKE_B": lakes["b"],
+            "URI_A": changelog_uri(lakes["a"]),
+            "URI_B": changelog_uri(lakes["b"]),
+        }
+        for name, (db, source_id, _, _, cap) in (("a", a), ("b", b)):
+            log = dag_test(home, "sources.py", f"dblog_backfill__{name}", dag_env, dags=dags)
+            cap.assert_alive()
+            assert {e.key for e in dumped(lakes[name], source_id, f"{db.ns}.accounts")}, name
+            uri = changelog_uri(lakes[name])
+            events = printed(log, "ASSET_EVENTS")
+            assert [(e["name"], e["uri"], e["queued"]) for e in events] == [
+                (uri, uri, [f"on_{name}"]),  # its own changelog's DAG, not the other's
+                ("dblog_changelog", "dblog_changelog", ["on_any"]),
+            ], log[-3000:]
+            assert all(e["extra"]["dblog_dump"]["status"] == "done" for e in events), events
+        # both changelogs' assets active side by side, each named by its URI
+        active = printed(log, "ACTIVE_ASSETS")
+        assert [changelog_uri(lakes["a"])] * 2 in active and [changelog_uri(lakes["b"])] * 2 in active
+
+
+# The repair DAG as the build before the dblog:// URIs declared it (dags/dblog_repair_dump.py).
+OLD_REPAIR_DUMP = """
+import os
+from airflow.sdk import Asset
+from airflow_provider_dblog.repair_form import repair_dag
+
+dag = repair_dag(
+    [os.environ.get("DBLOG_SOURCE_CONN_ID", "dblog_source")],
+    os.environ.get("DBLOG_STATE_CONN_ID", "dblog_state_default"),
+    Asset(os.environ.get("DBLOG_CHANGELOG_ASSET", "dblog_changelog")),
+    poll_interval=float(os.environ.get("DBLOG_DUMP_POLL_INTERVAL", "2")),
+    changelog=os.environ.get("DBLOG_CHANGELOG"),
+)
+"""
+
+# A user's DAG scheduled on the changelog's asset as that build named it; not edited on upgrade.
+USERS_DOWNSTREAM = """
+import datetime as dt
+from airflow.sdk import DAG, Asset
+from airflow.providers.standard.operators.empty import EmptyOperator
+
+with DAG("my_downstream", schedule=[Asset("dblog_changelog")], start_date=dt.datetime(2024, 1, 1)) as dag:
+    EmptyOperator(task_id="after")
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("captured", ["postgres"], indirect=True)
+def test_an_upgrade_keeps_the_events_of_dags_scheduled_on_the_name_only_asset(captured, tmp_path):
+    """An Airflow database where the previous build's repair DAG registered
+    ``Asset("dblog_changelog")`` and a user's DAG is scheduled on it; then this build's DAG
+    files replace the provider's (the user's DAG unchanged) and a repair runs: the user's DAG
+    still gets the event, and dblog_land and dblog_after_dump get theirs on the changelog's
+    dblog:// asset. With the reverted cad1f17 the new asset had the old one's name and another
+    URI: inactive, and the run emitted nothing at all."""
+    db, source_id, lake, dag_env, cap = captured
+    home = fresh_airflow_home(tmp_path)
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "my_downstream.py").write_text(USERS_DOWNSTREAM)
+    (dags / "dblog_repair_dump.py").write_text(OLD_REPAIR_DUMP)
+    table = f"{db.ns}.accounts"
+    keys = sorted(current_keys(db, "accounts", "id"))
+    environ = {**dag_env, **UNPAUSED, "DBLOG_CHANGELOG": lake}
+
+    def repair(key) -> list:
+        conf = {"source": dag_env["DBLOG_SOURCE_CONN_ID"], "table": table, "keys": json.dumps(key[0])}
+        log = dag_test(home, "dblog_repair_dump.py", "dblog_repair_dump", environ, conf, dags=dags)
+        cap.assert_alive()
+        return printed(log, "ASSET_EVENTS")
+
+    # before: the name-only asset, and the user's DAG queued by it
+    (before,) = repair(keys[0])
+    assert [before["name"], before["uri"], before["queued"]] == ["dblog_changelog"] * 2 + [["my_downstream"]]
+
+    # the upgrade: this build's example DAG files (dblog_repair_dump, dblog_land, ...) in place
+    for example in DAGS.glob("dblog_*.py"):
+        shutil.copy(example, dags / example.name)
+    events = repair(keys[1])
+    uri = changelog_uri(lake)
+    assert [(e["name"], e["uri"], e["queued"]) for e in events] == [
+        (uri, uri, ["dblog_after_dump", "dblog_land"]),
+        ("dblog_changelog", "dblog_changelog", ["my_downstream"]),
+    ], events
+    dump_ids = {e["extra"]["dblog_dump"]["dump_id"] for e in events}
+    assert len(dump_ids) == 1 and dump_ids <= {e.dump_id for e in dumped(lake, source_id, table)}

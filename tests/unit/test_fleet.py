@@ -82,12 +82,31 @@ def test_the_fleets_dags_serialise():
         ([FleetSource("a"), FleetSource("b", name="a")], "'a' and 'b' would both be named 'a'"),
         ([FleetSource("shop db")], "'shop db' cannot end a DAG id"),
         ([FleetSource("a", chunk_size=0)], "chunk_size 0"),
+        ([FleetSource("a", max_sessions=0)], "max_sessions 0 ends the capture"),
         ([], "no source"),
     ],
 )
 def test_a_mistake_in_the_declaration_names_the_source(sources, match):
     with pytest.raises(ConfigurationError, match=match):
         fleet_dags(sources, **FLEET)
+
+
+def test_a_capture_may_end_after_a_number_of_sessions(monkeypatch):
+    """``max_sessions`` (the example DAG: DBLOG_CAPTURE_MAX_SESSIONS) ends the capture task,
+    successfully, after that many sessions: how the system test runs dblog_capture once."""
+    dags = fleet_dags([FleetSource("a"), FleetSource("b", max_sessions=2)], **FLEET)
+    assert dags["dblog_capture__a"].get_task("capture").max_sessions is None  # for ever, by default
+    assert dags["dblog_capture__b"].get_task("capture").max_sessions == 2
+    import importlib.util
+    import uuid
+    from pathlib import Path
+
+    monkeypatch.setenv("DBLOG_CAPTURE_MAX_SESSIONS", "1")
+    path = Path(__file__).resolve().parents[2] / "dags" / "dblog_capture.py"
+    spec = importlib.util.spec_from_file_location(f"dblog_capture_{uuid.uuid4().hex}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.dblog_capture.get_task("capture").max_sessions == 1
 
 
 def test_single_takes_one_source():
