@@ -24,6 +24,7 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))
 
 import pytest
 
+from tests.support.airflow_home import migrated_airflow_home
 from tests.support.spark_jars import spark_jars
 
 pytest.importorskip("airflow.sdk")
@@ -202,13 +203,7 @@ with create_session() as session:  # the run's asset events, and the DAGs each q
 
 @pytest.fixture(scope="module")
 def airflow_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("airflow-home")
-    environ = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    out = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], env=environ, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return home
+    return migrated_airflow_home(tmp_path_factory.mktemp("airflow-home"), timeout=300)
 
 
 @pytest.fixture(params=["mysql", "postgres"])

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.airflow_home import migrated_airflow_home
 
 from .utils import CAPTURE_CONN_ID, SOURCE_CONN_ID, STATE_CONN_ID
 
@@ -41,13 +42,7 @@ class SystemEnvironment:
 @pytest.fixture(scope="session")
 def system_airflow_home(tmp_path_factory) -> Path:
     """An AIRFLOW_HOME with a migrated SQLite metadata database, for every ``dag.test()``."""
-    home = tmp_path_factory.mktemp("airflow-home")
-    environ = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    out = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], env=environ, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return home
+    return migrated_airflow_home(tmp_path_factory.mktemp("airflow-home"), timeout=600)
 
 
 @pytest.fixture(scope="session")
