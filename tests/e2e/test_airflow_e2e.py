@@ -593,7 +593,8 @@ def test_new_commits_land_through_the_asset_watcher_and_mirrors_equal_sources(st
         ]
         for r in done:  # fired by the watcher (not only by the backfill's changelog asset event)
             events = af.request("GET", f"/api/v2/dags/dblog_land/dagRuns/{r['dag_run_id']}/upstreamAssetEvents")
-            watched = [e for e in events["asset_events"] if e["name"] == "dblog_changelog_commits"]
+            # the watcher's asset: dblog://commits/<lake>, named by its URI (assets/dblog.py)
+            watched = [e for e in events["asset_events"] if e["uri"].startswith("dblog://commits/")]
             if watched:
                 fired.extend(watched)
                 return True
