@@ -249,7 +249,9 @@ class Lander:
             with tagged(self.spark, commit, "truncate"):
                 self._truncate(path, key, target, truncated_at, truncates)
         if "*" in self.history or table in self.history:
-            spans = [(r.position, r.commit_ts) for r in truncates.select("position", "commit_ts").collect()]
+            # a Spark job only for a batch that holds a TRUNCATE (truncated_at: land_batch's one pass)
+            rows = truncates.select("position", "commit_ts").collect() if truncated_at is not None else []
+            spans = [(r.position, r.commit_ts) for r in rows]
             cuts = [(json.loads(r.after), r.position, r.commit_ts) for r in range_rows] if facts.has_ranges else []
             self._land_history(
                 source_id, table, row_events, target, wanted, key, source_types, facts, spans, cuts, commit
