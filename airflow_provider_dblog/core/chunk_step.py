@@ -31,7 +31,7 @@ from .events import SUB_WIDTH, Position, TableSchema
 from .pacing import PaceSignals
 from .parallel import combine, split_points
 from .protocols import ChunkReader, ChunkResult, ParallelChunkReaders, RowTextChunks, Source
-from .range_events import OpenChunk, range_event, states_coverage
+from .range_events import OpenChunk, range_events, states_coverage
 from .row_text import encode_rows
 from .scheduler import ChunkPlan, DumpScheduler
 from .watermark import ChunkAborted, ChunkDone, ChunkRows, WatermarkWindow
@@ -196,22 +196,22 @@ class ChunkStep:
 
     # -- HW: the window's rows leave --------------------------------------------------------
     def emit(self, done: ChunkDone) -> list[Any]:
-        """The chunk's range event (if it states what it covers), its rows as one block at
-        subs 1..n of HW, and its progress marker."""
+        """The chunk's range events (if it states what it covers: subs 0 and 1 of HW), its
+        rows as one block at the following subs, and its progress marker."""
         chunk: OpenChunk = done.context
         plan = chunk.plan
-        # One block for the chunk's rows (subs 1..n at HW), not an event per row.
+        out: list[Any] = range_events(self.source_id, done, chunk) if states_coverage(chunk) else []
+        # One block for the chunk's rows (subs 1..n at HW, after the range events), not an event per row.
         rows = DumpRows(
             self.source_id,
             plan.table,
             plan.dump_id,
             chunk.schema.schema_id(),
             done.hw,
-            1,
+            max(1, len(out)),
             done.keys,
             done.rows,
             chunk.texts,
             done.key_texts,
         )
-        out: list[Any] = [range_event(self.source_id, done, chunk)] if states_coverage(chunk) else []
         return out + [rows, self.scheduler.emitted(plan, chunk.progress, len(rows))]

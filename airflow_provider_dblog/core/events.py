@@ -48,7 +48,8 @@ class Origin(str, enum.Enum):
 
 
 # Width of the sub-position counter. Sub 0 is the log event itself; sub 1 is the second
-# half of a split primary-key update; dump rows of a chunk take subs 1..n at their HW.
+# half of a split primary-key update; dump rows of a chunk take subs 1..n at their HW (2..n+1
+# after the two range events of a table's last chunk).
 SUB_WIDTH = 9
 
 

@@ -204,16 +204,19 @@ class Lander:
         path = mirror_path(self.mirrors, source_id, table)
         row_events = events.where(~F.col("op").isin("k", "t"))  # every one, for the history mirror
         truncates = events.where(F.col("op") == "t")
-        if truncated_at is not None:
-            events = events.where((F.col("op") != "t") & (F.col("position") > truncated_at))
-        ranges = []
-        if facts.has_ranges:
+        range_rows: list = []
+        if facts.has_ranges:  # all of them: the history mirror ends versions at those before a TRUNCATE too
             range_rows = (
                 events.where(F.col("op") == "k").select("after", "position", "commit_ts").orderBy(F.desc("position"))
             ).collect()
-            # newest first: a key covered twice becomes a tombstone at the newer one's position
-            ranges = [(json.loads(r.after), r.position) for r in range_rows]
             events = events.where(F.col("op") != "k")
+        if truncated_at is not None:
+            events = events.where((F.col("op") != "t") & (F.col("position") > truncated_at))
+        # newest first: a key covered twice becomes a tombstone at the newer one's position;
+        # the mirror's TRUNCATE makes tombstones of every row older than it anyway.
+        ranges = [
+            (json.loads(r.after), r.position) for r in range_rows if truncated_at is None or r.position > truncated_at
+        ]
         with self._lock:  # the schema store is shared and re-read on an unknown id
             versions = self.schemas.versions(table, schema_ids)
         key = versions[-1].key
@@ -252,7 +255,7 @@ class Lander:
             # a Spark job only for a batch that holds a TRUNCATE (truncated_at: land_batch's one pass)
             rows = truncates.select("position", "commit_ts").collect() if truncated_at is not None else []
             spans = [(r.position, r.commit_ts) for r in rows]
-            cuts = [(json.loads(r.after), r.position, r.commit_ts) for r in range_rows] if facts.has_ranges else []
+            cuts = [(json.loads(r.after), r.position, r.commit_ts) for r in range_rows]
             self._land_history(
                 source_id, table, row_events, target, wanted, key, source_types, facts, spans, cuts, commit
             )

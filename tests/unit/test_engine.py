@@ -466,8 +466,13 @@ def test_a_dump_removes_rows_deleted_while_nothing_was_captured(db, state):
     run.stop()
 
     ranges = [e for e in out.events if e.op is Op.RANGE]
-    assert len(ranges) == len(windows) and ranges[0].after["from"] is None and ranges[-1].after["to"] is None
-    assert all(r.position.sub == 0 and r.key == () for r in ranges)
+    # one per chunk, and the last chunk's second one: above the dump's upper bound
+    assert len(ranges) == len(windows) + 1 and ranges[0].after["from"] is None and ranges[-1].after["to"] is None
+    assert [r.position.sub for r in ranges] == [0] * len(windows) + [1] and all(r.key == () for r in ranges)
+    assert (
+        ranges[-2].after["to"] == ranges[-1].after["from"] == [198]
+        and ranges[-2].position.coord == ranges[-1].position.coord
+    )
     assert replay(out.events) == db.snapshot(TABLE)
     assert (60,) in db.snapshot(TABLE) and (300,) in db.snapshot(TABLE)
     assert (3,) not in replay(out.events) and (200,) not in replay(out.events)
