@@ -41,6 +41,8 @@ from airflow_provider_dblog.core.dump_requests import status_key
 from airflow_provider_dblog.core.dumps import DumpStatus
 from airflow_provider_dblog.outputs import make_output
 from airflow_provider_dblog.state.local import LocalStateStore
+from tests.e2e.test_spark_cluster import cluster  # noqa: F401 - the standalone cluster's fixture (skips if down)
+from tests.support.s3_env import use_s3
 
 from .capture_proc import Capture, dblog, wait_for, write_config
 from .databases import ADAPTERS
@@ -217,7 +219,7 @@ def spark_module_async(log_path, name: str, *args: str) -> subprocess.Popen:
     )
 
 
-def land_in_process(lake: Path, source_id: str) -> dict:
+def land_in_process(lake: str, source_id: str) -> dict:
     """The landing after the capture stopped, in this process's Spark session (the e2e tests
     that run before this one started it; else it starts here). As a process of its own it paid
     a cold JVM, about 40 s of every oracle run; the entry point keeps running as a process in
@@ -227,7 +229,7 @@ def land_in_process(lake: Path, source_id: str) -> dict:
     from airflow_provider_dblog.spark.session import get_session
 
     spark = get_session("dblog-tests", master="local[2]")
-    return land(spark, str(lake), source=source_id, register=False, log=lambda _: None)
+    return land(spark, lake, source=source_id, register=False, log=lambda _: None)
 
 
 def sentinel_arrived(db, out, source_id: str, capture) -> None:
@@ -303,15 +305,25 @@ SEEDS = [
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("lake_at", ["disk", "s3-cluster"])
 @pytest.mark.parametrize("watermarks", ["table", "log"])
 @pytest.mark.parametrize("store", ["local", "zookeeper-ensemble"])
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
-def test_convergence_oracle(kind, seed, store, watermarks, tmp_path):
+def test_convergence_oracle(kind, seed, store, watermarks, lake_at, tmp_path, monkeypatch, request):
     """``store`` zookeeper-ensemble: the state in a three-node ZooKeeper ensemble whose leader
     is SIGKILLed during the workload and started again (the fleet's deployment, issue 33); in
     make soak, with the fixed seed. ``watermarks`` log: read-only dumps (docs/sources.md), as a
-    user that can write nothing (on the local store; MariaDB's in make soak)."""
+    user that can write nothing (on the local store; MariaDB's in make soak). ``lake_at``
+    s3-cluster: the changelog on the S3 test store (delta-rs, put-if-absent) and the landing
+    and the mirror check on the Spark standalone cluster (executors in the workers' JVMs),
+    mirrors and checkpoints on S3 (issue 32; PostgreSQL's with table watermarks in make test
+    in place of the one on local disk, which make soak runs; MariaDB's in make soak)."""
+    soak = os.environ.get("DBLOG_SOAK") == "1"
+    if lake_at == "s3-cluster" and (watermarks != "table" or store != "local" or seed not in (RANDOM_SEED, FIXED_SEED)):
+        pytest.skip("the oracle on S3 and the cluster runs with table watermarks, the local store, two seeds")
+    if lake_at == "disk" and watermarks == "table" and store == "local" and seed == RANDOM_SEED and not soak:
+        pytest.skip("make test runs this case with its lake on S3 and its landing on the cluster; make soak on disk")
     if watermarks == "log" and store != "local":
         pytest.skip("the oracle on a ZooKeeper ensemble runs with table watermarks")
     if watermarks == "log" and kind == "mysql" and seed != FIXED_SEED:
@@ -320,9 +332,27 @@ def test_convergence_oracle(kind, seed, store, watermarks, tmp_path):
         # make test keeps PostgreSQL's (and PostgreSQL's over Kafka); MariaDB's run in make
         # soak (a fixed seed and DBLOG_SOAK_SEEDS random ones): the suite's longest run.
         pytest.skip("MariaDB's oracle runs in make soak (the suite's longest run)")
-    if store != "local" and (seed != FIXED_SEED or os.environ.get("DBLOG_SOAK") != "1"):
+    if store != "local" and (seed != FIXED_SEED or not soak):
         pytest.skip("the oracle on a ZooKeeper ensemble runs in make soak, with the fixed seed")
-    print(f"\noracle {kind}: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed}), state {store}, watermarks {watermarks}")
+    if lake_at == "s3-cluster" and seed == FIXED_SEED and not soak:
+        pytest.skip("the oracle on S3 and the cluster with the fixed seed runs in make soak")
+    spark_cluster = None
+    if lake_at == "s3-cluster":
+        from tests.e2e.test_spark_cluster import s3a_classpath
+
+        spark_cluster = request.getfixturevalue("cluster")  # skips, naming the command, when it is not up
+        lake_url = use_s3(monkeypatch)  # the store's keys in this environment: the children inherit them
+        lake_arg = lake_url
+        monkeypatch.setenv("DBLOG_SPARK_MASTER", spark_cluster.master)
+        monkeypatch.setenv("DBLOG_SPARK_S3A_JARS", s3a_classpath())
+        apps_before = spark_cluster.app_ids()
+    else:
+        lake_arg = str(tmp_path / "lake")
+        lake_url = f"delta://{lake_arg}"
+    print(
+        f"\noracle {kind}: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed}), state {store}, "
+        f"watermarks {watermarks}, lake {lake_url}"
+    )
     rng = random.Random(seed)
     db = ADAPTERS[kind]()
     if kind == "postgres":  # ledger: LIST-partitioned (one partition sub-partitioned), created under load
@@ -337,19 +367,14 @@ def test_convergence_oracle(kind, seed, store, watermarks, tmp_path):
         db.seed(rng, 300)  # rows that exist before the capture: only dumps can deliver them
         source = db.tls_source_config(source_id) if watermarks == "table" else db.read_only_source_config(source_id)
         if store == "local":
-            config = write_config(
-                tmp_path / "dblog.toml",
-                source,
-                tmp_path / "state.db",
-                f"delta://{tmp_path / 'lake'}",
-            )
+            config = write_config(tmp_path / "dblog.toml", source, tmp_path / "state.db", lake_url)
             state = LocalStateStore(str(tmp_path / "state.db"))
         else:
             ensemble = TmpZooKeeperEnsemble(tick_ms=500)
             ensemble.start()
             # a short session: a SIGKILLed capture's lease is gone in seconds, so its restart leads
             zk = {"url": f"zk://{ensemble.hosts}/dblog_{source_id}", "session_timeout": 4}
-            config = write_config(tmp_path / "dblog.toml", source, None, f"delta://{tmp_path / 'lake'}", zk)
+            config = write_config(tmp_path / "dblog.toml", source, None, lake_url, zk)
             state = make_state(zk)
         # Widen each chunk's window (SELECT .. HW) so concurrent writes land inside it often:
         # without the window's key removal this test then fails (checked by mutation).
@@ -366,8 +391,7 @@ def test_convergence_oracle(kind, seed, store, watermarks, tmp_path):
         )
 
         dumps = []
-        lake = tmp_path / "lake"
-        out = make_output(f"delta://{lake}")
+        out = make_output(lake_url)
         out.open()
         gap: dict = {}
         with Workload(db, seed, schema_changes=True) as load:
@@ -451,11 +475,11 @@ def test_convergence_oracle(kind, seed, store, watermarks, tmp_path):
                 capture.kill()
                 time.sleep(rng.uniform(0.05, 1.0))
                 capture.start()
-                if mid_land is None and (lake / "changelog").exists():
+                if mid_land is None:  # (out.open() created the changelog)
                     # land incrementally while the capture runs and gets killed
                     mid_land_log = tmp_path / "land-mid.log"
                     mid_land = spark_module_async(
-                        mid_land_log, "land_changelog", "--lake", str(lake), "--source", source_id, "--no-register"
+                        mid_land_log, "land_changelog", "--lake", lake_arg, "--source", source_id, "--no-register"
                     )
         assert load.txns > 50, f"workload too small: {load.txns} transactions, errors {load.errors[:3]}"
         assert len(load.truncates) == 2, f"truncates: {load.truncates}, errors {load.errors[-3:]}"
@@ -524,8 +548,12 @@ def test_convergence_oracle(kind, seed, store, watermarks, tmp_path):
         # The oracle extended to the lakehouse: the Spark job lands the changelog (once while
         # the workload ran, once now) and every typed mirror must equal its source table.
         assert mid_land.wait(300) == 0, mid_land_log.read_text()[-3000:]
-        land_in_process(lake, source_id)
-        mirrors = spark_module("verify_mirror", "--config", str(config), "--lake", str(lake))
+        if spark_cluster is None:
+            land_in_process(lake_arg, source_id)
+        else:  # a driver of its own, with the cluster as its master (this process's session is local)
+            landed = spark_module("land_changelog", "--lake", lake_arg, "--source", source_id, "--no-register")
+            assert landed.returncode == 0, landed.stdout[-2000:] + landed.stderr[-4000:]
+        mirrors = spark_module("verify_mirror", "--config", str(config), "--lake", lake_arg)
         print(mirrors.stdout)
         assert mirrors.returncode == 0, mirrors.stdout + mirrors.stderr[-3000:]
         for t in db.tables():
@@ -533,6 +561,18 @@ def test_convergence_oracle(kind, seed, store, watermarks, tmp_path):
         assert mirrors.stdout.count(" 0 mismatches") == len(db.tables())
         print(f"oracle {kind}: {load.txns} transactions, {capture.kills} SIGKILLs, {origins}")
         assert capture.kills >= 3
+        if spark_cluster is not None:
+            # Both landings ran as applications of the cluster, their tasks in both workers'
+            # executors (a landing that ran in its driver alone leaves no executor log).
+            apps = spark_cluster.app_ids() - apps_before
+            assert len(apps) >= 2, f"the landings were not applications of {spark_cluster.master}: {apps}"
+            tasks: dict = {}
+            for _ in range(20):  # executors' logs are flushed as they exit
+                tasks = {app: spark_cluster.tasks_by_worker(app) for app in apps}
+                if any(len(t) >= 2 and all(t.values()) for t in tasks.values()):
+                    break
+                time.sleep(0.5)
+            assert any(len(t) >= 2 and all(t.values()) for t in tasks.values()), tasks
     finally:
         if mid_land is not None and mid_land.poll() is None:
             mid_land.kill()
