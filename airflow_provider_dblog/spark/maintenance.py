@@ -6,7 +6,11 @@
 * **Compaction** (``OPTIMIZE``) of the changelog, the schema store and every mirror: the
   capture commits once per flush and the landing job once per table per micro-batch, so all
   of them collect small files. OPTIMIZE commits no data change: the landing job's streaming
-  read of the changelog skips it. A mirror whose first key column is an integer is compacted
+  read of the changelog skips it. The changelog and the schema store are compacted (and
+  vacuumed) by delta-rs, the capture's own writer, never by Spark: on an object store
+  delta-rs commits with put-if-absent, while Spark's S3 log store is atomic among the
+  writers of one driver only, so its commit could overwrite one a running capture made at
+  the same version (a lost changelog commit). A mirror whose first key column is an integer is compacted
   ``ZORDER BY`` that column: its files then hold narrow key ranges, so the landing's MERGE
   (which bounds the target by the batch's key range) skips every file outside a change.
   Mirrors are compacted into files of at most ``--mirror-file-mb`` (64 MB, not Delta's 1 GB:
@@ -27,10 +31,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any, Optional
 
-from airflow_provider_dblog.outputs.lake_layout import MIRRORS, changelog_path, schemas_path
+from airflow_provider_dblog.outputs.lake_layout import MIRRORS, absolute, changelog_path, schemas_path
 from airflow_provider_dblog.spark.mirror_tables import PROP_KEY, list_mirrors
 from airflow_provider_dblog.spark.session import get_session
 
@@ -61,30 +66,52 @@ def maintain(
         report["tombstones_removed"][path] = removed
         if removed:
             log(f"{path}: removed {removed} tombstones older than {tombstone_horizon_hours} h")
-    targets = ([changelog_path(lake), schemas_path(lake)] if compact_changelog else []) + tables
-    for path in targets:
-        m = optimize_mirror(spark, path, mirror_file_mb) if path in tables else optimize_table(spark, path)
-        metrics = m.metrics if m is not None else None
+    if compact_changelog:
+        for path, metrics in compact_capture_tables(lake, vacuum_retain_hours):
+            report["compacted"].append(path)
+            log(f"{path}: compacted ({metrics.get('numFilesRemoved', 0)} files -> {metrics.get('numFilesAdded', 0)})")
+            if vacuum_retain_hours is not None:
+                report["vacuumed"].append(path)
+    for path in tables:
+        m = optimize_mirror(spark, path, mirror_file_mb)
+        done = m.metrics if m is not None else None
         report["compacted"].append(path)
-        log(
-            f"{path}: compacted ({metrics.numFilesRemoved if metrics else 0} files -> "
-            f"{metrics.numFilesAdded if metrics else 0})"
-        )
+        log(f"{path}: compacted ({done.numFilesRemoved if done else 0} files -> {done.numFilesAdded if done else 0})")
     if vacuum_retain_hours is not None:
         if vacuum_retain_hours < 168:
             # Delta refuses a short retention unless told: it can break running readers.
             spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-        for path in targets:
+        for path in tables:
             DeltaTable.forPath(spark, path).vacuum(vacuum_retain_hours)
             report["vacuumed"].append(path)
     return report
 
 
-def optimize_table(spark, path: str) -> Any:
-    """OPTIMIZE (bin-packing) with Delta's own file size; the result row (its metrics)."""
-    from delta.tables import DeltaTable
+def compact_capture_tables(lake: str, vacuum_retain_hours: Optional[float] = None) -> list[tuple[str, dict]]:
+    """Compact (and vacuum) the changelog and the schema store with delta-rs, which commits
+    as the capture does (put-if-absent on object stores): safe while a capture writes. The
+    retention is rounded up to whole hours (delta-rs takes hours), so nothing younger than
+    asked is removed. Credentials and endpoint come from the environment, as the capture's."""
+    import deltalake
 
-    return DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
+    from airflow_provider_dblog.core.errors import ConfigurationError
+
+    out = []
+    root = absolute(lake)  # delta:///path and relative paths as the capture's output names them
+    for uri in (changelog_path(root), schemas_path(root)):
+        if not deltalake.DeltaTable.is_deltatable(uri):
+            raise ConfigurationError(
+                f"there is no DBLog changelog table at {uri}",
+                "check --lake (the capture's output root); for a lake landed from Kafka pass --skip-changelog",
+            )
+        table = deltalake.DeltaTable(uri)
+        metrics = table.optimize.compact()
+        if vacuum_retain_hours is not None:
+            table.vacuum(
+                retention_hours=math.ceil(vacuum_retain_hours), dry_run=False, enforce_retention_duration=False
+            )
+        out.append((uri, dict(metrics)))
+    return out
 
 
 def optimize_mirror(spark, path: str, max_file_mb: int = 64) -> Any:

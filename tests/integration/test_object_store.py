@@ -6,6 +6,7 @@ The two-capture SIGSTOP fencing on S3 is in test_fencing.py."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import uuid
@@ -150,3 +151,62 @@ def test_a_missing_bucket_is_refused_naming_the_fix(monkeypatch):
     with pytest.raises(ConfigurationError) as info:
         out.open()
     assert "the bucket must exist" in str(info.value)
+
+
+def test_maintenance_compacts_the_changelog_on_s3_with_put_if_absent_beside_a_writing_capture(lake):
+    """spark/maintenance.py compacts the changelog while a capture writes it: the compaction
+    commits through delta-rs (put-if-absent), never through Spark, whose S3 log store is
+    atomic within one driver only and could overwrite the capture's commit of the same
+    version. Every event written before and during the run is there afterwards, and no
+    commit of the changelog came from Spark."""
+    import json
+    import threading
+
+    import deltalake
+
+    from tests.support.spark_jars import spark_jars
+
+    out = make_output(lake)
+    out.open()
+    for n in range(1, 13):  # small commits, as a capture's flushes make
+        out.write([ev(n)], epoch=1)
+    done, failed, written = threading.Event(), [], []
+
+    def capture():  # the capture goes on writing meanwhile, retrying a commit it lost
+        n = 13
+        while not done.is_set() and n < 400:
+            try:
+                out.write([ev(n)], epoch=1)
+                n += 1
+            except Exception as exc:  # a lost race with the compaction's commit: written again
+                failed.append(repr(exc))
+        written.append(n - 1)
+
+    writer = threading.Thread(target=capture, daemon=True)
+    writer.start()
+    env = {
+        **os.environ,
+        "DBLOG_SPARK_JARS": spark_jars(),
+        "DBLOG_SPARK_S3A_JARS": subprocess.run(
+            [str(REPO / "scripts" / "spark-jars"), "--s3a"], capture_output=True, text=True, check=True, timeout=1800
+        ).stdout.strip(),
+    }
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "airflow_provider_dblog.spark.maintenance", "--lake", lake, "--master", "local[1]"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+    finally:
+        done.set()
+        writer.join(60)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert f"{lake}/changelog" in report["compacted"]
+    assert [e.key[0] for e in scan_sorted(make_output(lake))] == list(range(1, written[0] + 1))
+    history = deltalake.DeltaTable(f"{lake}/changelog").history()
+    assert any(h.get("operation") == "OPTIMIZE" for h in history), [h.get("operation") for h in history]
+    spark_commits = [h for h in history if "Spark" in str(h.get("engineInfo", ""))]
+    assert not spark_commits, f"Spark committed to the changelog: {spark_commits[:1]}"
