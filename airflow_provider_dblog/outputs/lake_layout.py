@@ -5,9 +5,11 @@ the Delta output's URL) and where the landing puts the mirrors.
     <lake>/schemas                            the schema store its rows name by schema id
     <mirrors>/<source_id>/<schema>.<table>    one Delta mirror per table (default <lake>/mirrors)
     <mirrors>/_checkpoints/<source|_all>      the landing's streaming checkpoint (@kafka: from Kafka)
+    <mirrors>/_history/<source_id>/<table>    a table's history mirror (--history, spark/history.py)
 
 Mirrors are registered in the session catalog as ``dblog_<source>.<schema>__<table>`` (the
-table, tombstones included) and ``..._current`` (the view analysts query).
+table, tombstones included) and ``..._current`` (the view analysts query); a history mirror
+as ``..._history``.
 
 Plain Python, no PySpark: the Delta output and the Airflow triggers use it too.
 """
@@ -21,6 +23,7 @@ from typing import Optional
 from airflow_provider_dblog.core.names import split_table
 
 CHANGELOG, SCHEMAS, MIRRORS, CHECKPOINTS = "changelog", "schemas", "mirrors", "_checkpoints"
+HISTORY = "_history"
 
 
 def absolute(location: str) -> str:
@@ -57,6 +60,17 @@ def checkpoint_path(mirrors: str, source: Optional[str], kafka: bool = False) ->
     """The landing's default streaming checkpoint: one per source (or all) and changelog kind,
     so that landing from Kafka and from the Delta changelog never share offsets."""
     return f"{mirrors.rstrip('/')}/{CHECKPOINTS}/{source or '_all'}" + ("@kafka" if kafka else "")
+
+
+def history_path(mirrors: str, source_id: str, table: str) -> str:
+    """A table's history mirror, beside the mirrors (a directory the mirror listing skips)."""
+    return f"{mirrors.rstrip('/')}/{HISTORY}/{source_id}/{table}"
+
+
+def history_catalog_name(source_id: str, table: str) -> str:
+    """The history mirror's catalog name: the mirror's with ``_history``, quoted for SQL."""
+    _, tbl, _ = catalog_names(source_id, table)
+    return f"{tbl[:-1]}_history`"
 
 
 def catalog_names(source_id: str, table: str) -> tuple[str, str, str]:

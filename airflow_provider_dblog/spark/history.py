@@ -29,10 +29,12 @@ Each batch is one MERGE per history mirror, committed with the batch's transacti
 version of its key starts at the same position, and an open version is only ended by a newer
 event, so landing the same events again from a new checkpoint changes nothing.
 
-Limits: unchanged-TOAST placeholders (PostgreSQL tables without REPLICA IDENTITY FULL) are not
-filled in versions: the history mirror of such a table stops at the first batch that holds
-one (its mirror goes on), with the fix in the landing's log and the table property
-``dblog.stopped``.
+Unchanged-TOAST placeholders (PostgreSQL tables without REPLICA IDENTITY FULL) take the
+value of the key's newest earlier event in the batch, else of its open version
+(``fill_toast``). Where neither exists (the key's history starts with such a placeholder: a
+history added to a table whose rows came before it), the value is unknown: the history
+mirror stops at that batch (its mirror goes on), with the fix in the landing's log and the
+table property ``dblog.stopped``.
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_provider_dblog.outputs._common import dumps
+from airflow_provider_dblog.outputs.lake_layout import history_path  # noqa: F401 - where a history lies, with as_of below
 from airflow_provider_dblog.spark.mirror_tables import META_NAMES, PROP_SOURCE, PROP_TABLE, quote_name
 
-HISTORY = "_history"
 HISTORY_META = T.StructType(
     [
         T.StructField("_key", T.StringType()),
@@ -67,10 +69,6 @@ TOAST_FIX = (
     "carries every value, then rebuild its history mirror (delete its directory and land again "
     "from a new checkpoint)"
 )
-
-
-def history_path(mirrors: str, source_id: str, table: str) -> str:
-    return f"{mirrors.rstrip('/')}/{HISTORY}/{source_id}/{table}"
 
 
 def as_of(spark: SparkSession, path: str, position: str) -> DataFrame:
@@ -111,6 +109,35 @@ def ensure_history(spark: SparkSession, path: str, source_id: str, table: str, t
         for f in widen:
             spark.sql(f"ALTER TABLE delta.`{path}` CHANGE COLUMN {quote_name(f.name)} TYPE {f.dataType.simpleString()}")
     return DeltaTable.forPath(spark, path).toDF().schema if add or widen else schema
+
+
+def fill_toast(spark: SparkSession, path: str, typed: DataFrame, toast: list[str]) -> tuple[DataFrame, bool]:
+    """Unchanged-TOAST placeholders the batch could not fill (``_toast_keep_<i>`` of
+    merge_rows: no earlier value of the key in the batch) take the value of the key's open
+    version in the history mirror: the value the placeholder says is unchanged. Returns the
+    rows and whether a placeholder found no open version (its value is unknown here)."""
+    from delta.tables import DeltaTable
+
+    prev = (
+        DeltaTable.forPath(spark, path)
+        .toDF()
+        .where(F.col("_valid_to").isNull())
+        .select(
+            F.col("_key").alias("_prev_key"),
+            F.lit(True).alias("_prev"),
+            *[F.col(quote_name(c)).alias(f"_prev_{i}") for i, c in enumerate(toast)],
+        )
+    )
+    keep = [F.col(f"_toast_keep_{i}") for i in range(len(toast))]
+    wanted = keep[0]
+    for k in keep[1:]:
+        wanted = wanted | k
+    rows = typed.join(prev, typed["_key"] == prev["_prev_key"], "left")
+    unfilled = rows.where(wanted & F.col("_prev").isNull()).limit(1).count() > 0
+    for i, c in enumerate(toast):
+        filled = F.when(F.col(f"_toast_keep_{i}"), F.col(f"_prev_{i}")).otherwise(F.col(quote_name(c)))
+        rows = rows.withColumn(c, filled)
+    return rows.drop("_prev_key", "_prev", *[f"_prev_{i}" for i in range(len(toast))]), unfilled
 
 
 def land_history(

@@ -29,9 +29,9 @@ from pyspark.sql import types as T
 
 from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.outputs._common import dumps
-from airflow_provider_dblog.outputs.lake_layout import absolute, mirror_path, mirrors_root, schemas_path
+from airflow_provider_dblog.outputs.lake_layout import absolute, history_path, mirror_path, mirrors_root, schemas_path
 from airflow_provider_dblog.spark import mirror_types as mt
-from airflow_provider_dblog.spark.history import TOAST_FIX, ensure_history, history_path, land_history
+from airflow_provider_dblog.spark.history import TOAST_FIX, ensure_history, fill_toast, land_history
 from airflow_provider_dblog.spark.merge_rows import TableFacts, batch_keys, merge_condition, merge_rows, toast_merge
 from airflow_provider_dblog.spark.mirror_commits import BatchCommit, tagged, writer_options
 from airflow_provider_dblog.spark.mirror_tables import META_NAMES, MirrorUpkeep, quote_name, register_mirrors
@@ -279,14 +279,20 @@ class Lander:
         path = history_path(self.mirrors, source_id, table)
         if self.upkeep.stopped_reason(path) is not None:
             return
-        if facts.has_toast:
-            ensure_history(self.spark, path, source_id, table, target)  # a table to keep the mark on
-            reason = f"the changelog holds unchanged-TOAST placeholders for {table}, which a history cannot fill"
-            self.upkeep.stop(path, f"{reason}; fix: {TOAST_FIX}")
-            self.log(f"history {path} stopped: {reason}; fix: {TOAST_FIX}")
-            return
         history = ensure_history(self.spark, path, source_id, table, target)
-        typed = merge_rows(row_events, wanted, key, target, source_types, every_event=True)
+        # Unchanged-TOAST placeholders: filled from the batch, else from the key's open version.
+        toast = [c for c, t in source_types.items() if t is not None and c not in key] if facts.has_toast else []
+        typed = merge_rows(row_events, wanted, key, target, source_types, toast, every_event=True)
+        if toast:
+            typed, unfilled = fill_toast(self.spark, path, typed, toast)
+            if unfilled:
+                reason = (
+                    f"the changelog holds unchanged-TOAST placeholders for {table} of keys the history "
+                    "has no earlier value of"
+                )
+                self.upkeep.stop(path, f"{reason}; fix: {TOAST_FIX}")
+                self.log(f"history {path} stopped: {reason}; fix: {TOAST_FIX}")
+                return
         land_history(self.spark, path, typed, history, truncates, ranges, lambda step: tagged(self.spark, commit, step))
 
     def _landing_id(self) -> Optional[str]:

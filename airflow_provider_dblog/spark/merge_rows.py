@@ -145,7 +145,8 @@ def merge_rows(
 
     ``toast``: columns that may hold the unchanged-TOAST placeholder. Each takes the value
     of the key's newest earlier event in the batch that has one (not across a delete);
-    where there is none, ``_toast_keep_<i>`` tells the merge to keep the mirror's value."""
+    where there is none, ``_toast_keep_<i>`` tells the merge to keep the mirror's value (the
+    history mirror: its open version's)."""
     if toast or every_event:
         latest = events  # every event: the placeholders are filled from earlier ones below
     else:
@@ -210,8 +211,9 @@ def merge_rows(
     for i, c in enumerate(toast):
         value = F.when(~F.col(f"_toast_{i}"), F.struct(F.col(quote_name(c)).alias("v")))
         typed = typed.withColumn(f"_toast_found_{i}", F.last(value, ignorenulls=True).over(life))
-    newest = Window.partitionBy("_key").orderBy(F.col("_position").desc())
-    typed = typed.withColumn("_rn", F.row_number().over(newest)).where("_rn = 1")
+    if not every_event:
+        newest = Window.partitionBy("_key").orderBy(F.col("_position").desc())
+        typed = typed.withColumn("_rn", F.row_number().over(newest)).where("_rn = 1")
     out = []
     for f in target.fields:
         if f.name in toast:

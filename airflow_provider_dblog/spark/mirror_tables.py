@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from airflow_provider_dblog.outputs.lake_layout import catalog_names
+from airflow_provider_dblog.outputs.lake_layout import HISTORY, catalog_names, history_catalog_name
 from airflow_provider_dblog.spark import mirror_types as mt
 
 # Metadata columns of every mirror row, after the source's columns.
@@ -75,7 +75,8 @@ def list_mirrors(spark: SparkSession, mirrors: str) -> list[tuple[str, str, str]
 
 
 def register_mirrors(spark: SparkSession, mirrors: str) -> list[str]:
-    """Register every mirror under ``mirrors`` in the catalog, with its ``_current`` view."""
+    """Register every mirror under ``mirrors`` in the catalog, with its ``_current`` view,
+    and every history mirror (``<mirrors>/_history``) as ``..._history``."""
     out = []
     for source_id, table, path in list_mirrors(spark, mirrors):
         db, tbl, view = catalog_names(source_id, table)
@@ -85,6 +86,12 @@ def register_mirrors(spark: SparkSession, mirrors: str) -> list[str]:
         data = [f"`{f.name}`" for f in spark.table(tbl).schema.fields if f.name != "_deleted"]
         spark.sql(f"CREATE OR REPLACE VIEW {view} AS SELECT {', '.join(data)} FROM {tbl} WHERE NOT _deleted")
         out.append(tbl)
+    for source_id, table, path in list_mirrors(spark, f"{mirrors.rstrip('/')}/{HISTORY}"):
+        name = history_catalog_name(source_id, table)
+        ensure_database(spark, catalog_names(source_id, table)[0])
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION '{path}'")
+        spark.sql(f"REFRESH TABLE {name}")
+        out.append(name)
     return out
 
 

@@ -141,6 +141,10 @@ def test_history_as_of_each_snapshot_equals_the_source_then(kind, spark, tmp_pat
             for (f1, t1), (f2, _) in zip(vs, vs[1:]):
                 assert t1 is not None and f1 < t1 <= f2, (key, vs)
         n_versions = history.count()
+        # registered in the catalog beside the mirror, as ..._history
+        from airflow_provider_dblog.outputs.lake_layout import history_catalog_name
+
+        assert spark.table(history_catalog_name(source_id, table)).count() == n_versions
 
         # Landing the same changelog again from a new checkpoint changes nothing.
         again = land(
@@ -152,6 +156,94 @@ def test_history_as_of_each_snapshot_equals_the_source_then(kind, spark, tmp_pat
             assert rows_as_of(position) == expected, position
     finally:
         if conn is not None:  # an open transaction would hold DROP DATABASE's lock
+            conn.close()
+        if engine is not None:
+            engine.stop_event.set()
+            engine.thread.join(60)
+        db.drop(source_id)
+
+
+def test_history_fills_unchanged_toast_values(spark, tmp_path):  # noqa: F811
+    """PostgreSQL, a table without REPLICA IDENTITY FULL: updates that leave a TOASTed value
+    unchanged log a placeholder for it. The history fills each from the key's earlier event
+    in the batch or its open version, so the table as of every snapshot equals the source,
+    large values included. A history added later, whose first batch holds a placeholder of a
+    key it has no version of, stops (its mirror goes on) with the fix, instead of guessing."""
+    from airflow_provider_dblog.spark.history import as_of, history_path
+    from airflow_provider_dblog.spark.land_changelog import land
+    from airflow_provider_dblog.spark.mirror_tables import PROP_STOPPED
+
+    rng = random.Random(39)
+    db = ADAPTERS["postgres"]()
+    source_id = f"hist_toast_{uuid.uuid4().hex[:6]}"
+    db.create()
+    table = f"{db.ns}.ht"
+
+    def big() -> str:  # random letters: pglz leaves it above the 2 kB TOAST threshold
+        return "".join(rng.choices("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", k=6000))
+
+    def snap(c) -> dict[int, tuple]:
+        cur = c.cursor()
+        cur.execute(f"SELECT id, big, n FROM {table}")
+        return {r[0]: (r[1], r[2]) for r in cur.fetchall()}
+
+    engine = conn = None
+    try:
+        with db.connect() as c:
+            c.cursor().execute(
+                f"CREATE TABLE {table} (id int PRIMARY KEY, big text, n int)"
+            )  # REPLICA IDENTITY DEFAULT
+            for i in range(1, 9):
+                c.cursor().execute(f"INSERT INTO {table} VALUES (%s, %s, 0)", (i, big()))
+            c.commit()
+        cfg = {**db.source_config(source_id), "tables": [table, f"{db.ns}.notes"]}
+        lake = str(tmp_path / "lake")
+        engine = Engine(cfg, f"delta://{lake}", str(tmp_path / "state.db"))
+        engine.dump_all(chunk_size=3)
+        conn = db.connect()
+        snaps: list[tuple[str, dict]] = []
+        late_mirrors = str(tmp_path / "late")
+        for n in range(6):
+            cur = conn.cursor()
+            for _ in range(rng.randint(3, 6)):  # most updates leave big unchanged: a placeholder
+                i = rng.randint(1, 8)
+                if rng.random() < 0.75:
+                    cur.execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (i,))
+                else:
+                    cur.execute(f"UPDATE {table} SET big = %s, n = n + 1 WHERE id = %s", (big(), i))
+                conn.commit()
+            snaps.append((position_now(db, conn), snap(conn)))
+            if n == 1:
+                engine.sync(db)
+                land(spark, lake, source=source_id, log=lambda m: None, history=[table])  # a batch mid-way
+                # a second landing without a history until now
+                land(spark, lake, source=source_id, mirrors=late_mirrors, log=lambda m: None, register=False)
+        final = snap(conn)
+        conn.close()
+        conn = None
+        engine.sync(db)
+        engine.stop()
+        engine = None
+        land(spark, lake, source=source_id, log=lambda m: None, history=[table])
+        path = history_path(f"{lake}/mirrors", source_id, table)
+        history = spark.read.format("delta").load(path)
+        assert history.where("_valid_to IS NULL").count() == len(final)
+        for position, expected in snaps:
+            got = {r.id: (r.big, r.n) for r in as_of(spark, path, position).select("id", "big", "n").collect()}
+            assert got == expected, position
+        assert {r.id: (r.big, r.n) for r in history.where("_current").collect()} == final
+
+        # The history added later: its first batch holds placeholders of keys it has no version of.
+        lines: list[str] = []
+        land(spark, lake, source=source_id, mirrors=late_mirrors, log=lines.append, register=False, history=[table])
+        late = history_path(late_mirrors, source_id, table)
+        props = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{late}`").collect()}
+        assert "REPLICA IDENTITY FULL" in props.get(PROP_STOPPED, ""), props
+        assert any("history" in m and "stopped" in m and "REPLICA IDENTITY FULL" in m for m in lines), lines
+        mirror = spark.read.format("delta").load(f"{late_mirrors}/{source_id}/{table}").where("NOT _deleted")
+        assert {r.id: (r.big, r.n) for r in mirror.collect()} == final  # the mirror went on
+    finally:
+        if conn is not None:
             conn.close()
         if engine is not None:
             engine.stop_event.set()
