@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .kafka_changelog import KAFKA_PACKAGE
-from .session import DEFAULT_JARS_DIR, DELTA_PACKAGE, S3A_PACKAGE
+from airflow_provider_dblog.spark.kafka_changelog import KAFKA_PACKAGE
+from airflow_provider_dblog.spark.session import DEFAULT_JARS_DIR, DELTA_PACKAGE, S3A_PACKAGE
 
 
 def packages() -> dict[str, str]:

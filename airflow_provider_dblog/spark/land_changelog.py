@@ -256,7 +256,7 @@ def main(argv: Optional[list[str]] = None, lander_class: type[Lander] = Lander) 
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
     try:  # a taken port is reported before Spark starts
-        from ..metrics.landing import start_landing_metrics
+        from airflow_provider_dblog.metrics.landing import start_landing_metrics
 
         metrics = start_landing_metrics(args.metrics_port, args.metrics_host, args.source)
     except ConfigurationError as exc:

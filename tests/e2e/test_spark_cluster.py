@@ -52,9 +52,9 @@ class Cluster:
         with urllib.request.urlopen(f"{self.ui}/json/", timeout=5) as r:
             return json.load(r)
 
-    def app_ids(self) -> set[str]:
+    def app_ids(self, name: str = APP_NAME) -> set[str]:
         s = self.state()
-        return {a["id"] for a in s.get("activeapps", []) + s.get("completedapps", []) if a["name"] == APP_NAME}
+        return {a["id"] for a in s.get("activeapps", []) + s.get("completedapps", []) if a["name"] == name}
 
     def tasks_by_worker(self, app_id: str) -> dict[str, int]:
         """Tasks each worker's executors of ``app_id`` ran (their stderr in the work dirs)."""
@@ -250,6 +250,75 @@ def test_landing_from_s3_into_s3_on_the_cluster(cluster, monkeypatch):
 
     again, _ = run_on_cluster(cluster, lake, f"{lake}/mirrors", classpath=classpath, env=env)
     assert again["events"] == 0, "the checkpoint on S3 should hold what was landed"
+
+
+@pytest.mark.soak  # make soak: about three minutes
+def test_maintenance_and_a_consistent_cut_on_the_cluster_on_s3(cluster, monkeypatch):
+    """Landed from S3 into S3 on the cluster, then the maintenance job (tombstone vacuum,
+    OPTIMIZE / ZORDER of the mirrors, VACUUM; the changelog's compaction by delta-rs) and a
+    consistent cut, each as an application of the cluster with executors in both workers:
+    the mirrors still hold the replay, without tombstones, and the cut names a version of
+    every mirror."""
+    env = aws_env()
+    classpath = s3a_classpath()
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    lake = f"s3://{os.environ['DBLOG_S3_BUCKET']}/{uuid.uuid4().hex[:12]}/lake"
+    mirrors = f"{lake}/mirrors"
+    log, schemas = write_changelog(lake)
+    run_on_cluster(cluster, lake, mirrors, classpath=classpath, env=env)
+
+    def on_cluster(module: str, app: str, *args: str) -> tuple[dict, dict[str, int]]:
+        before = cluster.app_ids(app)
+        proc = subprocess.run(
+            [sys.executable, "-m", f"airflow_provider_dblog.spark.{module}", "--lake", lake, *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={
+                **os.environ,
+                "DBLOG_SPARK_JARS": spark_jars(),
+                "DBLOG_SPARK_S3A_JARS": classpath,
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "PYTHONPATH": str(REPO),
+            },
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        [app_id] = cluster.app_ids(app) - before
+        tasks: dict[str, int] = {}
+        for _ in range(20):  # executors' logs are flushed as they exit
+            tasks = cluster.tasks_by_worker(app_id)
+            if len(tasks) >= 2 and all(tasks.values()):
+                break
+            time.sleep(0.5)
+        return json.loads(proc.stdout.strip().splitlines()[-1]), tasks
+
+    report, tasks = on_cluster(
+        "maintenance",
+        "dblog-maintenance",
+        "--master",
+        cluster.master,
+        "--tombstone-horizon-hours",
+        "0",
+        "--vacuum-retain-hours",
+        "0",
+    )
+    assert len(tasks) >= 2 and all(tasks.values()), f"the maintenance's tasks should run in both workers: {tasks}"
+    for s in schemas:
+        path = f"{mirrors}/{log.source_id}/{s.table}"
+        assert report["tombstones_removed"][path] > 0 and path in report["compacted"] and path in report["vacuumed"]
+        rows = mirror_rows(mirrors, log.source_id, s.table)
+        assert live(rows) == log.expected(s.table) and len(rows) == len(log.expected(s.table))
+    assert f"{lake}/changelog" in report["compacted"]
+    changelog = deltalake.DeltaTable(f"{lake}/changelog")
+    assert not [h for h in changelog.history() if "Spark" in str(h.get("engineInfo", ""))]
+
+    # The next event in the changelog (not landed yet) shows the landed end is a transaction's end.
+    landed = max(e.position for e in log.events).encode()
+    log.append(log.ev(schemas[0], "u", 0, "later"))
+    cut, _ = on_cluster("consistent_cut", "dblog-consistent-cut", "--source", log.source_id, "--master", cluster.master)
+    assert cut["position"] == landed
+    assert sorted(cut["versions"]) == sorted(s.table for s in schemas) and None not in cut["versions"].values()
 
 
 # ---------------------------------------------------------------- faults on the cluster

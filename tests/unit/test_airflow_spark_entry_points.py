@@ -212,3 +212,20 @@ def test_the_landing_dag_passes_its_parallel_tables_setting_to_the_job(monkeypat
 def test_a_wrong_parallel_tables_setting_stops_the_landing_dag_with_the_fix(monkeypatch, value):
     with pytest.raises(ValueError, match="DBLOG_LAND_PARALLEL_TABLES is .* Fix: set it to a whole number"):
         land_task(monkeypatch, DBLOG_LAND_PARALLEL_TABLES=value)
+
+
+def test_spark_jobs_run_as_scripts_import_nothing_relatively():
+    """spark-submit runs a job as a file (dblog_land's application is land_changelog.py's
+    path): a relative import there fails with "no known parent package", even one inside a
+    function that only some runs reach (the landing's metrics did)."""
+    import ast
+
+    scripts = [p for p in (PACKAGE / "spark").glob("*.py") if "__main__" in p.read_text()]
+    assert PACKAGE / "spark" / "land_changelog.py" in scripts
+    relative = [
+        f"{p.name}:{node.lineno}"
+        for p in scripts
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level
+    ]
+    assert not relative, f"relative imports in Spark job scripts: {relative}"
