@@ -16,6 +16,7 @@ meets the newer epoch and is refused.
 from __future__ import annotations
 
 import json
+import math
 import operator
 import os
 from itertools import repeat
@@ -281,11 +282,28 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
 
     def compact(self, target_size: Optional[int] = None) -> dict:
         """Merge the small files of one-commit-per-flush into bigger ones (no vacuum: the
-        replaced files stay for time travel and readers until the user vacuums)."""
-        self._require_open()
-        metrics = self._changelog.optimize.compact(target_size=target_size)
-        self._schemas.optimize.compact(target_size=target_size)
-        return metrics
+        replaced files stay for time travel and readers until the user vacuums); the
+        changelog's metrics."""
+        return self.compact_tables(target_size)[0][1]
+
+    def compact_tables(
+        self, target_size: Optional[int] = None, vacuum_retain_hours: Optional[float] = None
+    ) -> list[tuple[str, dict]]:
+        """Compact (and, given a retention, vacuum) the changelog and the schema store of an
+        existing output: (uri, metrics) of each. delta-rs commits as the capture does
+        (put-if-absent on object stores), so this is safe while a capture writes
+        (spark/maintenance.py runs it, never Spark's OPTIMIZE). The retention is rounded up
+        to whole hours (delta-rs takes hours): nothing younger than asked is removed."""
+        out = []
+        for uri in (self.changelog_uri, self.schemas_uri):
+            table = self._read_table(uri)
+            metrics = table.optimize.compact(target_size=target_size)
+            if vacuum_retain_hours is not None:
+                table.vacuum(
+                    retention_hours=math.ceil(vacuum_retain_hours), dry_run=False, enforce_retention_duration=False
+                )
+            out.append((uri, dict(metrics)))
+        return out
 
     # -- reading ---------------------------------------------------------------------------
     def _read_table(self, uri: str):

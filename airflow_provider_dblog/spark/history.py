@@ -47,7 +47,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_provider_dblog.outputs._common import dumps
-from airflow_provider_dblog.outputs.lake_layout import history_path  # noqa: F401 - where a history lies, with as_of below
 from airflow_provider_dblog.spark.mirror_tables import META_NAMES, PROP_SOURCE, PROP_TABLE, quote_name
 
 HISTORY_META = T.StructType(

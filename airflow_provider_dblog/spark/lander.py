@@ -257,7 +257,7 @@ class Lander:
             spans = [(r.position, r.commit_ts) for r in rows]
             cuts = [(json.loads(r.after), r.position, r.commit_ts) for r in range_rows]
             self._land_history(
-                source_id, table, row_events, target, wanted, key, source_types, facts, spans, cuts, commit
+                source_id, table, row_events, target, wanted, key, source_types, toast, spans, cuts, commit
             )
 
     def _land_history(
@@ -269,19 +269,19 @@ class Lander:
         wanted: dict,
         key: tuple,
         source_types: dict,
-        facts: TableFacts,
+        toast: list[str],
         truncates: list,
         ranges: list,
         commit: Optional[BatchCommit],
     ) -> None:
         """The table's history mirror (spark/history.py), after its mirror: one MERGE of the
-        batch's versions, and one UPDATE ending versions at its TRUNCATEs and range events."""
+        batch's versions, and one UPDATE ending versions at its TRUNCATEs and range events.
+        ``toast``: the columns whose placeholders the mirror's merge filled (land_table's)."""
         path = history_path(self.mirrors, source_id, table)
         if self.upkeep.stopped_reason(path) is not None:
             return
         history = ensure_history(self.spark, path, source_id, table, target)
-        # Unchanged-TOAST placeholders: filled from the batch, else from the key's open version.
-        toast = [c for c, t in source_types.items() if t is not None and c not in key] if facts.has_toast else []
+        # Unchanged-TOAST placeholders (the mirror's columns): filled from the batch, else from the key's open version.
         typed = merge_rows(row_events, wanted, key, target, source_types, toast, every_event=True)
         if toast:
             typed, unfilled = fill_toast(self.spark, path, typed, toast)

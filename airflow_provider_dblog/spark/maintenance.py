@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import Any, Optional
 
-from airflow_provider_dblog.outputs.lake_layout import MIRRORS, absolute, changelog_path, schemas_path
+from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput
+from airflow_provider_dblog.outputs.lake_layout import MIRRORS, absolute
 from airflow_provider_dblog.spark.mirror_tables import PROP_KEY, list_mirrors
 from airflow_provider_dblog.spark.session import get_session
 
@@ -66,8 +66,8 @@ def maintain(
         report["tombstones_removed"][path] = removed
         if removed:
             log(f"{path}: removed {removed} tombstones older than {tombstone_horizon_hours} h")
-    if compact_changelog:
-        for path, metrics in compact_capture_tables(lake, vacuum_retain_hours):
+    if compact_changelog:  # by delta-rs, as the capture commits (module docstring)
+        for path, metrics in DeltaChangelogOutput(absolute(lake)).compact_tables(None, vacuum_retain_hours):
             report["compacted"].append(path)
             log(f"{path}: compacted ({metrics.get('numFilesRemoved', 0)} files -> {metrics.get('numFilesAdded', 0)})")
             if vacuum_retain_hours is not None:
@@ -85,33 +85,6 @@ def maintain(
             DeltaTable.forPath(spark, path).vacuum(vacuum_retain_hours)
             report["vacuumed"].append(path)
     return report
-
-
-def compact_capture_tables(lake: str, vacuum_retain_hours: Optional[float] = None) -> list[tuple[str, dict]]:
-    """Compact (and vacuum) the changelog and the schema store with delta-rs, which commits
-    as the capture does (put-if-absent on object stores): safe while a capture writes. The
-    retention is rounded up to whole hours (delta-rs takes hours), so nothing younger than
-    asked is removed. Credentials and endpoint come from the environment, as the capture's."""
-    import deltalake
-
-    from airflow_provider_dblog.core.errors import ConfigurationError
-
-    out = []
-    root = absolute(lake)  # delta:///path and relative paths as the capture's output names them
-    for uri in (changelog_path(root), schemas_path(root)):
-        if not deltalake.DeltaTable.is_deltatable(uri):
-            raise ConfigurationError(
-                f"there is no DBLog changelog table at {uri}",
-                "check --lake (the capture's output root); for a lake landed from Kafka pass --skip-changelog",
-            )
-        table = deltalake.DeltaTable(uri)
-        metrics = table.optimize.compact()
-        if vacuum_retain_hours is not None:
-            table.vacuum(
-                retention_hours=math.ceil(vacuum_retain_hours), dry_run=False, enforce_retention_duration=False
-            )
-        out.append((uri, dict(metrics)))
-    return out
 
 
 def optimize_mirror(spark, path: str, max_file_mb: int = 64) -> Any:

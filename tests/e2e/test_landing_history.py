@@ -65,7 +65,8 @@ def round_of_changes(db, c, table: str, rng: random.Random, ids: list[int]) -> N
 
 @pytest.mark.parametrize("kind", ["postgres", "mysql"])
 def test_history_as_of_each_snapshot_equals_the_source_then(kind, spark, tmp_path):  # noqa: F811
-    from airflow_provider_dblog.spark.history import as_of, history_path
+    from airflow_provider_dblog.outputs.lake_layout import history_path
+    from airflow_provider_dblog.spark.history import as_of
     from airflow_provider_dblog.spark.land_changelog import land
 
     rng = random.Random(2026)
@@ -169,7 +170,8 @@ def test_history_fills_unchanged_toast_values(spark, tmp_path):  # noqa: F811
     in the batch or its open version, so the table as of every snapshot equals the source,
     large values included. A history added later, whose first batch holds a placeholder of a
     key it has no version of, stops (its mirror goes on) with the fix, instead of guessing."""
-    from airflow_provider_dblog.spark.history import as_of, history_path
+    from airflow_provider_dblog.outputs.lake_layout import history_path
+    from airflow_provider_dblog.spark.history import as_of
     from airflow_provider_dblog.spark.land_changelog import land
     from airflow_provider_dblog.spark.mirror_tables import PROP_STOPPED
 
