@@ -92,7 +92,16 @@ def changelog_datasets(
         return [
             LineageDataset(namespace, topic, fields_from=column_lineage(sources, ts)) for topic, ts in topics.items()
         ]
-    uri = getattr(output, "changelog_uri", None) or getattr(output, "changelog_path", None)
+    from .outputs.delta import DeltaChangelogOutput
+
+    uri: Optional[str]
+    if isinstance(output, DeltaChangelogOutput):
+        try:  # the source's table (or the shared one of a lake written before)
+            uri = output.changelog_uri(source_id)
+        except Exception:  # noqa: BLE001 - lineage never fails the task; named by the layout instead
+            uri = changelog_path(output.root, source_id)
+    else:
+        uri = getattr(output, "changelog_path", None)  # JSON lines
     if uri is None:  # python: outputs write wherever their function does
         return []
     return [LineageDataset(*location(str(uri)), fields_from=column_lineage(sources, tables))]
@@ -138,11 +147,19 @@ def existing_mirrors(mirrors: str, source_id: Optional[str] = None) -> list[Line
 def landing_datasets(
     lake: str, mirrors: Optional[str] = None, source_id: Optional[str] = None
 ) -> tuple[list[LineageDataset], list[LineageDataset]]:
-    """(inputs, outputs) of a landing of ``lake``: the changelog, named as the capture names
-    it (one dataset, so the graph connects), and the mirrors of ``source_id`` (or all) that
-    exist under the mirrors root (``existing_mirrors``: a local root only)."""
-    changelog = LineageDataset(*location(changelog_path(absolute(lake))))
-    return [changelog], existing_mirrors(mirrors_root(lake, mirrors), source_id)
+    """(inputs, outputs) of a landing of ``lake``: the changelog tables of ``source_id`` (or of
+    every source), named as the capture names them so the graph connects, and the mirrors of
+    ``source_id`` (or all) that exist under the mirrors root (``existing_mirrors``: a local
+    root only). A lake that cannot be looked at (an object store without credentials here)
+    names ``source_id``'s table by the layout and lists no other."""
+    from .outputs.delta import lake_changelogs
+
+    root = absolute(lake)
+    try:
+        tables = lake_changelogs(root, source_id)
+    except Exception:  # noqa: BLE001 - lineage never fails the task; named by the layout instead
+        tables = [changelog_path(root, source_id)] if source_id else []
+    return [LineageDataset(*location(t)) for t in tables], existing_mirrors(mirrors_root(lake, mirrors), source_id)
 
 
 def source_schemas(source: Any, tables: Optional[Sequence[str]] = None) -> dict[str, TableSchema]:

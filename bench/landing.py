@@ -63,7 +63,7 @@ _MERGE_LOG = re.compile(r": (\d+) events in ([0-9.]+) s$")
 
 # -- the changelog --------------------------------------------------------------------------
 class ChangelogBuilder:
-    """Appends change events in the capture's format to ``<root>/changelog``."""
+    """Appends change events in the capture's format to source ``bench``'s changelog table."""
 
     def __init__(self, root: str, tables: int, per_commit: int):
         from airflow_provider_dblog.core.events import Column, TableSchema
@@ -71,7 +71,7 @@ class ChangelogBuilder:
 
         self.root, self.per_commit, self.arrow_schema = root, per_commit, CHANGELOG_SCHEMA
         out = DeltaChangelogOutput(root)
-        out.open()  # creates changelog/ and schemas/
+        out.open()  # creates schemas/ (the source's table comes with the first append)
         self.schemas = [
             TableSchema(f"bench.t{i}", tuple(Column(n, t) for n, t in COLUMNS), ("id",)) for i in range(tables)
         ]
@@ -116,7 +116,7 @@ class ChangelogBuilder:
                 ):
                     cols[name].append(value)
             write_deltalake(
-                changelog_path(self.root), pa.Table.from_pydict(cols, schema=self.arrow_schema), mode="append"
+                changelog_path(self.root, "bench"), pa.Table.from_pydict(cols, schema=self.arrow_schema), mode="append"
             )
 
 
@@ -148,7 +148,7 @@ def append_job(spark, lake: str, target: str) -> dict:
         spark.readStream.format("delta")
         .option("maxFilesPerTrigger", 1000)
         .option("skipChangeCommits", "true")
-        .load(changelog_path(lake))
+        .load(changelog_path(lake, "bench"))
         .writeStream.format("delta")
         .outputMode("append")
         .option("checkpointLocation", f"{target}/_checkpoint")

@@ -287,7 +287,7 @@ def analyse(spark, lake: str, source_id: str, table: str, txns: list) -> dict:
     path = mirror_path(mirrors_root(lake), source_id, table)
     changelog = (
         spark.read.format("delta")
-        .load(changelog_path(lake))
+        .load(changelog_path(lake, source_id))
         .where(F.col("table") == table)
         .select(F.col("position").alias("_position"), "written_at")
     )

@@ -149,12 +149,12 @@ def _dblog(config: str, *args: str, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
-def _changelog(lake_dir: str, table: str, columns: list[str], op: Optional[str] = None):
+def _changelog(lake_dir: str, source_id: str, table: str, columns: list[str], op: Optional[str] = None):
     """The table's changelog events (only ``columns``), read straight from the Delta table."""
     import pyarrow.dataset as pds
     from deltalake import DeltaTable
 
-    uri = changelog_path(lake_dir)
+    uri = changelog_path(lake_dir, source_id)
     if not DeltaTable.is_deltatable(uri):
         return None
     flt = pds.field("table") == table
@@ -248,7 +248,7 @@ def run(rows: int, seconds: float, threads: int, seed: int, backfill: str = "fir
         say(f"{out['updates']:,} updates; waiting for the capture to drain")
 
         def drained() -> bool:
-            inserts = _changelog(lake_dir, table, ["key"], op="c")
+            inserts = _changelog(lake_dir, source_id, table, ["key"], op="c")
             if inserts is None or [sentinel] not in [json.loads(k) for k in inserts.column("key").to_pylist()]:
                 return False
             # the sentinel is written: every repair its placeholders needed is recorded by now
@@ -257,7 +257,7 @@ def run(rows: int, seconds: float, threads: int, seed: int, backfill: str = "fir
         wait_for(drained, DRAIN_TIMEOUT, "the capture to drain", cap.check, interval=0.5)
         out["drain_s"] = round(time.perf_counter() - t_stop, 1)
 
-        updates = _changelog(lake_dir, table, ["key", "after"], op="u")
+        updates = _changelog(lake_dir, source_id, table, ["key", "after"], op="u")
         marker = f'"{UNCHANGED_TOAST_KEY}"'
         held = [
             k

@@ -225,7 +225,7 @@ def main(kind: str) -> None:
         sys.exit("demo FAILED: the changelog does not match the source")
     print(
         f"=== {kind}: the changelog replays to exactly the source tables (0 mismatches); "
-        f"changelog at {lake}/changelog\n",
+        f"changelog at {lake}/changelogs/\n",
         flush=True,
     )
     lakehouse(CONFIG, lake, land=True)
@@ -251,7 +251,7 @@ def output_url(lake: str) -> str:
 
 def lakehouse(config: Path, lake: str | Path, land: bool) -> None:
     """Land into the mirrors (unless Airflow did), show rows through Spark SQL, verify them."""
-    print(f"--- the lakehouse: Delta mirror tables of {lake}/changelog", flush=True)
+    print(f"--- the lakehouse: Delta mirror tables of {lake}/changelogs", flush=True)
     cmd = [sys.executable, "-m", "scripts.demo_lakehouse", "--config", str(config), "--lake", str(lake)]
     if subprocess.run(cmd + (["--land"] if land else []), cwd=ROOT).returncode != 0:
         sys.exit("demo FAILED: the mirrors do not match the source")

@@ -9,8 +9,9 @@ builds assets with ``create_asset``.
 ==========================================================  =========================================
 URI                                                         the dataset
 ==========================================================  =========================================
-``dblog://changelog/<lake>``                                the changelog table of the lake at <lake>
-``dblog://commits/<lake>``                                  the same table's new commits (the asset
+``dblog://changelog/<lake>``                                the changelog of the lake at <lake>: its
+                                                            tables, one per source
+``dblog://commits/<lake>``                                  the same tables' new commits (the asset
                                                             ``dblog_land``'s changelog watcher fires)
 ``dblog://mirror/<mirrors>/<source_id>/<schema>.<table>``   one Delta mirror table
 ==========================================================  =========================================
@@ -24,7 +25,7 @@ Azure ones are not dependencies), whose converters name datasets by their own ru
 changelog and a mirror are both Delta directories that only the kind tells apart. Here the
 OpenLineage dataset is lineage.py's, by construction (``lineage.location`` of the same path),
 so an asset in a task's inlets joins the graph the operators report: source tables → changelog
-→ mirrors.
+(``<lake>/changelogs``, the directory above each source's table) → mirrors.
 
 Each dataset is one asset whose name is its URI (``dblog_asset``): Airflow keeps one active asset per
 name and per URI, and drops the events of an outlet left inactive by a clash. The example DAGs
@@ -36,6 +37,7 @@ Kept free of Airflow imports at module level: Airflow imports the handler while 
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from dataclasses import dataclass
@@ -44,7 +46,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from ..core.errors import ConfigurationError, RequestError
 from ..core.names import canonical
-from ..outputs.lake_layout import absolute, changelog_path, mirror_path, mirrors_root
+from ..outputs.lake_layout import absolute, changelog_path, changelogs_root, mirror_path, mirrors_root
 from ..outputs.object_store import REMOTE_SCHEMES
 
 if TYPE_CHECKING:
@@ -85,8 +87,14 @@ class DBLogAssetURI:
 
     @property
     def path(self) -> str:
-        """The Delta table's directory: ``<lake>/changelog`` or the mirror's."""
-        return self.location if self.kind == MIRROR else changelog_path(self.location)
+        """The mirror's Delta table, or the lake's changelog: the directory of its tables, one
+        per source (``<lake>/changelogs``; each source's table is a dataset below it), or the
+        one table of a lake written before, where that is seen without a request (a local
+        lake; an object-store lake of that layout is named by its ``changelogs`` all the same)."""
+        if self.kind == MIRROR:
+            return self.location
+        shared = changelog_path(self.location)
+        return shared if os.path.isdir(os.path.join(shared, "_delta_log")) else changelogs_root(self.location)
 
     def dataset(self) -> tuple[str, str]:
         """(namespace, name) of the OpenLineage dataset: lineage.py's for the same table."""

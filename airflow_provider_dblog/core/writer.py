@@ -372,7 +372,10 @@ class Writer:
         self.commit_conflicts += 1
         seen, since = self._conflicts_logged
         now = time.monotonic()
-        hint = "captures sharing a lake root race for its versions; a lake root per source never does (docs/deploy.md)"
+        hint = (
+            "captures sharing a lake written before the table per source race for its one table "
+            "(docs/changelog-format.md, Layout); in a table per source, only this source's deposed leader does"
+        )
         if seen == 0:
             log.info("changelog commit retried: %s (%s; more are summed up once a minute)", exc, hint)
         elif now - since >= 60:

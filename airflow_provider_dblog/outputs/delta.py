@@ -1,9 +1,11 @@
 """The embedded default output: a Delta Lake changelog written with delta-rs (``deltalake``).
 
-Layout under ``root``: ``changelog/`` (one row per change event, format in
-docs/changelog-format.md) and ``schemas/`` (one row per table schema, by content id).
+Layout under ``root`` (outputs/lake_layout.py): ``changelogs/<source_id>/``, one table per
+source (one row per change event, format in docs/changelog-format.md; ``changelog/``, one
+table for all, in a lake written before) and ``schemas/`` (one row per table schema, by
+content id).
 
-Each ``write`` is exactly one append commit. Its custom commit metadata carries, for every
+Each ``write`` is exactly one append commit (a capture's batch is one source's). Its custom commit metadata carries, for every
 source this writer knows, the highest position written (``dblog.last_position.<source>``)
 and the highest leader epoch (``dblog.epoch.<source>``), plus ``dblog.seen_version``: the
 table version whose commits are all summarised by these maxima. So on ``open`` the newest
@@ -43,8 +45,8 @@ from ._common import (
     storage_errors,
 )
 from ._urls import refuse_credentials
-from .lake_layout import changelog_path, schemas_path
-from .object_store import is_remote, require_put_if_absent
+from .lake_layout import changelog_path, changelogs_root, schemas_path
+from .object_store import is_remote, list_dirs, require_put_if_absent
 
 SEEN_VERSION_KEY = "dblog.seen_version"
 
@@ -98,11 +100,99 @@ def _deltalake():
     return deltalake
 
 
-class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
-    """``Output``/``ReadableOutput`` over a Delta changelog table (see module docstring); it
-    declares ``RowTextOutput`` and ``FullRowIndex`` (core/protocols.py)."""
+class _Changelog:
+    """One changelog table and the bookkeeping folded from its commits (module docstring)."""
 
-    reload_every = 100  # commits between fresh loads of the changelog table (see _catch_up)
+    def __init__(self, uri: str, table: Any, storage_options: Optional[dict]) -> None:
+        self.uri, self.table, self.storage_options = uri, table, storage_options
+        self.book = Bookkeeping()
+        self.seen_version = -1
+        self.loaded_version = table.version()  # the version the table object was loaded at
+        self._load_bookkeeping()
+
+    def _load_bookkeeping(self) -> None:
+        """Fold commit metadata newest-first until a cumulative commit covers the rest."""
+        dt = self.table
+        latest = dt.version()
+        covered = -1  # every version <= covered is summarised by a commit already folded in
+        next_version = latest  # the newest version not processed yet
+        limit = _HISTORY_PAGE
+        while next_version > covered:
+            page = dt.history(limit=limit)
+            for commit in page:  # newest first
+                v = commit["version"]
+                if v > next_version:
+                    continue  # processed in an earlier, shorter page
+                if v <= covered:
+                    break
+                self.book.merge_metadata(commit)
+                if SEEN_VERSION_KEY in commit:
+                    covered = max(covered, int(commit[SEEN_VERSION_KEY]))
+                next_version = v - 1
+            if len(page) < limit:
+                break  # reached the oldest commit still in the log
+            limit *= 4
+        self.seen_version = latest
+
+    def catch_up(self, reload_every: int) -> None:
+        """Fold in commits made since we last looked (other writers, or ours with an unknown outcome)."""
+        dt = self.table
+        if dt.version() - self.loaded_version >= reload_every:
+            # A DeltaTable kept up to date incrementally carries every commit since it was
+            # loaded, and each append got slower with their number (delta-rs: 22 ms after
+            # 200 commits, 92 ms after 800, measured); a fresh load starts from the latest
+            # checkpoint (one per 100 commits by default) and stays flat.
+            dt = self.table = _deltalake().DeltaTable(self.uri, storage_options=self.storage_options)
+            self.loaded_version = dt.version()
+        else:
+            dt.update_incremental()
+        v = dt.version()
+        if v > self.seen_version:
+            for commit in dt.history(limit=v - self.seen_version):
+                if commit["version"] > self.seen_version:
+                    self.book.merge_metadata(commit)
+            self.seen_version = v
+
+    def append(self, fresh: Sequence[ChangeEvent], epoch: Optional[int], nxt: Bookkeeping, root: str) -> None:
+        """One append commit of ``fresh``, recording ``nxt`` (the bookkeeping past it)."""
+        meta: dict[str, Any] = nxt.metadata()
+        meta[SEEN_VERSION_KEY] = self.seen_version
+        if epoch is not None:
+            meta[EPOCH_KEY] = epoch
+        dl = _deltalake()
+        # With fencing on, never let delta-rs rebase this commit over one that landed after
+        # our epoch check (a paused, deposed leader would otherwise commit after the new
+        # leader): fail instead; the writer's retry re-reads the log and meets the new epoch.
+        retries = 0 if epoch is not None else None
+        try:
+            with storage_errors(root):
+                dl.write_deltalake(
+                    self.table,
+                    changelog_batch(fresh, epoch),
+                    mode="append",
+                    commit_properties=dl.CommitProperties(custom_metadata=meta, max_commit_retries=retries),
+                )
+        except dl.exceptions.CommitFailedError as exc:
+            raise CommitConflict(
+                f"another writer committed changelog version {self.table.version() + 1} of {self.uri} first"
+            ) from exc
+        self.book.adopt(nxt)
+        # Our commit is the only new one unless another writer slipped in; then the next
+        # catch_up reads the gap (ours included, folding it again is harmless).
+        if self.table.version() == self.seen_version + 1:
+            self.seen_version += 1
+
+
+class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
+    """``Output``/``ReadableOutput`` over the Delta changelog tables of a lake root (see
+    module docstring); it declares ``RowTextOutput`` and ``FullRowIndex`` (core/protocols.py).
+
+    Each source's events go to its own table (``changelogs/<source_id>``, opened or created at
+    its first write or ``last_position``), so captures sharing a root never race for a
+    version; in a lake of the layout before (``changelog`` exists) every source stays in that
+    one shared table (outputs/lake_layout.py)."""
+
+    reload_every = 100  # commits between fresh loads of a changelog table (see _Changelog.catch_up)
     # A chunk's rows may come as their JSON text (core/row_text.py): that is what is stored.
     takes_row_text = True
 
@@ -114,14 +204,13 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
             root = os.path.abspath(root)
         self.root = root.rstrip("/") or "/"
         self.storage_options = {str(k): str(v) for k, v in storage_options.items()} if storage_options else None
-        self.changelog_uri = changelog_path(self.root)
+        self.shared_uri = changelog_path(self.root)
         self.schemas_uri = schemas_path(self.root)
-        self._changelog: Any = None
+        self._shared: Optional[_Changelog] = None  # the lake's one table, in the layout before
+        self._tables: dict[str, _Changelog] = {}  # per source, opened as they come
         self._schemas: Any = None
-        self._book = Bookkeeping()
-        self._seen_version = -1
-        self._loaded_version = -1  # the changelog version the table object was loaded at
         self._schema_ids: set[str] = set()
+        self._open = False
         # Imported now (about 0.3 s), not at open: a standby capture constructs its output
         # long before it wins the lease and opens it, and the takeover's first row waits on
         # open (issue 39 part 6).
@@ -130,21 +219,42 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
     def __repr__(self) -> str:  # storage options may hold secrets: never shown
         return f"DeltaChangelogOutput({self.root!r})"
 
+    def changelog_uri(self, source_id: str) -> str:
+        """The table ``source_id``'s events go to (and are read from)."""
+        if self._open:
+            return self.shared_uri if self._shared is not None else changelog_path(self.root, source_id)
+        return lake_changelogs(self.root, source_id, self.storage_options)[0]
+
     # -- lifecycle ---------------------------------------------------------------------
     def open(self) -> None:
         if is_remote(self.root):
             require_put_if_absent(self.root, self.storage_options)  # fencing needs atomic commits
-        self._changelog = self._open_table(self.changelog_uri, CHANGELOG_SCHEMA)
-        self._loaded_version = self._changelog.version()
+        self._tables = {}
+        self._shared = None
+        if _deltalake().DeltaTable.is_deltatable(self.shared_uri, self.storage_options):
+            self._shared = self._changelog_at(self.shared_uri)
         self._schemas = self._open_table(self.schemas_uri, SCHEMAS_SCHEMA)
-        self._book = Bookkeeping()
-        self._load_bookkeeping()
         ids = self._schemas.to_pyarrow_dataset().to_table(columns=["schema_id"]).column(0)
         self._schema_ids = set(ids.to_pylist())
+        self._open = True
 
     def close(self) -> None:
-        self._changelog = None
+        self._shared = None
+        self._tables = {}
         self._schemas = None
+        self._open = False
+
+    def _changelog_at(self, uri: str) -> _Changelog:
+        return _Changelog(uri, self._open_table(uri, CHANGELOG_SCHEMA), self.storage_options)
+
+    def _changelog(self, source_id: str) -> _Changelog:
+        """The open table of ``source_id`` (created if new)."""
+        if self._shared is not None:
+            return self._shared
+        table = self._tables.get(source_id)
+        if table is None:
+            table = self._tables[source_id] = self._changelog_at(changelog_path(self.root, source_id))
+        return table
 
     def _open_table(self, uri: str, schema: pa.Schema):
         dl = _deltalake()
@@ -168,55 +278,15 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         return table
 
     def _require_open(self) -> None:
-        if self._changelog is None:
+        if not self._open:
             raise RuntimeError("DeltaChangelogOutput used before open()")
 
-    # -- idempotency bookkeeping -----------------------------------------------------------
-    def _load_bookkeeping(self) -> None:
-        """Fold commit metadata newest-first until a cumulative commit covers the rest."""
-        dt = self._changelog
-        latest = dt.version()
-        covered = -1  # every version <= covered is summarised by a commit already folded in
-        next_version = latest  # the newest version not processed yet
-        limit = _HISTORY_PAGE
-        while next_version > covered:
-            page = dt.history(limit=limit)
-            for commit in page:  # newest first
-                v = commit["version"]
-                if v > next_version:
-                    continue  # processed in an earlier, shorter page
-                if v <= covered:
-                    break
-                self._book.merge_metadata(commit)
-                if SEEN_VERSION_KEY in commit:
-                    covered = max(covered, int(commit[SEEN_VERSION_KEY]))
-                next_version = v - 1
-            if len(page) < limit:
-                break  # reached the oldest commit still in the log
-            limit *= 4
-        self._seen_version = latest
-
-    def _catch_up(self) -> None:
-        """Fold in commits made since we last looked (other writers, or ours with an unknown outcome)."""
-        dt = self._changelog
-        if dt.version() - self._loaded_version >= self.reload_every:
-            # A DeltaTable kept up to date incrementally carries every commit since it was
-            # loaded, and each append got slower with their number (delta-rs: 22 ms after
-            # 200 commits, 92 ms after 800, measured); a fresh load starts from the latest
-            # checkpoint (one per 100 commits by default) and stays flat.
-            dt = self._changelog = _deltalake().DeltaTable(self.changelog_uri, storage_options=self.storage_options)
-            self._loaded_version = dt.version()
-        else:
-            dt.update_incremental()
-        v = dt.version()
-        if v > self._seen_version:
-            for commit in dt.history(limit=v - self._seen_version):
-                if commit["version"] > self._seen_version:
-                    self._book.merge_metadata(commit)
-            self._seen_version = v
-
     def last_position(self, source_id: str):
-        return self._book.positions.get(source_id)
+        self._require_open()
+        if self._shared is None and source_id not in self._tables:
+            if not _deltalake().DeltaTable.is_deltatable(changelog_path(self.root, source_id), self.storage_options):
+                return None  # nothing written yet; the table comes with the first write, not with a look
+        return self._changelog(source_id).book.positions.get(source_id)
 
     # -- writing ---------------------------------------------------------------------------
     def register_schema(self, schema: TableSchema) -> None:
@@ -243,59 +313,52 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         self._schema_ids.update(sid for sid, _ in new)
 
     def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
+        """One append commit per table: a capture's batch is one source's, so one commit."""
         self._require_open()
-        if not events and epoch is None:
+        if not events:
             return
-        self._catch_up()
-        self._book.check_epoch(self._book.source_ids(events), epoch)
-        fresh = self._book.fresh(events)
+        sources = Bookkeeping().source_ids(events)
+        if self._shared is not None or len(sources) == 1:
+            self._write(self._changelog(sources[0]), events, epoch)
+            return
+        for sid in sources:  # several sources in one batch (a test, a replay): a commit each
+            self._write(self._changelog(sid), [e for e in events if e.source_id == sid], epoch)
+
+    def _write(self, table: _Changelog, events: Sequence[ChangeEvent], epoch: Optional[int]) -> None:
+        table.catch_up(self.reload_every)
+        table.book.check_epoch(table.book.source_ids(events), epoch)
+        fresh = table.book.fresh(events)
         if not fresh:
             return  # a retry of a batch that is already durable
-        nxt = self._book.advanced(fresh, epoch)
-        meta: dict[str, Any] = nxt.metadata()
-        meta[SEEN_VERSION_KEY] = self._seen_version
-        if epoch is not None:
-            meta[EPOCH_KEY] = epoch
-        dl = _deltalake()
-        # With fencing on, never let delta-rs rebase this commit over one that landed after
-        # our epoch check (a paused, deposed leader would otherwise commit after the new
-        # leader): fail instead; the writer's retry re-reads the log and meets the new epoch.
-        retries = 0 if epoch is not None else None
-        try:
-            with storage_errors(self.root):
-                dl.write_deltalake(
-                    self._changelog,
-                    changelog_batch(fresh, epoch),
-                    mode="append",
-                    commit_properties=dl.CommitProperties(custom_metadata=meta, max_commit_retries=retries),
-                )
-        except dl.exceptions.CommitFailedError as exc:
-            raise CommitConflict(
-                f"another writer committed changelog version {self._changelog.version() + 1} of "
-                f"{self.changelog_uri} first"
-            ) from exc
-        self._book.adopt(nxt)
-        # Our commit is the only new one unless another writer slipped in; then the next
-        # _catch_up reads the gap (ours included, folding it again is harmless).
-        if self._changelog.version() == self._seen_version + 1:
-            self._seen_version += 1
+        table.append(fresh, epoch, table.book.advanced(fresh, epoch), self.root)
 
     def compact(self, target_size: Optional[int] = None) -> dict:
         """Merge the small files of one-commit-per-flush into bigger ones (no vacuum: the
         replaced files stay for time travel and readers until the user vacuums); the
-        changelog's metrics."""
-        return self.compact_tables(target_size)[0][1]
+        changelog tables' metrics, summed."""
+        total: dict = {}
+        for uri, metrics in self.compact_tables(target_size):
+            if uri == self.schemas_uri:
+                continue
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    total[k] = total.get(k, 0) + v
+        return total
+
+    def changelog_uris(self) -> list[str]:
+        """Every changelog table under the root: the shared one (layout before) or one per source."""
+        return lake_changelogs(self.root, None, self.storage_options)
 
     def compact_tables(
         self, target_size: Optional[int] = None, vacuum_retain_hours: Optional[float] = None
     ) -> list[tuple[str, dict]]:
-        """Compact (and, given a retention, vacuum) the changelog and the schema store of an
-        existing output: (uri, metrics) of each. delta-rs commits as the capture does
+        """Compact (and, given a retention, vacuum) the changelog tables and the schema store
+        of an existing output: (uri, metrics) of each. delta-rs commits as the capture does
         (put-if-absent on object stores), so this is safe while a capture writes
         (spark/maintenance.py runs it, never Spark's OPTIMIZE). The retention is rounded up
         to whole hours (delta-rs takes hours): nothing younger than asked is removed."""
         out = []
-        for uri in (self.changelog_uri, self.schemas_uri):
+        for uri in [*self.changelog_uris(), self.schemas_uri]:
             table = self._read_table(uri)
             metrics = table.optimize.compact(target_size=target_size)
             if vacuum_retain_hours is not None:
@@ -311,14 +374,18 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         if not dl.DeltaTable.is_deltatable(uri, self.storage_options):
             raise ConfigurationError(
                 f"there is no DBLog output at {uri}.",
-                "check the output URL; a capture creates the tables when it first opens them.",
+                "check the output URL and the source id; a capture creates its table at its first commit.",
             )
         return dl.DeltaTable(uri, storage_options=self.storage_options)
 
+    def _events(self, source_id: str):
+        """The dataset of ``source_id``'s changelog table and the filter of its events."""
+        dataset = self._read_table(self.changelog_uri(source_id)).to_pyarrow_dataset()
+        return dataset, pds.field("source_id") == source_id
+
     def scan(self, source_id: str, table: str) -> Iterator[ChangeEvent]:
-        dataset = self._read_table(self.changelog_uri).to_pyarrow_dataset()
-        flt = (pds.field("source_id") == source_id) & (pds.field("table") == table)
-        for batch in dataset.to_batches(filter=flt):
+        dataset, flt = self._events(source_id)
+        for batch in dataset.to_batches(filter=flt & (pds.field("table") == table)):
             yield from events_from_batch(batch)
 
     def full_row_keys(self, source_id: str, table: str) -> list[tuple]:
@@ -327,8 +394,8 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         a TOAST placeholder) or a dump row (``r``) — is newer than their last delete and the
         table's last TRUNCATE: a placeholder of such a key is filled by the replay
         (core/toast.py). Reads three columns of the table's events, not their row images."""
-        dataset = self._read_table(self.changelog_uri).to_pyarrow_dataset()
-        flt = (pds.field("source_id") == source_id) & (pds.field("table") == table)
+        dataset, flt = self._events(source_id)
+        flt = flt & (pds.field("table") == table)
         events = dataset.to_table(
             columns=["op", "key", "position"], filter=flt & pds.field("op").isin(["c", "r", "d", "t"])
         )
@@ -354,6 +421,22 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         tbl = self._read_table(self.schemas_uri).to_pyarrow_dataset().to_table(columns=["schema_id", "schema_json"])
         ids, texts = tbl.column("schema_id").to_pylist(), tbl.column("schema_json").to_pylist()
         return {sid: TableSchema.from_json(text) for sid, text in zip(ids, texts)}
+
+
+def lake_changelogs(root: str, source_id: Optional[str] = None, storage_options: Optional[dict] = None) -> list[str]:
+    """The changelog tables under the lake ``root``: its one shared table in a lake written
+    before the table per source; else ``source_id``'s (created or not yet), or every source's."""
+    shared = changelog_path(root)
+    if _deltalake().DeltaTable.is_deltatable(shared, storage_options):
+        return [shared]
+    if source_id is not None:
+        return [changelog_path(root, source_id)]
+    return [changelog_path(root, sid) for sid in list_sources(root, storage_options)]
+
+
+def list_sources(root: str, storage_options: Optional[dict] = None) -> list[str]:
+    """The sources with a changelog table under the lake ``root`` (``changelogs/<source_id>``)."""
+    return [d for d in list_dirs(changelogs_root(root), storage_options) if not d.startswith((".", "_"))]
 
 
 def changelog_batch(events: Sequence[ChangeEvent], epoch: Optional[int]) -> pa.Table:

@@ -1,8 +1,10 @@
 """The lake's layout, in one place: what lies under the root a capture writes (``--lake``,
 the Delta output's URL) and where the landing puts the mirrors.
 
-    <lake>/changelog                          the capture's changelog (outputs/delta.py)
-    <lake>/schemas                            the schema store its rows name by schema id
+    <lake>/changelogs/<source_id>             each source's changelog (outputs/delta.py)
+    <lake>/changelog                          the one changelog every source shared, in lakes
+                                              written before (still read and written there)
+    <lake>/schemas                            the schema store the rows name by schema id
     <mirrors>/<source_id>/<schema>.<table>    one Delta mirror per table (default <lake>/mirrors)
     <mirrors>/_checkpoints/<source|_all>      the landing's streaming checkpoint (@kafka: from Kafka)
     <mirrors>/_history/<source_id>/<table>    a table's history mirror (--history, spark/history.py)
@@ -10,6 +12,13 @@ the Delta output's URL) and where the landing puts the mirrors.
 Mirrors are registered in the session catalog as ``dblog_<source>.<schema>__<table>`` (the
 table, tombstones included) and ``..._current`` (the view analysts query); a history mirror
 as ``..._history``.
+
+A table per source: captures sharing a root never race for one table's versions (each
+commit of a shared table was a race every other capture could win, a retry each). The layout
+is the lake's, not the source's: a lake holding ``<lake>/changelog`` was written by the
+layout before and stays in it, every source included (``shared_layout``), so that writers and
+readers always agree by one existence check. The schema store stays shared: its rows are
+addressed by content and written only when a schema is new (start, DDL).
 
 Plain Python, no PySpark: the Delta output and the Airflow triggers use it too.
 """
@@ -20,10 +29,13 @@ import os
 import re
 from typing import Optional
 
+from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.core.names import split_table
 
 CHANGELOG, SCHEMAS, MIRRORS, CHECKPOINTS = "changelog", "schemas", "mirrors", "_checkpoints"
-HISTORY = "_history"
+CHANGELOGS, HISTORY = "changelogs", "_history"
+# A source id names a directory of the lake (changelogs/<id>, mirrors/<id>): one path segment.
+_SEGMENT = re.compile(r"[^/\\?#%\s]+")
 
 
 def absolute(location: str) -> str:
@@ -37,8 +49,27 @@ def absolute(location: str) -> str:
     return os.path.abspath(os.path.expanduser(location))
 
 
-def changelog_path(lake: str) -> str:
-    return f"{lake.rstrip('/')}/{CHANGELOG}"
+def changelog_path(lake: str, source_id: Optional[str] = None) -> str:
+    """``source_id``'s changelog table (``<lake>/changelogs/<source_id>``); without one, the
+    table every source shared in a lake of the layout before (``<lake>/changelog``)."""
+    if source_id is None:
+        return f"{lake.rstrip('/')}/{CHANGELOG}"
+    return f"{changelogs_root(lake)}/{require_segment(source_id)}"
+
+
+def changelogs_root(lake: str) -> str:
+    """The directory holding one changelog table per source."""
+    return f"{lake.rstrip('/')}/{CHANGELOGS}"
+
+
+def require_segment(source_id: str) -> str:
+    """``source_id`` if it can name a directory of the lake; ConfigurationError otherwise."""
+    if not _SEGMENT.fullmatch(source_id) or source_id in (".", "..") or source_id.startswith("_"):
+        raise ConfigurationError(
+            f"the source id {source_id!r} cannot name a directory of the lake (changelogs/<id>, mirrors/<id>).",
+            "use letters, digits, '-', '.' and '_' (not first), without '/', '?', '#', '%' or spaces.",
+        )
+    return source_id
 
 
 def schemas_path(lake: str) -> str:

@@ -146,3 +146,18 @@ def require_put_if_absent(root: str, storage_options: Optional[Mapping[str, str]
             log.info("left the probe object %s/%s (%s)", where, path, type(exc).__name__)
     with _lock:
         _probed.add(marker)
+
+
+def list_dirs(url: str, storage_options: Optional[Mapping[str, str]] = None) -> list[str]:
+    """The names of the directories directly under ``url`` (a local path or an object-store
+    URL; one LIST request there), sorted; none if ``url`` does not exist."""
+    if not is_remote(url):
+        path = url[len("file://") :] if url.startswith("file://") else url
+        return sorted(e.name for e in os.scandir(path) if e.is_dir()) if os.path.isdir(path) else []
+    import obstore
+    from obstore.store import from_url
+
+    config, client = _obstore_options(url, storage_options)
+    options: Any = {"config": config or None, "client_options": client or None}
+    found = obstore.list_with_delimiter(from_url(url.rstrip("/") + "/", **options))
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"])

@@ -27,8 +27,9 @@ import sys
 from typing import Any, Callable, Optional
 
 from airflow_provider_dblog import sources
-from airflow_provider_dblog.outputs.lake_layout import absolute, changelog_path, mirrors_root
+from airflow_provider_dblog.outputs.lake_layout import absolute, mirrors_root
 from airflow_provider_dblog.spark import mirror_commits as mc
+from airflow_provider_dblog.spark.changelog_tables import changelog_of
 
 
 class NoConsistentCut(RuntimeError):
@@ -190,7 +191,9 @@ def consistent_cut(
     """find_cut over the mirrors of ``source_id`` (default root ``<lake>/mirrors``)."""
     lake = absolute(lake)
     histories = read_histories(spark, mirrors_root(lake, mirrors), source_id)
-    return find_cut(source_id, histories, position, changelog_next_event(spark, changelog_path(lake), source_id))
+    return find_cut(
+        source_id, histories, position, changelog_next_event(spark, changelog_of(spark, lake, source_id), source_id)
+    )
 
 
 def read_at(spark: Any, cut: Cut, table: str) -> Any:
@@ -202,7 +205,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from airflow_provider_dblog.spark.session import get_session
 
     p = argparse.ArgumentParser(prog="consistent_cut", description=__doc__.split("\n\n")[0])
-    p.add_argument("--lake", required=True, help="the capture's output root (holds changelog/)")
+    p.add_argument("--lake", required=True, help="the capture's output root (holds changelogs/<source>)")
     p.add_argument("--source", required=True, help="source_id: positions are comparable within one source")
     p.add_argument("--position", help="an encoded position, as in the changelog (default: the newest landed)")
     p.add_argument("--mirrors", help="root of the mirror tables (default <lake>/mirrors)")

@@ -37,18 +37,21 @@ from airflow_provider_dblog.core.errors import ConfigurationError
 from airflow_provider_dblog.outputs.lake_layout import (
     absolute,
     catalog_names,
-    changelog_path,
     checkpoint_path,
     mirror_path,
 )
 from airflow_provider_dblog.parent_pipe import stop_with_parent
 from airflow_provider_dblog.spark import mirror_types as mt
+from airflow_provider_dblog.spark.changelog_tables import changelog_tables
 from airflow_provider_dblog.spark.kafka_changelog import KafkaChangelog
 from airflow_provider_dblog.spark.lander import Lander
 from airflow_provider_dblog.spark.merge_rows import TableFacts
 from airflow_provider_dblog.spark.mirror_tables import PROP_KEY, PROP_STOPPED, ensure_database, list_mirrors
 from airflow_provider_dblog.spark.schema_store import SchemaStore
 from airflow_provider_dblog.spark.session import get_session
+
+# Continuous mode looks for new changelog tables (a source's first commit) this often.
+DISCOVER_SECONDS = 30.0
 
 # Kept importable from here: tests, scripts and users' Lander subclasses name them so.
 __all__ = [
@@ -89,9 +92,13 @@ def land(
 ) -> dict:
     """Land every changelog version not landed yet (availableNow), then return run stats.
 
-    Continuous mode (``trigger_seconds``): one streaming query lands a micro-batch every
+    One streaming query per changelog table (spark/changelog_tables.py): a table per source,
+    each with its checkpoint ``<mirrors>/_checkpoints/<source>``, one after another; or the
+    one table of a lake written before (checkpoint ``<source|_all>``, as it always was).
+
+    Continuous mode (``trigger_seconds``): each table's query lands a micro-batch every
     ``trigger_seconds`` (a processing-time trigger) until ``max_seconds`` passed or ``stop`` is
-    set; a micro-batch cut short by the stop is landed again by the next run and changes
+    set, and a source's table created meanwhile gets its query within ``DISCOVER_SECONDS``; a micro-batch cut short by the stop is landed again by the next run and changes
     nothing there (idempotent merges, see ``Lander``).
 
     ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table).
@@ -99,65 +106,100 @@ def land(
     default) creates new mirrors with them and leaves existing ones as they are, True also
     turns them on for existing mirrors, False creates new mirrors without them.
     ``kafka``: a ``kafka_changelog.KafkaChangelog``: read the capture's Kafka topics (and
-    schema topic) instead of ``<lake>/changelog``; the mirrors still go under ``<lake>``.
+    schema topic) instead of the lake's changelog tables; the mirrors still go under ``<lake>``.
     ``parallel_tables``: tables of a micro-batch landed at once (``Lander``).
     ``metrics``: a ``metrics.landing.LandingMetrics`` the Lander records each table's batch in.
     ``history``: tables ("schema.table", "*": all) that also get a history mirror (SCD type 2,
     spark/history.py)."""
     lake = absolute(lake)
-    lander = lander_class(
-        spark,
-        lake,
-        mirrors,
-        register,
-        log,
-        deletion_vectors=deletion_vectors,
-        parallel_tables=parallel_tables,
-        history=history,
-    )
-    default = checkpoint_path(lander.mirrors, source, kafka=kafka is not None)
-    checkpoint = absolute(checkpoint) if checkpoint else default
-    lander.checkpoint = checkpoint
-    lander.metrics = metrics
-    t0 = time.time()
-    if kafka is not None:  # the same columns, from the Kafka output's topics (spark/kafka_changelog.py)
-        lander.schemas = kafka.schema_store(spark)
-        stream = kafka.stream(spark)
-    else:
-        stream = (
-            spark.readStream.format("delta")
-            .option("maxFilesPerTrigger", max_files_per_batch)
-            # An OPTIMIZE of the changelog commits no data change and is skipped anyway;
-            # this also skips a user's DELETE of old changelog rows instead of failing.
-            .option("skipChangeCommits", "true")
-            .load(changelog_path(lake))
+
+    def new_lander(table_source: Optional[str]) -> Lander:
+        lander = lander_class(
+            spark,
+            lake,
+            mirrors,
+            register,
+            log,
+            deletion_vectors=deletion_vectors,
+            parallel_tables=parallel_tables,
+            history=history,
         )
-    if source:
-        stream = stream.where(F.col("source_id") == source)
-    writer = stream.writeStream.foreachBatch(lander.land_batch).option("checkpointLocation", checkpoint)
-    if trigger_seconds:
-        writer = writer.trigger(processingTime=f"{float(trigger_seconds)} seconds")
+        lander.checkpoint = absolute(checkpoint) if checkpoint else checkpoint_path(lander.mirrors, table_source, kafka)
+        lander.metrics = metrics
+        return lander
+
+    t0 = time.time()
+    running: dict[str, tuple[Any, Lander]] = {}  # changelog table (or topics) -> its query and lander
+
+    def start(key: str, stream: Any, lander: Lander, name: Optional[str]) -> None:
+        if source:
+            stream = stream.where(F.col("source_id") == source)
+        writer = stream.writeStream.foreachBatch(lander.land_batch).option("checkpointLocation", lander.checkpoint)
+        if trigger_seconds:
+            writer = writer.trigger(processingTime=f"{float(trigger_seconds)} seconds")
+        else:
+            writer = writer.trigger(availableNow=True)
+        query = writer.queryName(f"dblog_land_{re.sub(r'[^A-Za-z0-9_]', '_', name or 'all')}").start()
+        running[key] = (query, lander)
+        if not trigger_seconds:
+            query.awaitTermination()  # one changelog table after another
+
+    def start_new_tables() -> None:
+        """A stream per changelog table not landing yet (a table per source, or the shared one)."""
+        tables = [t for t in changelog_tables(spark, lake, source) if t.path not in running]
+        if checkpoint and len(running) + len(tables) > 1:
+            raise ConfigurationError(
+                f"--checkpoint names one stream's checkpoint, and {lake} has a changelog table per source.",
+                "pass --source (a landing per source) or leave --checkpoint out (each source's stream "
+                "then keeps <mirrors>/_checkpoints/<source>).",
+            )
+        for t in tables:
+            stream = (
+                spark.readStream.format("delta")
+                .option("maxFilesPerTrigger", max_files_per_batch)
+                # An OPTIMIZE of the changelog commits no data change and is skipped anyway;
+                # this also skips a user's DELETE of old changelog rows instead of failing.
+                .option("skipChangeCommits", "true")
+                .load(t.path)
+            )
+            start(t.path, stream, new_lander(t.source_id or source), t.source_id or source)
+
+    if kafka is not None:  # the same columns, from the Kafka output's topics (spark/kafka_changelog.py)
+        lander = new_lander(source)
+        lander.schemas = kafka.schema_store(spark)
+        start("kafka", kafka.stream(spark), lander, source)
     else:
-        writer = writer.trigger(availableNow=True)
-    query = writer.queryName(f"dblog_land_{re.sub(r'[^A-Za-z0-9_]', '_', source or 'all')}").start()
+        start_new_tables()
+        if not running:
+            log(
+                f"no changelog {'of source ' + repr(source) + ' ' if source else ''}under {lake} yet: "
+                "a capture creates its source's table at its first commit"
+            )
     if trigger_seconds:
         deadline = time.monotonic() + max_seconds if max_seconds else float("inf")
         stop = stop or threading.Event()
-        # Poll: the query may also end by itself (a failed batch), which awaitTermination raises.
-        while not stop.is_set() and time.monotonic() < deadline and not query.awaitTermination(1):
-            pass
-        query.stop()
+        looked = time.monotonic()
+        # Poll: a query may also end by itself (a failed batch), which awaitTermination raises.
+        while not stop.is_set() and time.monotonic() < deadline:
+            if any(query.awaitTermination(1 / max(1, len(running))) for query, _ in list(running.values())):
+                break
+            if not running:
+                time.sleep(1)
+            if kafka is None and time.monotonic() - looked >= DISCOVER_SECONDS:
+                start_new_tables()  # a source whose capture made its first commit since
+                looked = time.monotonic()
+        for query, _ in running.values():
+            query.stop()
         log(f"continuous landing stopped after {time.time() - t0:.0f} s")
-    else:
-        query.awaitTermination()
-    registered = lander.register_all() if register else []
+    landers = [lander for _, lander in running.values()]
+    registered = landers[0].register_all() if register and landers else []
     return {
-        "events": lander.events,
-        "tables": sorted(t for _, t in lander.landed),
+        "events": sum(lander.events for lander in landers),
+        "tables": sorted(t for lander in landers for _, t in lander.landed),
         "seconds": round(time.time() - t0, 3),
         "registered": registered,
-        "checkpoint": checkpoint,
-        "stopped": lander.stopped,
+        "checkpoint": landers[0].checkpoint if len(landers) == 1 else [lander.checkpoint for lander in landers],
+        "stopped": {k: v for lander in landers for k, v in lander.stopped.items()},
     }
 
 
@@ -166,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--lake",
         required=True,
-        help="the capture's output root (holds changelog/ and schemas/); with --kafka, the root of the mirrors",
+        help="the capture's output root (holds changelogs/<source> and schemas/); with --kafka, the root of the mirrors",
     )
     p.add_argument(
         "--kafka",
@@ -179,9 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="environment variable holding a JSON object of Kafka Java client settings (security, SASL, TLS)",
     )
     p.add_argument("--max-records-per-batch", type=int, help="with --kafka: Kafka records per micro-batch")
-    p.add_argument("--source", help="land only this source_id (default: every source in the changelog)")
+    p.add_argument("--source", help="land only this source_id (default: every source under the lake)")
     p.add_argument("--mirrors", help="root of the mirror tables (default <lake>/mirrors)")
-    p.add_argument("--checkpoint", help="streaming checkpoint (default <mirrors>/_checkpoints/<source|_all>)")
+    p.add_argument(
+        "--checkpoint",
+        help="streaming checkpoint of one changelog table (default <mirrors>/_checkpoints/<source>, each source's)",
+    )
     p.add_argument(
         "--max-files-per-batch",
         type=int,

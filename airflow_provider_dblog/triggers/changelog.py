@@ -1,5 +1,11 @@
 """``ChangelogCommitTrigger``: an asset watcher that fires when the changelog has new commits.
 
+It watches every changelog table of the lake (one per source, outputs/lake_layout.py; the one
+shared table of a lake written before), or one source's (``source=``). Its version is the sum
+of theirs: it grows with every commit of any of them (a table is never removed, and a new
+one adds its own), so one number is stored and compared as before. New sources' tables are
+looked for every ``discover_interval`` seconds (one LIST request on an object store).
+
 Event-driven landing (Airflow 3 ``AssetWatcher``): the ``dblog_land`` DAG runs when data has
 arrived instead of on a clock, so a mirror is as fresh as one Spark run allows. The trigger
 polls the changelog's Delta log (delta-rs reads only the log entries added since its last
@@ -21,7 +27,7 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from ..outputs.lake_layout import changelog_path
+from ..outputs.lake_layout import absolute, changelog_path, require_segment
 
 STATE_KEY = "dblog_changelog_version"
 # A trigger's arguments are stored in Airflow's database and shown in its UI: storage options
@@ -32,8 +38,9 @@ _SECRET_OPTION = re.compile(
 
 
 class ChangelogCommitTrigger(BaseEventTrigger):
-    """Fire ``{"changelog_version": v, ...}`` when the changelog under ``lake`` has a version
-    after the last one fired for, at most once per ``min_interval`` seconds."""
+    """Fire ``{"changelog_version": v, ...}`` when the changelog under ``lake`` (of
+    ``source``, or of every source) has a version after the last one fired for, at most once
+    per ``min_interval`` seconds."""
 
     def __init__(
         self,
@@ -43,6 +50,8 @@ class ChangelogCommitTrigger(BaseEventTrigger):
         min_interval: float = 60.0,
         storage_options: Optional[dict[str, str]] = None,
         conn_id: Optional[str] = None,
+        source: Optional[str] = None,
+        discover_interval: float = 60.0,
     ) -> None:
         super().__init__()
         secret = sorted(k for k in (storage_options or {}) if _SECRET_OPTION.search(str(k)))
@@ -60,7 +69,11 @@ class ChangelogCommitTrigger(BaseEventTrigger):
         self.min_interval = float(min_interval)
         self.storage_options = storage_options
         self.conn_id = conn_id
-        self._table: Any = None
+        self.source = require_segment(source) if source else None
+        self.discover_interval = float(discover_interval)
+        self._tables: dict[str, Any] = {}  # uri -> DeltaTable, kept up to date incrementally
+        self._shared = False  # the lake was written before the table per source
+        self._looked = float("-inf")  # when the lake was last listed for new tables
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -71,27 +84,50 @@ class ChangelogCommitTrigger(BaseEventTrigger):
                 "min_interval": self.min_interval,
                 "storage_options": self.storage_options,
                 "conn_id": self.conn_id,
+                "source": self.source,
+                "discover_interval": self.discover_interval,
             },
         )
 
     @property
-    def changelog_uri(self) -> str:
-        root = self.lake[len("delta://") :] if self.lake.startswith("delta://") else self.lake
-        return changelog_path(root)
+    def root(self) -> str:
+        return absolute(self.lake)
+
+    def _uris(self, options: Optional[dict[str, str]]) -> list[str]:
+        """The tables to watch now: those known, and every ``discover_interval`` new ones."""
+        if self._shared or time.monotonic() - self._looked < self.discover_interval:
+            return list(self._tables)
+        from deltalake import DeltaTable
+
+        from ..outputs.delta import list_sources
+
+        self._looked = time.monotonic()
+        shared = changelog_path(self.root)
+        if DeltaTable.is_deltatable(shared, options):
+            self._shared = True
+            return [shared]
+        sources = [self.source] if self.source else list_sources(self.root, options)
+        return sorted({*self._tables, *(changelog_path(self.root, s) for s in sources)})
 
     def _version(self) -> Optional[int]:
-        """The changelog's latest version (None before the capture created it). Blocking."""
+        """The sum of the changelog tables' latest versions (None before a capture created
+        one). Blocking."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
-        try:
-            if self._table is None:
-                self._table = DeltaTable(self.changelog_uri, storage_options=self._options())
-            else:
-                self._table.update_incremental()  # reads only the new log entries
-        except TableNotFoundError:
+        options = self._options()
+        for uri in self._uris(options):
+            try:
+                table = self._tables.get(uri)
+                if table is None:
+                    self._tables[uri] = DeltaTable(uri, storage_options=options)
+                else:
+                    table.update_incremental()  # reads only the new log entries
+            except TableNotFoundError:
+                continue  # a source's directory before its table's first commit
+        if not self._tables:
             return None
-        return int(self._table.version())
+        return sum(int(table.version()) for table in self._tables.values())
 
     def _options(self) -> Optional[dict[str, str]]:
         """The storage options: the given ones and the connection's keys (read in the
@@ -125,7 +161,7 @@ class ChangelogCommitTrigger(BaseEventTrigger):
                 if wait > 0:  # coalesce: the landing after the pause takes every commit since
                     await asyncio.sleep(wait)
                     continue
-                self.log.info("changelog %s: version %d (after %s): landing", self.changelog_uri, version, fired)
+                self.log.info("changelog of %s: version %d (after %s): landing", self.root, version, fired)
                 yield TriggerEvent({"changelog_version": version, "previous_version": fired, "lake": self.lake})
                 fired, last_fire = version, time.monotonic()
                 await self._store(version)

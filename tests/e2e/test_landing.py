@@ -27,6 +27,7 @@ deltalake = pytest.importorskip("deltalake")
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema  # noqa: E402
 from airflow_provider_dblog.core.verify import replay  # noqa: E402
 from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput, changelog_batch  # noqa: E402
+from airflow_provider_dblog.outputs.lake_layout import changelog_path  # noqa: E402
 from tests.support.otel import collected  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,7 +97,8 @@ class Changelog:
         )
 
     def append(self, *events: ChangeEvent) -> None:
-        deltalake.write_deltalake(str(self.root / "changelog"), changelog_batch(list(events), None), mode="append")
+        path = changelog_path(str(self.root), self.source_id)  # the source's table (outputs/lake_layout.py)
+        deltalake.write_deltalake(path, changelog_batch(list(events), None), mode="append")
         self.events += events
 
     def expected(self, table: str) -> dict:
@@ -351,7 +353,7 @@ def test_mirror_never_moves_back_in_time(spark, tmp_path):
     assert rows(spark, tmp_path, src, s) == log.expected("s.acc")
     from delta.tables import DeltaTable
 
-    assert DeltaTable.forPath(spark, str(tmp_path / "changelog")).detail().first().numFiles == 1
+    assert DeltaTable.forPath(spark, changelog_path(str(tmp_path), src)).detail().first().numFiles == 1
 
 
 def test_schema_evolution_adds_columns_and_a_type_change_stops_only_that_table(spark, tmp_path):
@@ -631,12 +633,16 @@ def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path, killed):
         assert rows(spark, tmp_path, src, s) == log.expected(s.table)
 
 
-def test_continuous_landing_follows_new_commits_until_stopped(spark, tmp_path):
+def test_continuous_landing_follows_new_commits_until_stopped(spark, tmp_path, monkeypatch):
     """Continuous mode (issue 12 part 3): one streaming query lands each new changelog commit
-    within its trigger interval, without a new run, and stops when asked."""
+    within its trigger interval, without a new run, and stops when asked; a source whose
+    first commit comes while it runs (a table of its own) gets its query too."""
     import threading
 
+    from airflow_provider_dblog.spark import land_changelog
     from airflow_provider_dblog.spark.land_changelog import land as run
+
+    monkeypatch.setattr(land_changelog, "DISCOVER_SECONDS", 1.0)
 
     src = "cont_" + uuid.uuid4().hex[:6]
     log = Changelog(tmp_path, src)
@@ -662,8 +668,20 @@ def test_continuous_landing_follows_new_commits_until_stopped(spark, tmp_path):
         for round_ in range(2):  # later commits: landed by the same running query
             log.append(log.ev(s, "u", {"id": round_, "v": f"b{round_}"}), log.ev(s, "d", key=[4 - round_]))
             wait_for(landed, 60, f"commit {round_ + 2} in the mirror", interval=0.5)
+        late = Changelog(tmp_path, "late_" + uuid.uuid4().hex[:6])
+        t = late.schema("s.t", [("id", "integer"), ("v", "text")])
+        late.append(*[late.ev(t, "c", {"id": i, "v": f"late{i}"}) for i in range(3)])
+
+        def late_landed() -> bool:
+            try:
+                return rows(spark, tmp_path, late.source_id, t) == late.expected("s.t")
+            except Exception:  # noqa: BLE001 - the mirror does not exist before the first batch
+                return False
+
+        wait_for(late_landed, 120, "the new source's first commit in its mirror", interval=0.5)
         assert landing.is_alive()
     finally:
         stop.set()
         landing.join(120)
-    assert not landing.is_alive() and result["events"] == 9
+    assert not landing.is_alive() and result["events"] == 9 + 3
+    assert len(result["checkpoint"]) == 2  # a stream, and a checkpoint, per source

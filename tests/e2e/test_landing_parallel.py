@@ -49,7 +49,13 @@ def lander(spark, lake, mirrors, checkpoint, parallel):  # noqa: F811
 
 
 def batch(spark, lake, n: int):  # noqa: F811
-    cl = spark.read.format("delta").load(f"{lake}/changelog")
+    from functools import reduce
+
+    from airflow_provider_dblog.spark.changelog_tables import changelog_tables
+
+    # both sources' tables in one micro-batch, as a lake of the layout before gave them
+    tables = [spark.read.format("delta").load(t.path) for t in changelog_tables(spark, str(lake))]
+    cl = reduce(lambda x, y: x.unionByName(y), tables)
     return cl.where(cl.position < CUT) if n == 0 else cl.where(cl.position > CUT)
 
 

@@ -34,6 +34,7 @@ deltalake = pytest.importorskip("deltalake")
 from airflow_provider_dblog.core.events import ChangeEvent, Column, Op, Origin, Position, TableSchema  # noqa: E402
 from airflow_provider_dblog.core.verify import replay  # noqa: E402
 from airflow_provider_dblog.outputs.delta import DeltaChangelogOutput, changelog_batch  # noqa: E402
+from airflow_provider_dblog.outputs.lake_layout import changelog_path  # noqa: E402
 from tests.support.s3_env import aws_env  # noqa: E402
 from tests.support.spark_jars import spark_jars  # noqa: E402
 
@@ -164,7 +165,8 @@ class Changelog:
         )
 
     def append(self, *events: ChangeEvent) -> None:
-        deltalake.write_deltalake(f"{self.root}/changelog", changelog_batch(list(events), None), mode="append")
+        path = changelog_path(self.root, self.source_id)  # the source's table (outputs/lake_layout.py)
+        deltalake.write_deltalake(path, changelog_batch(list(events), None), mode="append")
         self.events += events
 
     def expected(self, table: str) -> dict[int, tuple]:
@@ -309,8 +311,8 @@ def test_maintenance_and_a_consistent_cut_on_the_cluster_on_s3(cluster, monkeypa
         assert report["tombstones_removed"][path] > 0 and path in report["compacted"] and path in report["vacuumed"]
         rows = mirror_rows(mirrors, log.source_id, s.table)
         assert live(rows) == log.expected(s.table) and len(rows) == len(log.expected(s.table))
-    assert f"{lake}/changelog" in report["compacted"]
-    changelog = deltalake.DeltaTable(f"{lake}/changelog")
+    assert changelog_path(lake, log.source_id) in report["compacted"]
+    changelog = deltalake.DeltaTable(changelog_path(lake, log.source_id))
     assert not [h for h in changelog.history() if "Spark" in str(h.get("engineInfo", ""))]
 
     # The next event in the changelog (not landed yet) shows the landed end is a transaction's end.

@@ -359,7 +359,7 @@ def test_repair_dump_dag_emits_the_requested_keys(airflow_home, captured, tmp_pa
     assert {"START", "COMPLETE"} <= set(events), (sorted(events), log[-3000:])
     namespace = f"{'postgres' if db.kind == 'postgres' else 'mysql'}://{db.host}:{db.port}"
     name = f"{db.db}.{table}" if db.kind == "postgres" else table
-    changelog = {"namespace": "file", "name": f"{lake[len('delta://') :]}/changelog"}
+    changelog = {"namespace": "file", "name": f"{lake[len('delta://') :]}/changelogs/{source_id}"}
     (start_in,) = events["START"]["inputs"]
     assert (start_in["namespace"], start_in["name"]) == (namespace, name)
     columns = [f["name"] for f in start_in["facets"]["schema"]["fields"]]

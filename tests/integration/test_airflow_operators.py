@@ -259,7 +259,7 @@ def test_dump_operator_round_against_a_running_capture(mariadb):
     ol = op.get_openlineage_facets_on_complete(None)
     assert [(d.namespace, d.name) for d in ol.inputs] == [(f"mysql://{db.host}:{db.port}", f"{db.ns}.accounts")]
     (out,) = ol.outputs
-    assert (out.namespace, out.name) == ("file", f"{lake[len('delta://') :]}/changelog")
+    assert (out.namespace, out.name) == ("file", f"{lake[len('delta://') :]}/changelogs/{source_id}")
     assert out.outputFacets["outputStatistics"].rowCount == 2
     assert result["duration_s"] >= 0
     # the notifiers got the dump's lifecycle, once each, in order
@@ -300,7 +300,7 @@ def test_verify_operator_reports_drift_and_requests_a_dump_of_exactly_those_keys
     *tables_in, changelog_in = ol.inputs
     assert sorted(d.name for d in tables_in) == sorted(db.tables()) and not ol.outputs
     assert all(d.namespace == f"mysql://{db.host}:{db.port}" and d.facets["schema"].fields for d in tables_in)
-    assert (changelog_in.namespace, changelog_in.name) == ("file", f"{lake[len('delta://') :]}/changelog")
+    assert (changelog_in.namespace, changelog_in.name) == ("file", f"{lake[len('delta://') :]}/changelogs/{source_id}")
     checks = changelog_in.inputFacets["dataQualityAssertions"].assertions
     assert {c.name: (c.success, c.actual) for c in checks} == {
         f"dblog verify {t}": (False, f"{s['mismatches']} mismatched keys") for t, s in summary.items()
@@ -313,7 +313,9 @@ def test_verify_operator_reports_drift_and_requests_a_dump_of_exactly_those_keys
     assert sorted(d.name for d in ol.inputs) == sorted(db.tables())
     (accounts_in,) = [d for d in ol.inputs if d.name == accounts]
     assert "id" in {f.name for f in accounts_in.facets["schema"].fields}
-    assert [(d.namespace, d.name) for d in ol.outputs] == [("file", f"{lake[len('delta://') :]}/changelog")]
+    assert [(d.namespace, d.name) for d in ol.outputs] == [
+        ("file", f"{lake[len('delta://') :]}/changelogs/{source_id}")
+    ]
     assert set(summary) == set(db.tables())
     store = LocalStateStore(state)
     dumps = {d.spec.tables[0]: d for d in store.list_dumps(source_id)}

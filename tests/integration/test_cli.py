@@ -154,7 +154,7 @@ def test_a_changelog_storage_refusing_writes_stops_the_capture_with_cause_and_fi
     db, config, _ = setup
     db.seed(random.Random(7), 20)
     dblog(config, "capture", "--max-seconds", "3")  # creates the lake
-    changelog = tmp_path / "lake" / "changelog"
+    (changelog,) = (tmp_path / "lake" / "changelogs").iterdir()  # the source's table
     dblog(config, "dump", "--all")
     locked = [changelog, changelog / "_delta_log"]
     for path in locked:

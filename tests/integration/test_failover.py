@@ -118,7 +118,7 @@ class Pair:
         import deltalake
         import pyarrow.compute as pc
 
-        dt = deltalake.DeltaTable(make_output(self.lake_url).changelog_uri)
+        dt = deltalake.DeltaTable(make_output(self.lake_url).changelog_uri(self.source_id))
         t = dt.to_pyarrow_table(columns=["source_id", "position", "epoch", "written_at"])
         t = t.filter(pc.equal(t["source_id"], self.source_id))
         rows = sorted(

@@ -50,7 +50,7 @@ def test_the_test_store_refuses_a_second_put_if_absent(lake):
 
 def test_a_changelog_on_s3_commits_reads_back_and_fences_a_deposed_writer(lake):
     old = make_output(lake)
-    assert isinstance(old, DeltaChangelogOutput) and old.changelog_uri == f"{lake}/changelog"
+    assert isinstance(old, DeltaChangelogOutput) and old.changelog_uri("pg1") == f"{lake}/changelogs/pg1"
     old.open()
     old.write([ev(1), ev(2)], epoch=1)
     new = make_output(lake)
@@ -65,7 +65,7 @@ def test_a_changelog_on_s3_commits_reads_back_and_fences_a_deposed_writer(lake):
     assert [e.key[0] for e in scan_sorted(new)] == [1, 2, 3]
     import deltalake
 
-    assert deltalake.DeltaTable(new.changelog_uri).version() == 2  # create + two writes
+    assert deltalake.DeltaTable(new.changelog_uri("pg1")).version() == 2  # create + two writes
 
 
 @pytest.fixture
@@ -101,7 +101,8 @@ def test_a_store_that_ignores_conditional_writes_is_refused_at_open(lake, droppi
     import deltalake
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", aws_env()["AWS_ENDPOINT_URL"])
-    assert not deltalake.DeltaTable.is_deltatable(f"{lake}/changelog")
+    assert not deltalake.DeltaTable.is_deltatable(f"{lake}/schemas")
+    assert not deltalake.DeltaTable.is_deltatable(f"{lake}/changelogs/pg1")
 
 
 def test_unsafe_rename_is_refused_naming_the_setting(lake, monkeypatch):
@@ -204,9 +205,9 @@ def test_maintenance_compacts_the_changelog_on_s3_with_put_if_absent_beside_a_wr
         writer.join(60)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
-    assert f"{lake}/changelog" in report["compacted"]
+    assert f"{lake}/changelogs/pg1" in report["compacted"]
     assert [e.key[0] for e in scan_sorted(make_output(lake))] == list(range(1, written[0] + 1))
-    history = deltalake.DeltaTable(f"{lake}/changelog").history()
+    history = deltalake.DeltaTable(f"{lake}/changelogs/pg1").history()
     assert any(h.get("operation") == "OPTIMIZE" for h in history), [h.get("operation") for h in history]
     spark_commits = [h for h in history if "Spark" in str(h.get("engineInfo", ""))]
     assert not spark_commits, f"Spark committed to the changelog: {spark_commits[:1]}"

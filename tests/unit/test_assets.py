@@ -129,18 +129,42 @@ def translated(asset: Asset):
     return ol.namespace, ol.name
 
 
-def test_the_changelog_asset_is_the_dataset_the_capture_writes_and_the_landing_reads(tmp_path):
+def test_the_changelog_asset_is_the_dataset_the_capture_writes_and_the_landing_reads(tmp_path, monkeypatch):
+    """The lake's changelog asset names the directory of its tables, one per source: the table
+    a capture writes and the landing of that source reads is a dataset right below it. In a
+    lake written before (one table for all), the asset, the capture and the landing name that
+    table."""
+    import deltalake
+
+    from airflow_provider_dblog.outputs.delta import CHANGELOG_SCHEMA
+
     local, remote = f"delta://{tmp_path}/lake", "s3://lake-bucket/dblog"
+    real_check = deltalake.DeltaTable.is_deltatable
+    # no object store here: the remote lake is named by its layout
+    monkeypatch.setattr(
+        deltalake.DeltaTable,
+        "is_deltatable",
+        staticmethod(lambda uri, *a: 1 / 0 if uri.startswith("s3://") else real_check(uri, *a)),
+    )
+
+    def assets_of(url):
+        return (Asset(assets.changelog_uri(url)), Asset(assets.commits_uri(url)), assets.create_asset(lake=url))
+
     for url in (local, remote):
         (written,) = lineage.changelog_datasets(make_output(url), "shop", ["shop.orders"])  # capture, dumps
-        (read,), _ = lineage.landing_datasets(url)  # SparkSubmitLandOperator / ContinuousLandOperator
-        for asset in (
-            Asset(assets.changelog_uri(url)),
-            Asset(assets.commits_uri(url)),  # the watcher's asset is the same table
-            assets.create_asset(lake=url),  # the factory (hook lineage)
-        ):
-            assert translated(asset) == (written.namespace, written.name) == (read.namespace, read.name), asset.uri
-    assert translated(Asset(f"dblog://changelog{tmp_path}/lake")) == ("file", f"{tmp_path}/lake/changelog")
+        (read,), _ = lineage.landing_datasets(url, source_id="shop")  # SparkSubmitLandOperator / ContinuousLandOperator
+        assert (written.namespace, written.name) == (read.namespace, read.name)
+        for asset in assets_of(url):  # the watcher's asset (commits) is the same tables
+            namespace, name = translated(asset)
+            assert (namespace, f"{name}/shop") == (written.namespace, written.name), asset.uri
+    assert translated(Asset(f"dblog://changelog{tmp_path}/lake")) == ("file", f"{tmp_path}/lake/changelogs")
+
+    deltalake.DeltaTable.create(f"{tmp_path}/lake/changelog", CHANGELOG_SCHEMA)  # a lake written before
+    (written,) = lineage.changelog_datasets(make_output(local), "shop", ["shop.orders"])
+    (read,), _ = lineage.landing_datasets(local)
+    for asset in assets_of(local):
+        assert translated(asset) == (written.namespace, written.name) == (read.namespace, read.name)
+    assert written.name == f"{tmp_path}/lake/changelog"
 
 
 def test_a_mirror_asset_is_the_dataset_the_landing_and_verify_name(tmp_path):
@@ -162,8 +186,8 @@ def test_a_mirror_asset_is_the_dataset_the_landing_and_verify_name(tmp_path):
 
 def test_a_task_with_a_changelog_inlet_reads_the_capture_output_in_lineage(tmp_path):
     """A task of the user's (no lineage methods of its own) declaring the changelog asset as its
-    inlet: the OpenLineage listener reports the dataset the capture reports as its output, so the
-    graph joins. Without the registered converter the inlet would be dropped."""
+    inlet: the OpenLineage listener reports the lake's changelog, the dataset whose tables the
+    captures report as their outputs. Without the registered converter the inlet would be dropped."""
     from airflow.providers.openlineage.extractors.manager import ExtractorManager
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG
@@ -176,7 +200,8 @@ def test_a_task_with_a_changelog_inlet_reads_the_capture_output_in_lineage(tmp_p
         SimpleNamespace(run_id="manual__1"), task, TaskInstanceState.SUCCESS, SimpleNamespace()
     )
     (written,) = lineage.changelog_datasets(make_output(lake), "shop", ["shop.orders"])
-    assert [(d.namespace, d.name) for d in ol.inputs] == [(written.namespace, written.name)]
+    (read,) = ol.inputs  # the lake's changelog: the directory of its tables, one per source
+    assert (read.namespace, f"{read.name}/shop") == (written.namespace, written.name)
 
 
 # -- identity: one asset per dataset --------------------------------------------------------------

@@ -51,7 +51,7 @@ def test_source_tables_are_named_by_host_port_and_database():
     assert lineage.source_dataset(MY, "shop.orders") == lineage.LineageDataset("mysql://maria:3306", "shop.orders")
 
 
-def test_changelog_datasets_per_output(tmp_path):
+def test_changelog_datasets_per_output(tmp_path, monkeypatch):
     tables = ["public.orders", "public.lines"]
     per_table = make_output("kafka://k1:9092,k2:9092?topic_prefix=cdc")
     assert [(d.namespace, d.name) for d in lineage.changelog_datasets(per_table, "shop", tables)] == [
@@ -62,11 +62,21 @@ def test_changelog_datasets_per_output(tmp_path):
     assert [d.name for d in lineage.changelog_datasets(one_topic, "shop", tables)] == ["all"]
     delta = make_output(f"delta://{tmp_path}/lake")
     assert [(d.namespace, d.name) for d in lineage.changelog_datasets(delta, "shop", tables)] == [
+        ("file", f"{tmp_path}/lake/changelogs/shop")  # the source's table
+    ]
+    import deltalake
+
+    from airflow_provider_dblog.outputs.delta import CHANGELOG_SCHEMA
+
+    deltalake.DeltaTable.create(f"{tmp_path}/lake/changelog", CHANGELOG_SCHEMA)  # a lake written before
+    assert [(d.namespace, d.name) for d in lineage.changelog_datasets(delta, "shop", tables)] == [
         ("file", f"{tmp_path}/lake/changelog")
     ]
     s3 = make_output("s3://bucket/lake")
+    # no store here: the existence check fails, and the dataset is named by the layout
+    monkeypatch.setattr(deltalake.DeltaTable, "is_deltatable", staticmethod(lambda *a: 1 / 0))
     assert [(d.namespace, d.name) for d in lineage.changelog_datasets(s3, "shop", tables)] == [
-        ("s3://bucket", "lake/changelog")
+        ("s3://bucket", "lake/changelogs/shop")
     ]
     jsonl = make_output(f"jsonl://{tmp_path}/j")
     assert [d.name for d in lineage.changelog_datasets(jsonl, "shop", tables)] == [f"{tmp_path}/j/changelog.jsonl"]
@@ -184,7 +194,7 @@ def test_land_dag_reports_the_changelog_feeding_the_mirrors(monkeypatch, tmp_pat
     assert task.application_args == ["--lake", str(lake), "--source", "shop"]  # what the job lands
 
     inputs, outputs, run_facets = extracted(task, TaskInstanceState.RUNNING)
-    changelog = {"namespace": "file", "name": f"{lake}/changelog", "facets": {}, "inputFacets": {}}
+    changelog = {"namespace": "file", "name": f"{lake}/changelogs/shop", "facets": {}, "inputFacets": {}}
     assert inputs == [changelog]
     # the capture's output dataset (CaptureOperator, DumpOperator) is this input: the graph connects
     (captured,) = lineage.changelog_datasets(make_output(f"delta://{lake}"), "shop", ["public.orders"])
@@ -204,17 +214,23 @@ def test_land_dag_reports_the_changelog_feeding_the_mirrors(monkeypatch, tmp_pat
     assert not any(secret in text for secret in secrets.values())
 
 
-def test_land_lineage_names_no_credential_of_the_lake_url():
+def test_land_lineage_names_no_credential_of_the_lake_url(monkeypatch):
     """A lake URL that carried keys (it should not) names its bucket only; object-store
-    mirrors are not listed (existing_mirrors)."""
+    mirrors are not listed (existing_mirrors). A store that cannot be looked at (none here)
+    names the source's table by the layout, and no table without a source."""
+    import deltalake
     from airflow.utils.state import TaskInstanceState
 
     from airflow_provider_dblog.operators.land import SparkSubmitLandOperator
 
-    task = SparkSubmitLandOperator(task_id="land", lake="s3://AKIAEXAMPLE:s3cr3tKey@bucket/lake", application="job.py")
+    monkeypatch.setattr(deltalake.DeltaTable, "is_deltatable", staticmethod(lambda *a: 1 / 0))
+    lake = "s3://AKIAEXAMPLE:s3cr3tKey@bucket/lake"
+    task = SparkSubmitLandOperator(task_id="land", lake=lake, source="shop", application="job.py")
     inputs, outputs, _ = extracted(task, TaskInstanceState.RUNNING)
-    assert [(i["namespace"], i["name"]) for i in inputs] == [("s3://bucket", "lake/changelog")] and outputs == []
+    assert [(i["namespace"], i["name"]) for i in inputs] == [("s3://bucket", "lake/changelogs/shop")] and outputs == []
     assert "s3cr3tKey" not in json.dumps(inputs) and "AKIAEXAMPLE" not in json.dumps(inputs)
+    every_source = SparkSubmitLandOperator(task_id="land_all", lake=lake, application="job.py")
+    assert extracted(every_source, TaskInstanceState.RUNNING)[:2] == ([], [])
 
 
 def test_the_operators_work_without_openlineage():

@@ -85,7 +85,7 @@ def test_an_aws_connection_names_the_lake_and_gives_its_keys_only_to_the_childs_
         "AWS_ALLOW_HTTP": "true",
     }
     out = hook.get_output()  # built here: the keys as storage options, in memory
-    assert out.changelog_uri == "s3://bucket/lake/changelog" and out.storage_options["AWS_SECRET_ACCESS_KEY"] == SECRET
+    assert out.root == "s3://bucket/lake" and out.storage_options["AWS_SECRET_ACCESS_KEY"] == SECRET
     assert SECRET not in repr(out)
 
 
@@ -115,4 +115,4 @@ def test_the_changelog_watcher_refuses_keys_in_its_stored_arguments():
             ChangelogCommitTrigger("s3://b/lake", storage_options={key: SECRET})
         assert key in str(info.value) and SECRET not in str(info.value)
     trigger = ChangelogCommitTrigger("s3://b/lake", storage_options={"AWS_REGION": "eu-west-1"}, conn_id="lake")
-    assert trigger.serialize()[1]["conn_id"] == "lake" and trigger.changelog_uri == "s3://b/lake/changelog"
+    assert trigger.serialize()[1]["conn_id"] == "lake" and trigger.root == "s3://b/lake"

@@ -99,8 +99,8 @@ def scan_sorted(out, source="pg1", table="public.t"):
     return sorted(out.scan(source, table), key=lambda e: e.position)
 
 
-def delta_version(out):
-    return deltalake.DeltaTable(out.changelog_uri).version()
+def delta_version(out, source="pg1"):
+    return deltalake.DeltaTable(out.changelog_uri(source)).version()
 
 
 # -- both file outputs ---------------------------------------------------------------------
@@ -188,21 +188,64 @@ def test_many_schemas_register_at_once_and_idempotently(factory):
 def test_delta_one_commit_per_write(tmp_path):
     out = make_delta(tmp_path)
     out.open()
+    out.write([ev(1), ev(1, source="pg2")], epoch=1)
     v0 = delta_version(out)
     for i in range(1, 4):
-        # Several sources and tables in one batch are still one commit.
+        # Several tables of a source in one batch are one commit; each source has its table.
         out.write([ev(10 * i), ev(10 * i, table="public.u"), ev(10 * i, source="pg2")], epoch=1)
-        assert delta_version(out) == v0 + i
+        assert delta_version(out) == delta_version(out, "pg2") == v0 + i
     out.write([ev(30)], epoch=1)  # fully skipped retry: no empty commit
     assert delta_version(out) == v0 + 3
     with pytest.raises(StaleEpochError):
         out.write([ev(40)], epoch=0)
     assert delta_version(out) == v0 + 3
-    meta = deltalake.DeltaTable(out.changelog_uri).history(limit=1)[0]
-    assert meta["dblog.last_position.pg1"] == pos(30).encode()
-    assert meta["dblog.last_position.pg2"] == pos(30).encode()
+    assert out.changelog_uri("pg2") == f"{out.root}/changelogs/pg2" != out.changelog_uri("pg1")
+    meta = deltalake.DeltaTable(out.changelog_uri("pg1")).history(limit=1)[0]
+    assert meta["dblog.last_position.pg1"] == pos(30).encode() and "dblog.last_position.pg2" not in meta
     assert meta["dblog.epoch"] == 1
+    assert [e.source_id for e in scan_sorted(out, "pg2")] == ["pg2"] * 4
+    assert not os.path.exists(out.shared_uri)  # a new lake has no shared table
+    assert out.last_position("nobody") is None and not os.path.exists(f"{out.root}/changelogs/nobody")
     out.close()
+
+
+def test_delta_a_lake_of_the_shared_layout_keeps_every_source_in_its_one_table(tmp_path):
+    """A lake written before the table per source (``<lake>/changelog``) is read and written
+    as it is: new sources too, so that readers find each source by one existence check."""
+    from airflow_provider_dblog.outputs.delta import CHANGELOG_SCHEMA
+
+    shared = str(tmp_path / "lake" / "changelog")
+    deltalake.DeltaTable.create(shared, CHANGELOG_SCHEMA)
+    out = make_delta(tmp_path)
+    out.open()
+    out.write([ev(1)], epoch=1)
+    out.write([ev(2, source="pg2")], epoch=4)
+    assert out.changelog_uri("pg1") == out.changelog_uri("pg2") == shared
+    assert deltalake.DeltaTable(shared).version() == 2
+    assert not os.path.exists(tmp_path / "lake" / "changelogs")
+    assert out.changelog_uris() == [shared]
+    again = make_delta(tmp_path)
+    again.open()
+    assert (again.last_position("pg1"), again.last_position("pg2")) == (pos(1), pos(2))
+    with pytest.raises(StaleEpochError):
+        again.write([ev(3, source="pg2")], epoch=3)
+    assert [e.key[0] for e in scan_sorted(again, "pg2")] == [2]
+
+
+def test_delta_captures_sharing_a_root_never_commit_to_one_table(tmp_path):
+    """Two writers of two sources into one root: each commit is its table's next version, so
+    none is ever lost to the other writer (each was a race, and a retry, in one shared table)."""
+    a, b = make_delta(tmp_path), make_delta(tmp_path)
+    a.open()
+    b.open()
+    for n in range(1, 6):
+        a.write([ev(n, source="a")], epoch=1)
+        b.write([ev(n, source="b")], epoch=1)
+    for source in ("a", "b"):
+        versions = [c["version"] for c in deltalake.DeltaTable(a.changelog_uri(source)).history()]
+        assert sorted(versions) == list(range(6)), source  # create + 5 appends, nobody else's
+    assert a.changelog_uris() == [f"{a.root}/changelogs/a", f"{a.root}/changelogs/b"]
+    assert [e.key[0] for e in scan_sorted(b, "a")] == [1, 2, 3, 4, 5]
 
 
 def test_delta_registers_many_schemas_in_one_commit(tmp_path):
@@ -261,7 +304,7 @@ def test_delta_reloads_the_table_and_still_sees_every_commit(tmp_path, monkeypat
     b.write([ev(8)], epoch=2)
     for n in range(9, 12):
         b.write([ev(n)], epoch=2)
-    assert a._loaded_version > 0  # it did reload
+    assert a._tables["pg1"].loaded_version > 0  # it did reload
     with pytest.raises(StaleEpochError):
         a.write([ev(20)], epoch=1)
     assert [e.key[0] for e in scan_sorted(a)] == list(range(1, 12))
@@ -271,23 +314,29 @@ def test_delta_reloads_the_table_and_still_sees_every_commit(tmp_path, monkeypat
 def test_delta_open_finds_positions_behind_foreign_commits(tmp_path):
     out = make_delta(tmp_path)
     out.open()
-    out.write([ev(1, source="pg1")])
-    other = make_delta(tmp_path)
+    out.write([ev(1, source="pg1")], epoch=1)
+    other = make_delta(tmp_path)  # the source's next leader
     other.open()
-    other.write([ev(5, source="pg2")])
-    out.write([ev(2, source="pg1")])  # catches up, so its cumulative metadata holds pg2 too
-    latest = deltalake.DeltaTable(out.changelog_uri).history(limit=1)[0]
-    assert latest["dblog.last_position.pg2"] == pos(5).encode()
+    other.write([ev(5, source="pg1")], epoch=2)
+    other.write([ev(6, source="pg1")], epoch=2)
+    again = make_delta(tmp_path)
+    again.open()
+    again.write([ev(7, source="pg1")], epoch=3)  # catches up: its cumulative metadata holds all
+    latest = deltalake.DeltaTable(out.changelog_uri("pg1")).history(limit=1)[0]
+    assert latest["dblog.last_position.pg1"] == pos(7).encode() and latest["dblog.epoch.pg1"] == 3
     assert latest["dblog.seen_version"] == latest["version"] - 1
     # More commits without DBLog metadata than one history page (e.g. a user's OPTIMIZE or
     # a foreign append) must not hide the positions from a reopening writer.
     for i in range(40):
-        deltalake.write_deltalake(out.changelog_uri, changelog_batch([ev(100 + i, source="x")], None), mode="append")
+        deltalake.write_deltalake(
+            out.changelog_uri("pg1"), changelog_batch([ev(100 + i, source="x")], None), mode="append"
+        )
     fresh = make_delta(tmp_path)
     fresh.open()
-    assert fresh.last_position("pg1") == pos(2)
-    assert fresh.last_position("pg2") == pos(5)
-    assert fresh.last_position("x") is None  # foreign rows carry no DBLog bookkeeping
+    assert fresh.last_position("pg1") == pos(7)
+    with pytest.raises(StaleEpochError):
+        fresh.write([ev(8, source="pg1")], epoch=2)
+    assert fresh.last_position("x") is None  # no table of its own
 
 
 def test_delta_compact_keeps_data_equal(tmp_path):
@@ -296,10 +345,10 @@ def test_delta_compact_keeps_data_equal(tmp_path):
     for i in range(1, 21):
         out.write([ev(i), ev(i, table="public.u")], epoch=3)
     before_t, before_u = scan_sorted(out), scan_sorted(out, table="public.u")
-    files_before = len(deltalake.DeltaTable(out.changelog_uri).file_uris())
+    files_before = len(deltalake.DeltaTable(out.changelog_uri("pg1")).file_uris())
     metrics = out.compact()
     assert metrics["numFilesRemoved"] == files_before == 20
-    assert len(deltalake.DeltaTable(out.changelog_uri).file_uris()) < files_before
+    assert len(deltalake.DeltaTable(out.changelog_uri("pg1")).file_uris()) < files_before
     assert scan_sorted(out) == before_t
     assert scan_sorted(out, table="public.u") == before_u
     out.write([ev(20)], epoch=3)  # still idempotent after the OPTIMIZE commit
@@ -327,7 +376,7 @@ def test_delta_changelog_is_readable_by_other_engines(tmp_path):
     out.write(events, epoch=2)  # one batch, out of order (nothing is skipped on a fresh table)
     out.close()
     want = [p.encode() for p in sorted(tricky)]  # Position's own (coord, sub) order
-    dt = deltalake.DeltaTable(out.changelog_uri)
+    dt = deltalake.DeltaTable(out.changelog_uri("pg1"))
 
     duckdb = pytest.importorskip("duckdb")
     dataset = dt.to_pyarrow_dataset()
@@ -351,7 +400,7 @@ def test_delta_changelog_is_readable_by_other_engines(tmp_path):
     assert frame["written_at"].notna().all()
 
     pl = pytest.importorskip("polars")
-    lazy = pl.read_delta(out.changelog_uri).sort("position")
+    lazy = pl.read_delta(out.changelog_uri("pg1")).sort("position")
     assert lazy["position"].to_list() == want
     assert str(lazy.schema["commit_ts"]) == "Datetime(time_unit='us', time_zone='UTC')"
     assert lazy["after"].str.json_path_match("$.s").to_list() == ["é"] * len(want)
@@ -390,9 +439,9 @@ def test_the_documented_consumer_queries_apply_a_truncate(tmp_path):
     chunk_range = ev(7, op=Op.RANGE, key=(), after=covers, origin=Origin.DUMP, dump_id="d1")
     history = truncate_history()
     history[-1] = dataclasses.replace(history[-1], position=pos(7, 1))
-    out.write(history[:-1] + [chunk_range, history[-1], ev(8, source="pg2")], epoch=None)
+    out.write(history[:-1] + [chunk_range, history[-1], ev(8)], epoch=None)
     out.close()
-    dt = deltalake.DeltaTable(out.changelog_uri)
+    dt = deltalake.DeltaTable(out.changelog_uri("pg1"))
 
     duckdb = pytest.importorskip("duckdb")
     changelog = dt.to_pyarrow_dataset()  # noqa: F841 - read by name in the query
@@ -406,7 +455,7 @@ def test_the_documented_consumer_queries_apply_a_truncate(tmp_path):
         QUALIFY row_number() OVER (PARTITION BY source_id, key ORDER BY position DESC) = 1
             AND op <> 'd' AND (truncated_at IS NULL OR position > truncated_at)
     """).fetchall()
-    assert sorted(rows) == [(2, "pg1", "after"), (7, "pg1", "row 7"), (8, "pg2", "row 8")]
+    assert sorted(rows) == [(2, "pg1", "after"), (7, "pg1", "row 7"), (8, "pg1", "row 8")]
 
     df = dt.to_pandas(filters=[("table", "=", "public.t")])
     cut = df[df.op == "t"].groupby("source_id")["position"].max()
@@ -416,7 +465,7 @@ def test_the_documented_consumer_queries_apply_a_truncate(tmp_path):
 
     pl = pytest.importorskip("polars")
     cur = (
-        pl.scan_delta(out.changelog_uri)
+        pl.scan_delta(out.changelog_uri("pg1"))
         .filter(pl.col("table") == "public.t")
         .with_columns(pl.col("position").filter(pl.col("op") == "t").max().over("source_id").alias("truncated_at"))
         .filter(~pl.col("op").is_in(["t", "k"]))
@@ -555,7 +604,7 @@ def test_make_output_forms(tmp_path):
     assert make_output(str(tmp_path / "b")).root == str(tmp_path / "b")
     assert make_output("rel/lake").root == os.path.abspath("rel/lake")
     assert make_output("delta://rel/lake").root == os.path.abspath("rel/lake")
-    assert make_output("s3://bucket/prefix").changelog_uri == "s3://bucket/prefix/changelog"
+    assert make_output("s3://bucket/prefix").shared_uri == "s3://bucket/prefix/changelog"
     j = make_output(f"jsonl://{tmp_path}/j")
     assert isinstance(j, JsonLinesOutput) and j.directory == f"{tmp_path}/j"
     for bad in ("kafka://broker/topic", "ftp:x", "", "jsonl://"):
@@ -568,6 +617,14 @@ def test_delta_refuses_a_foreign_table(tmp_path):
     deltalake.write_deltalake(str(tmp_path / "lake" / "changelog"), pa.table({"x": [1]}))
     with pytest.raises(ConfigurationError, match="not a DBLog table"):
         make_delta(tmp_path).open()
+
+
+def test_delta_refuses_a_foreign_table_of_a_source(tmp_path):
+    deltalake.write_deltalake(str(tmp_path / "lake" / "changelogs" / "pg1"), pa.table({"x": [1]}))
+    out = make_delta(tmp_path)
+    out.open()
+    with pytest.raises(ConfigurationError, match="not a DBLog table"):
+        out.write([ev(1)], epoch=1)
 
 
 def test_delta_scan_of_a_missing_output_is_a_clear_error(tmp_path):
@@ -602,7 +659,7 @@ def test_delta_storage_refusing_writes_is_a_dblog_error_naming_it(tmp_path, immu
     out = make_delta(tmp_path)
     out.open()
     out.write([ev(1)], epoch=1)
-    immutable(os.path.join(out.changelog_uri, part))
+    immutable(os.path.join(out.changelog_uri("pg1"), part))
     with pytest.raises(OutputStorageError) as info:
         out.write([ev(2)], epoch=1)
     assert f"storage at {out.root} is not writable (Operation not permitted)" in info.value.cause

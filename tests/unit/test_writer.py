@@ -392,8 +392,8 @@ def test_a_commit_another_writer_beat_is_retried_counted_and_not_warned_about(ca
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
     assert [r.getMessage() for r in caplog.records if "retried" in r.getMessage()] == [
         "changelog commit retried: another writer committed changelog version 7 first (captures sharing a lake "
-        "root race for its versions; a lake root per source never does (docs/deploy.md); more are summed up once "
-        "a minute)"
+        "written before the table per source race for its one table (docs/changelog-format.md, Layout); in a table "
+        "per source, only this source's deposed leader does; more are summed up once a minute)"
     ]
 
 
