@@ -211,6 +211,9 @@ def make_source(src: dict[str, Any], password: Optional[str] = None):
     kind = (src.get("type") or "").lower()
     if not src.get("id"):
         raise ConfigurationError("the source has no id.", "set [source] id or pass --source-id.")
+    from .outputs.lake_layout import require_segment
+
+    require_segment(str(src["id"]))  # it names the source's directories in the lake
     common = dict(
         source_id=src["id"],
         host=src.get("host", "127.0.0.1"),

@@ -133,6 +133,7 @@ def schedule():
                         poll_interval=float(os.environ.get("DBLOG_LAND_POLL_INTERVAL", "5")),
                         min_interval=float(os.environ.get("DBLOG_LAND_MIN_INTERVAL", "60")),
                         conn_id=os.environ.get("DBLOG_LAKE_CONN_ID") or None,
+                        source=os.environ.get("DBLOG_LAND_SOURCE") or None,  # its table only; else every source's
                     ),
                 )
             ],

@@ -378,13 +378,19 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
             )
         return dl.DeltaTable(uri, storage_options=self.storage_options)
 
-    def _events(self, source_id: str):
-        """The dataset of ``source_id``'s changelog table and the filter of its events."""
-        dataset = self._read_table(self.changelog_uri(source_id)).to_pyarrow_dataset()
-        return dataset, pds.field("source_id") == source_id
+    def _events(self, source_id: str) -> tuple[Any, Any]:
+        """The dataset of ``source_id``'s changelog table and the filter of its events; the
+        dataset is None for a source of an existing output that has written nothing yet."""
+        uri = self.changelog_uri(source_id)
+        if not _deltalake().DeltaTable.is_deltatable(uri, self.storage_options):
+            self._read_table(self.schemas_uri)  # no output at all: the error naming it
+            return None, None
+        return self._read_table(uri).to_pyarrow_dataset(), pds.field("source_id") == source_id
 
     def scan(self, source_id: str, table: str) -> Iterator[ChangeEvent]:
         dataset, flt = self._events(source_id)
+        if dataset is None:
+            return
         for batch in dataset.to_batches(filter=flt & (pds.field("table") == table)):
             yield from events_from_batch(batch)
 
@@ -395,6 +401,8 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         table's last TRUNCATE: a placeholder of such a key is filled by the replay
         (core/toast.py). Reads three columns of the table's events, not their row images."""
         dataset, flt = self._events(source_id)
+        if dataset is None:
+            return []
         flt = flt & (pds.field("table") == table)
         events = dataset.to_table(
             columns=["op", "key", "position"], filter=flt & pds.field("op").isin(["c", "r", "d", "t"])

@@ -60,8 +60,9 @@ def spark():
 class Changelog:
     """A changelog + schema store under ``root``; events appended one commit per ``append``."""
 
-    def __init__(self, root: Path, source_id: str):
+    def __init__(self, root: Path, source_id: str, shared: bool = False):
         self.root, self.source_id = root, source_id
+        self.shared = shared  # into the one table of a lake written before the table per source
         self.out = DeltaChangelogOutput(str(root))
         self.out.open()
         self.events: list[ChangeEvent] = []
@@ -97,7 +98,8 @@ class Changelog:
         )
 
     def append(self, *events: ChangeEvent) -> None:
-        path = changelog_path(str(self.root), self.source_id)  # the source's table (outputs/lake_layout.py)
+        # the source's table (outputs/lake_layout.py), or the lake's one table of the layout before
+        path = changelog_path(str(self.root), None if self.shared else self.source_id)
         deltalake.write_deltalake(path, changelog_batch(list(events), None), mode="append")
         self.events += events
 
@@ -205,6 +207,32 @@ def my_row(i: int, **over) -> dict:
     }
     row.update(over)
     return row
+
+
+def test_a_lake_of_the_shared_layout_lands_as_before(spark, tmp_path):
+    """A lake written before the table per source (both sources in ``<lake>/changelog``) is
+    landed from that table: every source (checkpoint ``_all``) and one source alone; a table
+    per source is not looked for there, and the consistent cut reads the shared table."""
+    from airflow_provider_dblog.spark.changelog_tables import changelog_tables
+    from airflow_provider_dblog.spark.consistent_cut import consistent_cut
+
+    a, b = (Changelog(tmp_path, f"old{p}_" + uuid.uuid4().hex[:6], shared=True) for p in ("a", "b"))
+    b.n = 100
+    sa, sb = a.schema("s.t", [("id", "integer"), ("v", "text")]), b.schema("s.u", [("id", "integer"), ("v", "text")])
+    a.append(*[a.ev(sa, "c", {"id": i, "v": f"a{i}"}) for i in range(4)])
+    b.append(*[b.ev(sb, "c", {"id": i, "v": f"b{i}"}) for i in range(3)])
+    assert changelog_tables(spark, str(tmp_path)) == [(None, changelog_path(str(tmp_path)))]
+    stats = land(spark, tmp_path, source=b.source_id)
+    assert stats["events"] == 3 and stats["checkpoint"].endswith(f"/_checkpoints/{b.source_id}")
+    a.append(a.ev(sa, "d", key=[0]))
+    stats = land(spark, tmp_path)
+    assert stats["events"] == 8 and stats["checkpoint"].endswith("/_checkpoints/_all")
+    assert rows(spark, tmp_path, a.source_id, sa) == a.expected("s.t")
+    assert rows(spark, tmp_path, b.source_id, sb) == b.expected("s.u")
+    landed = max(e.position for e in a.events).encode()
+    a.append(a.ev(sa, "c", {"id": 9, "v": "later"}))  # the next event, in the shared table, ends the landed one
+    assert consistent_cut(spark, str(tmp_path), a.source_id).position == landed
+    assert not (tmp_path / "changelogs").exists()
 
 
 def test_typed_mirrors_follow_the_replay_rule(spark, tmp_path):
@@ -617,7 +645,7 @@ def test_batch_replayed_after_a_kill_writes_nothing(spark, tmp_path, killed):
     finally:
         os.killpg(job.pid, signal.SIGKILL)  # the job's own process group: python + its JVM
         job.wait(30)
-    checkpoint = tmp_path / "mirrors" / "_checkpoints" / "_all"
+    checkpoint = tmp_path / "mirrors" / "_checkpoints" / src  # the source table's stream
     assert (checkpoint / "offsets" / str(killed)).exists() and not (checkpoint / "commits" / str(killed)).exists()
     paths = [mirror(tmp_path, src, s.table) for s in (a, b)]
     for s in (a, b):  # the killed run did land the batch

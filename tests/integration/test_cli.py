@@ -153,9 +153,10 @@ def test_a_changelog_storage_refusing_writes_stops_the_capture_with_cause_and_fi
         pytest.skip("chattr is not installed")
     db, config, _ = setup
     db.seed(random.Random(7), 20)
-    dblog(config, "capture", "--max-seconds", "3")  # creates the lake
-    (changelog,) = (tmp_path / "lake" / "changelogs").iterdir()  # the source's table
     dblog(config, "dump", "--all")
+    dblog(config, "capture", "--max-seconds", "5")  # its first commit creates the source's table
+    (changelog,) = (tmp_path / "lake" / "changelogs").iterdir()
+    dblog(config, "dump", "--all")  # the next capture's writes
     locked = [changelog, changelog / "_delta_log"]
     for path in locked:
         subprocess.run(["chattr", "+i", str(path)], check=True)

@@ -118,7 +118,10 @@ class Pair:
         import deltalake
         import pyarrow.compute as pc
 
-        dt = deltalake.DeltaTable(make_output(self.lake_url).changelog_uri(self.source_id))
+        uri = make_output(self.lake_url).changelog_uri(self.source_id)
+        if not deltalake.DeltaTable.is_deltatable(uri):
+            return [], []  # the source's table comes with its first commit
+        dt = deltalake.DeltaTable(uri)
         t = dt.to_pyarrow_table(columns=["source_id", "position", "epoch", "written_at"])
         t = t.filter(pc.equal(t["source_id"], self.source_id))
         rows = sorted(

@@ -291,3 +291,13 @@ def test_an_unset_password_env_variable_is_named(monkeypatch):
     assert "export SHOP_DB_PASSWORD" in info.value.fix
     monkeypatch.setenv("SHOP_DB_PASSWORD", "")  # set and empty: no password (trust, peer)
     assert read_password({"password_env": "SHOP_DB_PASSWORD"}) == ""
+
+
+@pytest.mark.parametrize("bad", ["a/b", "_x", "..", "shop db", "p%20"])
+def test_a_source_id_that_cannot_name_a_directory_of_the_lake_is_refused(bad):
+    """The id names the source's changelog table and mirrors (changelogs/<id>, mirrors/<id>)."""
+    from airflow_provider_dblog.config import make_source
+
+    with pytest.raises(ConfigurationError) as info:
+        make_source({"type": "postgres", "id": bad, "database": "d", "user": "u"})
+    assert repr(bad) in info.value.cause and "'/'" in info.value.fix

@@ -206,6 +206,7 @@ def test_delta_one_commit_per_write(tmp_path):
     assert [e.source_id for e in scan_sorted(out, "pg2")] == ["pg2"] * 4
     assert not os.path.exists(out.shared_uri)  # a new lake has no shared table
     assert out.last_position("nobody") is None and not os.path.exists(f"{out.root}/changelogs/nobody")
+    assert list(out.scan("nobody", "public.t")) == [] and out.full_row_keys("nobody", "public.t") == []
     out.close()
 
 
