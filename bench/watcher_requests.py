@@ -2,10 +2,12 @@
 part 5): ``ChangelogCommitTrigger`` (dblog_land's asset watcher) polling a changelog on the
 test S3 store for ``--seconds``, with ``--poll-interval``. Counted from the store's own
 request log (moto's, ``$DBLOG_SERVICES_DIR/logs/s3.log``): the lines naming this run's
-prefix, by method. Printed: requests per minute idle, and per poll.
+prefix, by method. Printed: requests per minute idle, and per poll. ``--sources``: how many
+sources' changelog tables the lake holds (a table each; the trigger watches them all and
+lists the lake for new ones every ``--discover-interval`` seconds).
 
     eval "$(scripts/services env)"
-    python -m bench.watcher_requests [--seconds 60] [--poll-interval 5]
+    python -m bench.watcher_requests [--seconds 60] [--poll-interval 5] [--sources 1]
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--poll-interval", type=float, default=5)
+    ap.add_argument("--sources", type=int, default=1)
+    ap.add_argument("--discover-interval", type=float, default=60)
     args = ap.parse_args()
 
     from tests.support.s3_env import aws_env
@@ -49,10 +53,13 @@ def main() -> None:
     lake = f"s3://{os.environ['DBLOG_S3_BUCKET']}/{prefix}/lake"
     out = make_output(lake)
     out.open()
-    out.write([ChangeEvent("s", "public.t", Op.CREATE, (1,), None, {"id": 1}, Position("0" * 16))], epoch=1)
+    for i in range(args.sources):
+        out.write([ChangeEvent(f"s{i}", "public.t", Op.CREATE, (1,), None, {"id": 1}, Position("0" * 16))], epoch=1)
     log = Path(os.environ.get("DBLOG_SERVICES_DIR", ".services")) / "logs" / "s3.log"
 
-    trigger = ChangelogCommitTrigger(lake, poll_interval=args.poll_interval, min_interval=0)
+    trigger = ChangelogCommitTrigger(
+        lake, poll_interval=args.poll_interval, min_interval=0, discover_interval=args.discover_interval
+    )
 
     async def watch() -> tuple[int, collections.Counter]:
         gen = trigger.run()
@@ -78,6 +85,8 @@ def main() -> None:
             {
                 "seconds": args.seconds,
                 "poll_interval": args.poll_interval,
+                "sources": args.sources,
+                "discover_interval": args.discover_interval,
                 "requests": dict(counted),
                 "per_minute": round(total * 60 / args.seconds, 1),
                 "per_poll": round(total / max(polls, 1), 2),
