@@ -83,16 +83,21 @@ def cluster() -> Cluster:
     return c
 
 
-def submit(master: str, lake: str, mirrors: str, classpath: str | None = None, env: dict | None = None) -> dict:
+def submit(master: str, lake: str, mirrors: str, **kw) -> dict:
     """spark-submit the landing job (client mode, as dblog_land does); its stats line."""
-    proc = start_submit(master, lake, mirrors, classpath, env)
+    proc = start_submit(master, lake, mirrors, **kw)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, f"spark-submit --master {master} ... failed:\n{stdout[-2000:]}\n{stderr[-6000:]}"
     return json.loads([x for x in stdout.splitlines() if x.startswith("{")][-1])
 
 
 def start_submit(
-    master: str, lake: str, mirrors: str, classpath: str | None = None, env: dict | None = None
+    master: str,
+    lake: str,
+    mirrors: str,
+    classpath: str | None = None,
+    env: dict | None = None,
+    args: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """The landing job submitted, running: the driver is this child process."""
     cmd = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", "1g", "--jars", spark_jars()]
@@ -101,7 +106,7 @@ def start_submit(
         cmd += ["--executor-memory", "1g", "--executor-cores", "1", "--total-executor-cores", "2"]
     if classpath:  # the S3A connector: on the class path of the driver and of every executor
         cmd += ["--driver-class-path", classpath, "--conf", f"spark.executor.extraClassPath={classpath}"]
-    cmd += [str(JOB), "--lake", lake, "--mirrors", mirrors, "--no-register"]
+    cmd += [str(JOB), "--lake", lake, "--mirrors", mirrors, "--no-register", *args]
     environ = {
         **os.environ,
         **(env or {}),
@@ -380,3 +385,42 @@ def test_a_kill_on_the_cluster_mid_landing_then_the_next_run_converges_without_a
         assert live(mirror_rows(mirrors, log.source_id, s.table)) == log.expected(s.table)
         commits = mirror_commits(mirrors, log.source_id, s.table)
         assert commits and len(commits) == len(set(commits)), f"a micro-batch committed twice: {commits}"
+
+
+@pytest.mark.soak  # make soak: about two minutes
+def test_landing_from_kafka_on_the_cluster(cluster, tmp_path):
+    """The capture's Kafka output (topics per table, the schema topic) landed by the job on the
+    cluster: Spark's Kafka source in the executors of both workers, mirrors equal to the
+    replay, and a second run lands nothing (the offsets in its checkpoint)."""
+    bootstrap = os.environ.get("DBLOG_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        pytest.skip("no Kafka broker: `scripts/services up kafka`, then eval its env")
+    from airflow_provider_dblog.outputs.kafka import KafkaOutput
+
+    log = Changelog(str(tmp_path / "unused"), "kc_" + uuid.uuid4().hex[:6])  # its events, not its table
+    schemas = [log.schema(f"s.t{i}") for i in range(3)]
+    batches = [[log.ev(s, "c", k, f"{s.table}-{k}") for s in schemas for k in range(150)]]
+    for s in schemas:
+        batches.append(
+            [*[log.ev(s, "u", k, "u1") for k in range(0, 150, 3)], *[log.ev(s, "d", k) for k in range(1, 150, 7)]]
+        )
+        batches.append([*[log.ev(s, "u", k, "u2") for k in range(0, 150, 9)], log.ev(s, "c", 1, "again")])
+    out = KafkaOutput(bootstrap)  # topics <source id>.<table>, the output's default prefix
+    out.open()
+    try:
+        out.register_schemas(schemas)
+        for batch in batches:
+            out.write(batch, epoch=1)
+            log.events += batch
+    finally:
+        out.close()
+
+    args = ("--kafka", f"kafka://{bootstrap}", "--source", log.source_id)
+    mirrors = str(tmp_path / "mirrors")
+    stats, tasks = run_on_cluster(cluster, str(tmp_path / "lake"), mirrors, args=args)
+    assert stats["events"] == len(log.events)
+    assert len(tasks) >= 2 and all(tasks.values()), f"executors in both workers should have run tasks: {tasks}"
+    for s in schemas:
+        assert live(mirror_rows(mirrors, log.source_id, s.table)) == log.expected(s.table)
+    again, _ = run_on_cluster(cluster, str(tmp_path / "lake"), mirrors, args=args)
+    assert again["events"] == 0, "the checkpoint should hold the Kafka offsets landed"

@@ -122,7 +122,6 @@ def fleet(tmp_path):
             db.drop(db.source_id)
 
 
-@pytest.mark.soak  # make soak: one of the longest runs (README); test_two_captures runs captures side by side
 def test_five_sources_of_twenty_tables_captured_at_once_each_converge(fleet, tmp_path):
     for db in fleet.dbs:
         cap = Capture(db.config, tmp_path / f"{db.source_id}.log")

@@ -346,6 +346,7 @@ def test_convergence_oracle(kind, seed, store, watermarks, lake_at, tmp_path, mo
         monkeypatch.setenv("DBLOG_SPARK_MASTER", spark_cluster.master)
         monkeypatch.setenv("DBLOG_SPARK_S3A_JARS", s3a_classpath())
         apps_before = spark_cluster.app_ids()
+        checks_before = spark_cluster.app_ids("dblog-verify-mirror")
     else:
         lake_arg = str(tmp_path / "lake")
         lake_url = f"delta://{lake_arg}"
@@ -559,6 +560,12 @@ def test_convergence_oracle(kind, seed, store, watermarks, lake_at, tmp_path, mo
         for t in db.tables():
             assert f"{t}: " in mirrors.stdout
         assert mirrors.stdout.count(" 0 mismatches") == len(db.tables())
+        if spark_cluster is not None:  # by key ranges too: digests in SQL on the source, Spark on the cluster
+            ranges = spark_module("verify_mirror", "--config", str(config), "--lake", lake_arg, "--ranges")
+            print(ranges.stdout)
+            assert ranges.returncode == 0, ranges.stdout + ranges.stderr[-3000:]
+            assert ranges.stdout.count(" 0 mismatches") == len(db.tables())
+            assert "(by ranges: " in ranges.stdout, ranges.stdout  # an integer-keyed table, by its digests
         print(f"oracle {kind}: {load.txns} transactions, {capture.kills} SIGKILLs, {origins}")
         assert capture.kills >= 3
         if spark_cluster is not None:
@@ -566,6 +573,8 @@ def test_convergence_oracle(kind, seed, store, watermarks, lake_at, tmp_path, mo
             # executors (a landing that ran in its driver alone leaves no executor log).
             apps = spark_cluster.app_ids() - apps_before
             assert len(apps) >= 2, f"the landings were not applications of {spark_cluster.master}: {apps}"
+            checks = spark_cluster.app_ids("dblog-verify-mirror") - checks_before  # whole, and by ranges
+            assert len(checks) >= 2, f"the mirror checks were not applications of {spark_cluster.master}: {checks}"
             tasks: dict = {}
             for _ in range(20):  # executors' logs are flushed as they exit
                 tasks = {app: spark_cluster.tasks_by_worker(app) for app in apps}
