@@ -5,11 +5,11 @@ source (one row per change event, format in docs/changelog-format.md; ``changelo
 table for all, in a lake written before) and ``schemas/`` (one row per table schema, by
 content id).
 
-Each ``write`` is exactly one append commit (a capture's batch is one source's). Its custom commit metadata carries, for every
-source this writer knows, the highest position written (``dblog.last_position.<source>``)
-and the highest leader epoch (``dblog.epoch.<source>``), plus ``dblog.seen_version``: the
-table version whose commits are all summarised by these maxima. So on ``open`` the newest
-dblog commit usually tells everything, and a retry after an unknown outcome finds its own
+Each ``write`` is exactly one append commit (a capture's batch is one source's). Its custom
+commit metadata carries, for every source the table holds, the highest position written
+(``dblog.last_position.<source>``) and the highest leader epoch (``dblog.epoch.<source>``),
+plus ``dblog.seen_version``: the table version whose commits are all summarised by these
+maxima. So when a table is opened the newest dblog commit usually tells everything, and a retry after an unknown outcome finds its own
 commit and writes nothing twice. Before each write the table is refreshed and newer commits
 (another writer's, or our own that timed out) are folded in: that is how a deposed leader
 meets the newer epoch and is refused.

@@ -98,8 +98,9 @@ def land(
 
     Continuous mode (``trigger_seconds``): each table's query lands a micro-batch every
     ``trigger_seconds`` (a processing-time trigger) until ``max_seconds`` passed or ``stop`` is
-    set, and a source's table created meanwhile gets its query within ``DISCOVER_SECONDS``; a micro-batch cut short by the stop is landed again by the next run and changes
-    nothing there (idempotent merges, see ``Lander``).
+    set, and a source's table created meanwhile gets its query within ``DISCOVER_SECONDS``; a
+    micro-batch cut short by the stop is landed again by the next run and changes nothing
+    there (idempotent merges, see ``Lander``).
 
     ``lander_class``: a Lander subclass to merge with (e.g. one that adds a step per table).
     ``deletion_vectors``: Delta deletion vectors on the mirrors (docs/landing.md): None (the
@@ -179,17 +180,19 @@ def land(
         deadline = time.monotonic() + max_seconds if max_seconds else float("inf")
         stop = stop or threading.Event()
         looked = time.monotonic()
-        # Poll: a query may also end by itself (a failed batch), which awaitTermination raises.
-        while not stop.is_set() and time.monotonic() < deadline:
-            if any(query.awaitTermination(1 / max(1, len(running))) for query, _ in list(running.values())):
-                break
-            if not running:
-                time.sleep(1)
-            if kafka is None and time.monotonic() - looked >= DISCOVER_SECONDS:
-                start_new_tables()  # a source whose capture made its first commit since
-                looked = time.monotonic()
-        for query, _ in running.values():
-            query.stop()
+        try:
+            # Poll: a query may also end by itself (a failed batch), which awaitTermination raises.
+            while not stop.is_set() and time.monotonic() < deadline:
+                if any(query.awaitTermination(1 / max(1, len(running))) for query, _ in list(running.values())):
+                    break
+                if not running:
+                    time.sleep(1)
+                if kafka is None and time.monotonic() - looked >= DISCOVER_SECONDS:
+                    start_new_tables()  # a source whose capture made its first commit since
+                    looked = time.monotonic()
+        finally:  # one failed query stops the others too
+            for query, _ in running.values():
+                query.stop()
         log(f"continuous landing stopped after {time.time() - t0:.0f} s")
     landers = [lander for _, lander in running.values()]
     registered = landers[0].register_all() if register and landers else []
