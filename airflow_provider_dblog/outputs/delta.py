@@ -9,7 +9,8 @@ Each ``write`` is exactly one append commit (a capture's batch is one source's).
 commit metadata carries, for every source the table holds, the highest position written
 (``dblog.last_position.<source>``) and the highest leader epoch (``dblog.epoch.<source>``),
 plus ``dblog.seen_version``: the table version whose commits are all summarised by these
-maxima. So when a table is opened the newest dblog commit usually tells everything, and a retry after an unknown outcome finds its own
+maxima. So when a table is opened the newest dblog commit usually tells everything, and a
+retry after an unknown outcome finds its own
 commit and writes nothing twice. Before each write the table is refreshed and newer commits
 (another writer's, or our own that timed out) are folded in: that is how a deposed leader
 meets the newer epoch and is refused.
@@ -317,16 +318,18 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         self._require_open()
         if not events:
             return
-        sources = Bookkeeping().source_ids(events)
+        sources = Bookkeeping().source_ids(events)  # one pass over the batch, for routing and the epoch check
         if self._shared is not None or len(sources) == 1:
-            self._write(self._changelog(sources[0]), events, epoch)
+            self._write(self._changelog(sources[0]), events, epoch, sources)
             return
         for sid in sources:  # several sources in one batch (a test, a replay): a commit each
-            self._write(self._changelog(sid), [e for e in events if e.source_id == sid], epoch)
+            self._write(self._changelog(sid), [e for e in events if e.source_id == sid], epoch, [sid])
 
-    def _write(self, table: _Changelog, events: Sequence[ChangeEvent], epoch: Optional[int]) -> None:
+    def _write(
+        self, table: _Changelog, events: Sequence[ChangeEvent], epoch: Optional[int], sources: list[str]
+    ) -> None:
         table.catch_up(self.reload_every)
-        table.book.check_epoch(table.book.source_ids(events), epoch)
+        table.book.check_epoch(sources, epoch)
         fresh = table.book.fresh(events)
         if not fresh:
             return  # a retry of a batch that is already durable
@@ -381,11 +384,13 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
     def _events(self, source_id: str) -> tuple[Any, Any]:
         """The dataset of ``source_id``'s changelog table and the filter of its events; the
         dataset is None for a source of an existing output that has written nothing yet."""
+        dl = _deltalake()
         uri = self.changelog_uri(source_id)
-        if not _deltalake().DeltaTable.is_deltatable(uri, self.storage_options):
+        if not dl.DeltaTable.is_deltatable(uri, self.storage_options):
             self._read_table(self.schemas_uri)  # no output at all: the error naming it
             return None, None
-        return self._read_table(uri).to_pyarrow_dataset(), pds.field("source_id") == source_id
+        table = dl.DeltaTable(uri, storage_options=self.storage_options)  # checked just above
+        return table.to_pyarrow_dataset(), pds.field("source_id") == source_id
 
     def scan(self, source_id: str, table: str) -> Iterator[ChangeEvent]:
         dataset, flt = self._events(source_id)
