@@ -60,6 +60,23 @@ def test_read_only_watermarks_are_refused_with_gtid_positions():
     assert "use_gtid = false" in err.value.fix
 
 
+def test_a_chunk_replica_is_one_host_of_a_single_host_source():
+    from airflow_provider_dblog.config_keys import check_value
+    from airflow_provider_dblog.sources.mysql.source import MySQLSource
+
+    source = _mysql(chunk_replica="10.0.0.2", watermarks="log")
+    assert str(source._chunk_replica) == "10.0.0.2:3306"  # the source's port by default
+    assert source._chunk_replica.settings.user == "u" and source._chunk_replica.settings.host == "10.0.0.2"
+    with pytest.raises(ConfigurationError, match="not one host"):
+        _mysql(chunk_replica="a:3306,b:3306")
+    with pytest.raises(ConfigurationError, match="several hosts and a chunk_replica") as err:
+        MySQLSource(source_id="m", host="a,b", port=3306, user="u", password="p", use_gtid=True, chunk_replica="c")
+    assert "list one host" in err.value.fix
+    # the config names and checks it like any [source] key
+    with pytest.raises(ConfigurationError, match="chunk_replica_timeout"):
+        check_value("source", "chunk_replica_timeout", 0)
+
+
 def test_read_only_watermarks_are_refused_on_mysql_with_the_fix():
     from airflow_provider_dblog.sources.mysql.checks import StartupChecks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ...config_kinds import BOOL, integer, text_list
+from ...config_kinds import BOOL, HOST, SECONDS, integer, text_list
 from ...core.chunks import MYSQL
 from ...core.errors import ConfigurationError
 from ...core.key_types import MYSQL_KEY_TYPES
@@ -34,6 +34,10 @@ def make(src: dict[str, Any], common: dict[str, Any]) -> Any:
         mysql_extra["use_gtid"] = src["use_gtid"]
     if src.get("replicas"):
         mysql_extra["replicas"] = list(src["replicas"])
+    if src.get("chunk_replica"):  # chunks read on this replica (mysql/chunk_replica.py)
+        mysql_extra["chunk_replica"] = str(src["chunk_replica"])
+    if src.get("chunk_replica_timeout") is not None:
+        mysql_extra["chunk_replica_timeout"] = float(src["chunk_replica_timeout"])
     return MySQLSource(
         port=int(src.get("port", DESCRIPTOR.default_port)),
         databases=src.get("databases")
@@ -90,6 +94,8 @@ DESCRIPTOR = SourceDescriptor(
         "server_id": integer(1, 2**32 - 1, 4242),  # MySQL's server_id is 32-bit; 0 cannot replicate
         "use_gtid": BOOL,
         "replicas": text_list('"host:port" strings', '["db2:3306"]'),
+        "chunk_replica": HOST,
+        "chunk_replica_timeout": SECONDS,
     },
     default_port=3306,
     make=make,
@@ -100,7 +106,7 @@ DESCRIPTOR = SourceDescriptor(
         " (it builds mysqlclient: needs pkg-config and the MariaDB/MySQL client headers, e.g. Debian's libmariadb-dev)",
     ),
     tls_extras=tls_extras,
-    conn_extras=("server_id", "use_gtid", "databases"),
+    conn_extras=("server_id", "use_gtid", "databases", "chunk_replica", "chunk_replica_timeout"),
     # the mysql provider's / drivers' own
     conn_driver_extras=frozenset(
         (

@@ -50,6 +50,8 @@ from . import digest as mysql_digest
 from .binlog_log import BinlogLog, BinlogLogParts
 from .catalog import ConnectionSettings, Session
 from .checks import StartupChecks
+from .chunk_replica import DEFAULT_TIMEOUT as DEFAULT_REPLICA_TIMEOUT
+from .chunk_replica import ChunkReplica
 from .chunk_select import ChunkSelect
 from .leader_sessions import end_deposed_sessions, session_marker
 from .log import file_number
@@ -114,6 +116,8 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         tls: Optional[TLSSettings] = None,
         replicas: Optional[list[str]] = None,
         watermarks: str = "table",
+        chunk_replica: Optional[str] = None,
+        chunk_replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
     ):
         self.source_id = source_id
         self._use_gtid = use_gtid
@@ -145,6 +149,25 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         # One TLS setting for every connection (catalog, chunks, watermarks, binlog stream).
         first = self._endpoints[0]
         self._settings = ConnectionSettings(first[0], first[1], user, password, connect_timeout, tls or TLSSettings())
+        # Chunk SELECTs on a replica, the log and the watermarks on the primary (mysql/chunk_replica.py).
+        self._chunk_replica: Optional[ChunkReplica] = None
+        if chunk_replica:
+            if len(self._endpoints) > 1:
+                raise ConfigurationError(
+                    f"source {source_id} lists several hosts and a chunk_replica: after a failover the "
+                    "replica may no longer replicate the server whose log is read.",
+                    "list one host with chunk_replica, or remove chunk_replica.",
+                )
+            replica_hosts = parse_hosts(chunk_replica, port)
+            if len(replica_hosts) != 1:
+                raise ConfigurationError(
+                    f"source {source_id} has chunk_replica {chunk_replica!r}, which is not one host.",
+                    'give one replica as "host:port".',
+                )
+            (replica_host, replica_port), *_ = replica_hosts
+            self._chunk_replica = ChunkReplica(
+                source_id, replica_host, replica_port, self._settings, chunk_replica_timeout
+            )
         self._chunks = ChunkSelect(user, self.lost)  # chunk SELECTs and their canonical rows
         self._databases = list(databases) if databases is not None else None
         self._configured_tables = list(tables) if tables is not None else None
@@ -213,6 +236,17 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
                 raise schema
             self._schemas[table] = schema
             check.readable(table)
+        if self._chunk_replica is not None:
+            if not self._mariadb:
+                raise ConfigurationError(
+                    f"source {self.source_id} has a chunk_replica, but the server is MySQL: chunks are read "
+                    "from a replica on MariaDB only (its MASTER_GTID_WAIT).",
+                    "remove chunk_replica.",
+                )
+            self._chunk_replica.check(self._session)
+            replica = StartupChecks(self._chunk_replica.session(), self._chunk_replica.settings, True)
+            for table in self._tables:
+                replica.readable(table)
 
     def preflight(self) -> None:
         """``open``'s checks on a session of its own, changing nothing (Preflight): the
@@ -391,10 +425,19 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
     @on_connection_loss
     def write_watermark(self, uuid: str) -> None:
         session = self._require_session()
-        if self._log.markers is not None:  # read-only: a consistent snapshot's binlog position
-            file, pos = catalog.snapshot_position(session)
+        replica = self._chunk_replica
+        if self._log.markers is not None:  # read-only: a binlog position
+            if replica is None:  # the position of a consistent snapshot, for chunks read here
+                file, pos = catalog.snapshot_position(session)
+            else:  # the binlog end, for chunks read on the replica (mysql/chunk_replica.py)
+                file, pos = catalog.master_status(session)[:2]
             self._log.markers.add(uuid, file_number(file), pos)
-            return
+        else:
+            self._write_watermark_row(session, uuid)
+        if replica is not None:
+            replica.catch_up(session)
+
+    def _write_watermark_row(self, session: Session, uuid: str) -> None:
         db = MYSQL.quote(self._wm_db)
         _, count = session.run(
             f"UPDATE {db}.`watermarks` SET value = %s, updated_at = NOW(6) WHERE source_id = %s",
@@ -420,7 +463,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
     def _run_chunk(
         self, conn: Optional[Session], schema: TableSchema, sql: str, params: list, where: Optional[str], texts: bool
     ) -> ChunkResult:
-        return self._chunks.rows(conn or self._require_session(), schema, sql, params, where, texts)
+        return self._chunks.rows(conn or self._chunk_session(), schema, sql, params, where, texts)
 
     def _run_statement(self, schema: TableSchema, sql: str, params: list) -> Sequence[Row]:
         return self._chunks.rows(self._require_session(), schema, sql, params, None, False).rows
@@ -430,7 +473,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
 
     def _run_digest(self, schema: TableSchema, sql: str, params: list) -> Sequence[Any]:
         with mysql_dump_errors(schema.table, self._settings.user):
-            ((rows, total),) = self._require_session().query(sql, list(params))  # formatted: %% is %
+            ((rows, total),) = self._chunk_session().query(sql, list(params))  # formatted: %% is %
         return rows, total
 
     def row_hasher(self, schema: TableSchema) -> Callable[[Row], int]:
@@ -441,10 +484,23 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         self._require_session().read_only_query("EXPLAIN " + sql, list(params))
 
     def _open_reader(self) -> Session:
+        if self._chunk_replica is not None:
+            return self._chunk_replica.reader()
         return Session(self._settings, self._marker)
 
     def _readers(self) -> list[Session]:
         return self._reader_sessions
+
+    def _chunk_session(self) -> Session:
+        """Where chunks and digests are read: the replica once it holds the primary's binlog up
+        to now (a dump's watermark waits for it; any other read, e.g. ``dblog verify``, waits
+        once before its first), else the source's own connection."""
+        replica = self._chunk_replica
+        if replica is None:
+            return self._require_session()
+        if not replica.caught_up:
+            replica.catch_up(self._require_session())
+        return replica.session()
 
     # -- lifecycle -------------------------------------------------------------------------
     def _require_session(self) -> Session:
@@ -458,6 +514,8 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
             session.close()
         self._replica_sessions.clear()
         self._reader_sessions.clear()
+        if self._chunk_replica is not None:
+            self._chunk_replica.close()
         if self._session is not None:
             self._session.close()
             self._session = None

@@ -1,0 +1,118 @@
+"""Chunks read from a MariaDB replica while the log is read from the primary (``chunk_replica``,
+docs/sources.md "Chunks from a replica").
+
+The watermarks stay on the primary's log: LW and HW are the primary's (a watermark row's
+UPDATE, or with ``watermarks = "log"`` the primary's binlog end, mysql/log_markers.py). What
+moves is the chunk's SELECT, and what keeps it exact is one wait per watermark: after it, the
+replica has applied every transaction of the primary's binlog up to the watermark
+(``MASTER_GTID_WAIT`` on ``@@gtid_binlog_pos`` read after it), so the chunk's read view holds
+all of them.
+
+* LW: a SELECT after the wait misses no transaction before LW; one after LW it may or may not
+  see, and that one's events come inside the window and take the key out of the chunk.
+* HW: the replica applies only what the primary has written to its binlog, so every
+  transaction the SELECT saw is before a binlog end read after it. (The wait after HW is not
+  needed for that; it costs one round trip while the replica keeps up.)
+
+A read-only watermark is the binlog end (``SHOW MASTER STATUS``), not the consistent-snapshot
+position the primary's own chunks use: a transaction written to the binlog but not yet
+committed in the primary's InnoDB may already be on the replica; after the wait it is in the
+chunk, and the end is past it.
+
+A lagging replica delays a chunk by its lag; one that does not reach the position within
+``timeout`` seconds (stopped, broken, or not a replica of this primary) fails the chunk with
+``SourceUnavailable`` naming the replica, and the engine tries again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Optional
+
+import pymysql
+
+from ...core.errors import ConfigurationError, SourceUnavailable
+from .catalog import ConnectionSettings, Session
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 60.0  # seconds a chunk waits for the replica to reach the primary's position
+
+
+class ChunkReplica:
+    """The replica's connections and the wait. ``primary``: the source's settings (user,
+    password, TLS) to which only host and port are changed."""
+
+    def __init__(self, source_id: str, host: str, port: int, primary: ConnectionSettings, timeout: float):
+        self.source_id, self.host, self.port, self.timeout = source_id, host, port, timeout
+        self.settings = dataclasses.replace(primary, host=host, port=port)
+        self._session: Optional[Session] = None
+        self.waits = 0  # MASTER_GTID_WAITs that had to wait (the replica was behind)
+        self.caught_up = False  # a wait has run: reads outside a dump (verify) need one first
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def session(self) -> Session:
+        """The chunk SELECTs' connection (no leader marker: a deposed leader's read is harmless)."""
+        if self._session is None:
+            self._session = Session(self.settings)
+        return self._session
+
+    def reader(self) -> Session:
+        """A new connection for a parallel chunk reader."""
+        return Session(self.settings)
+
+    def check(self, primary: Session) -> None:
+        """At open: the replica is MariaDB and replicates something while the primary has a GTID
+        history. Not whether it has caught up: a lagging replica delays chunks, not a start
+        (or a ``dblog dump`` request)."""
+        session = self.session()
+        try:
+            server = session.conn().get_server_info()
+        except pymysql.err.MySQLError as exc:
+            raise ConfigurationError(
+                f"source {self.source_id}: cannot connect to chunk_replica {self} ({exc}).",
+                "give the host:port of a replica of this primary that the capture's user (same password "
+                "and TLS settings) can connect to, or remove chunk_replica.",
+            ) from None
+        if "mariadb" not in server.lower():
+            raise ConfigurationError(
+                f"source {self.source_id}: chunk_replica {self} is not MariaDB ({server}).",
+                "chunks are read from a MariaDB replica only (MASTER_GTID_WAIT); remove chunk_replica.",
+            )
+        ((history,),) = primary.query("SELECT @@gtid_binlog_pos")
+        ((applied,),) = session.query("SELECT @@gtid_slave_pos")
+        if history and not applied:
+            raise ConfigurationError(
+                f"source {self.source_id}: chunk_replica {self} has applied no GTID (gtid_slave_pos is empty) "
+                f"while the primary is at {history}: it is not a replica of this primary.",
+                "give a replica that replicates the primary (CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos), "
+                "or remove chunk_replica.",
+            )
+
+    def catch_up(self, primary: Session) -> None:
+        """Wait until the replica has applied the primary's binlog up to now."""
+        ((target,),) = primary.query("SELECT @@gtid_binlog_pos")
+        if not target:
+            self.caught_up = True
+            return  # an empty binlog: nothing to wait for
+        ((done,),) = self.session().query("SELECT MASTER_GTID_WAIT(%s, 0)", [target])
+        if done != 0:
+            self.waits += 1
+            ((done,),) = self.session().query("SELECT MASTER_GTID_WAIT(%s, %s)", [target, self.timeout])
+        if done != 0:
+            ((applied,),) = self.session().query("SELECT @@gtid_slave_pos")
+            raise SourceUnavailable(
+                f"source {self.source_id}: chunk_replica {self} has not applied the primary's GTID position "
+                f"{target} within {self.timeout:g} s (it is at {applied or 'nothing'}).",
+                "check that it replicates this primary and runs (SHOW SLAVE STATUS), or raise "
+                "chunk_replica_timeout; the dump goes on once it catches up.",
+            )
+        self.caught_up = True
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
