@@ -195,6 +195,17 @@ ChunkReader = Callable[..., ChunkResult]  # select_chunk's signature, without ``
 
 
 @runtime_checkable
+class OwnRowForm(Protocol):
+    """An output whose ``scan`` gives rows in a form of its own rather than the canonical
+    values (Kafka's Debezium envelope with Connect schemas: Debezium's types). ``dblog
+    verify`` puts the source's rows into that form before it compares them."""
+
+    def source_form(self, schema: TableSchema) -> Optional[Callable[[dict[Key, Row]], dict[Key, Row]]]:
+        """The conversion of a table's source rows (by key) into the rows and keys ``scan``
+        gives; None where ``scan`` gives canonical values."""
+
+
+@runtime_checkable
 class ParallelChunkReaders(Protocol):
     """A source that reads one chunk's key ranges on several connections at once (a dump's
     ``--readers``, core/parallel.py); without it the ranges are read one after another."""

@@ -11,9 +11,10 @@ range event (op k) removes every key in its range whose last event is older than
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from .events import ChangeEvent, Key, Op, Position, Row, TableSchema
+from .protocols import OwnRowForm
 from .row_text import as_row
 from .toast import ToastHistory
 
@@ -143,8 +144,18 @@ def read_all(source: Any, schema: TableSchema, chunk: int = 50_000) -> dict[Key,
         after = schema.key_of(got[-1])
 
 
+def source_form(output: Any, schema: TableSchema) -> Optional[Callable[[dict[Key, Row]], dict[Key, Row]]]:
+    """The output's own form of a table's rows (protocols.OwnRowForm), or None: canonical."""
+    return output.source_form(schema) if isinstance(output, OwnRowForm) else None
+
+
 def check_table(source: Any, output: Any, table: str) -> TableCheck:
-    """The source table against the replay of its changelog (both already open)."""
-    rows = read_all(source, source.table_schema(table))
+    """The source table against the replay of its changelog (both already open), in the
+    output's form of the rows where it has one of its own (``source_form``)."""
+    schema = source.table_schema(table)
+    rows = read_all(source, schema)
+    form = source_form(output, schema)
+    if form is not None:
+        rows = form(rows)
     mirror = replay(output.scan(source.source_id, table))
     return TableCheck(table, len(rows), len(mirror), compare(rows, mirror))

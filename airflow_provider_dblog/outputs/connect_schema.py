@@ -71,6 +71,9 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
+UNAVAILABLE_B64 = _b64(UNAVAILABLE.encode())  # the placeholder in a bytes column
+
+
 def _unscaled_bytes(unscaled: int) -> bytes:
     """Big-endian two's complement in the fewest bytes (Java's BigInteger.toByteArray())."""
     return unscaled.to_bytes(max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1), "big", signed=True)
@@ -277,7 +280,7 @@ def _unavailable_aware(schema: dict[str, Any], convert: Convert, col: _Column) -
             if schema["type"] == "string":
                 return UNAVAILABLE
             if schema["type"] == "bytes" and "name" not in schema:  # not a Decimal's unscaled bytes
-                return _b64(UNAVAILABLE.encode())
+                return UNAVAILABLE_B64
             raise col.fail(
                 value,
                 "is a value the log did not carry (unchanged TOAST) in a type with no placeholder",
@@ -303,11 +306,24 @@ class TableConnectSchema:
             return None
         return {f.name: f.convert(row.get(f.name)) for f in self.row_fields}
 
+    def source_form(self, rows: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+        """A source's rows (canonical values, by key) as a ``schemas=true`` topic holds them:
+        each row's payload, by the key its record key gives (``connect_key``). The
+        same conversion as the capture's, so a topic equals its source exactly when the two
+        agree in this form (``dblog verify`` of such a topic)."""
+        return {connect_key(self.key_payload(k)): self.row_payload(r) or {} for k, r in rows.items()}
+
     def key_schema(self, name: str) -> dict[str, Any]:
         return _struct([f.field_schema() for f in self.key_fields], name + ".Key", optional=False)
 
     def row_schema(self, name: str) -> dict[str, Any]:
         return _struct([f.field_schema() for f in self.row_fields], name + ".Value", optional=True)
+
+
+def connect_key(payload: dict[str, Any]) -> tuple:
+    """A Connect key payload (``{"id": 42}``, columns in key order) as a key tuple; a struct
+    value (VariableScaleDecimal) as its JSON text, so that the key can be hashed."""
+    return tuple(dumps(v) if isinstance(v, (dict, list)) else v for v in payload.values())
 
 
 def _struct(fields: list[dict[str, Any]], name: str, optional: bool) -> dict[str, Any]:

@@ -29,14 +29,14 @@ import logging
 import os
 import time
 import urllib.parse
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from ..core.errors import ConfigurationError, StaleEpochError
-from ..core.events import ChangeEvent, Position, TableSchema
+from ..core.events import ChangeEvent, Key, Position, Row, TableSchema
 from ..core.protocols import WholeRowConsumers
 from ._common import Bookkeeping, now_micros
 from ._urls import _ACCEPTED
-from .connect_schema import DECIMAL_MODES
+from .connect_schema import DECIMAL_MODES, table_connect_schema
 from .kafka_format import (
     BROADCAST_OPS,
     CONNECTORS,
@@ -483,11 +483,11 @@ class KafkaOutput(WholeRowConsumers):
     def scan(self, source_id: str, table: str) -> Iterator[ChangeEvent]:
         """Every committed event of one table (``read_committed``); the copies of a TRUNCATE
         or key range in the topic's partitions come back once."""
-        from .kafka_tail import read_all
+        from .kafka_tail import read_records
 
         topic = self.topic_for(source_id, table)
         seen: set[Position] = set()
-        for headers, value in read_all(self._conf or self._client_config(), [topic]):
+        for key, headers, value in read_records(self._conf or self._client_config(), [topic]):
             if value is None:  # a tombstone after a delete (tombstones=true)
                 continue
             h = header_map(headers)
@@ -498,7 +498,17 @@ class KafkaOutput(WholeRowConsumers):
                 if pos in seen:
                     continue
                 seen.add(pos)
-            yield event_from_message(h, value)
+            yield event_from_message(h, value, key)
+
+    def source_form(self, schema: TableSchema) -> Optional[Callable[[dict[Key, Row]], dict[Key, Row]]]:
+        """How ``scan``'s rows differ from the source's (core/protocols.py ``OwnRowForm``):
+        ``schemas=true`` records hold Debezium's types (connect_schema.py), and ``dblog verify``
+        compares the source's rows converted the way the capture converts them; None: the
+        canonical values, as every other format."""
+        f = self.formatter
+        if not (f.fmt == "debezium" and f.schemas):
+            return None
+        return table_connect_schema(schema, f.decimal_mode).source_form
 
 
 __all__ = ["KafkaOutput", "parse_url", "client_config", "H_EPOCH", "H_POSITION"]

@@ -25,7 +25,15 @@ from ..core.toast import is_unchanged_toast, unchanged_toast_value
 from ..sources import descriptors
 from ..sources.source_descriptor import DebeziumSource
 from ._common import dumps, micros_to_iso
-from .connect_schema import UNAVAILABLE, TableConnectSchema, envelope_schema, source_fields, table_connect_schema
+from .connect_schema import (
+    UNAVAILABLE,
+    UNAVAILABLE_B64,
+    TableConnectSchema,
+    connect_key,
+    envelope_schema,
+    source_fields,
+    table_connect_schema,
+)
 from .jsonl import _event as jsonl_event
 from .jsonl import _record as jsonl_record
 
@@ -33,6 +41,8 @@ FORMATS = ("dblog", "debezium")
 CONNECTORS = tuple(d.kafka_connector for d in descriptors())  # each source's (sources/<db>/descriptor.py)
 # Debezium's stand-in for a value the log did not carry (an unchanged TOASTed column).
 DEBEZIUM_UNAVAILABLE = UNAVAILABLE
+# ... and as a bytes column's payload (base64 of its UTF-8 bytes, connect_schema.py)
+_UNAVAILABLE_FORMS = (UNAVAILABLE, UNAVAILABLE_B64)
 
 H_SOURCE = "dblog.source_id"
 H_TABLE = "dblog.table"
@@ -252,18 +262,33 @@ def header_map(headers: Optional[list]) -> dict[str, str]:
     return {k: v.decode() for k, v in headers or () if v is not None}
 
 
-def event_from_message(headers: dict[str, str], value: bytes) -> ChangeEvent:
-    """The event a record holds, whatever its format (``scan`` and tests read them back)."""
+def event_from_message(headers: dict[str, str], value: bytes, key: Optional[bytes] = None) -> ChangeEvent:
+    """The event a record holds, whatever its format (``scan`` and tests read them back).
+
+    A Debezium envelope with Kafka Connect schemas (``schemas=true``) comes back in its own
+    form: its rows are the payload's values (Debezium's types, not the canonical values) and its
+    key is ``connect_key`` of the record key's payload. ``TableConnectSchema.source_form`` puts
+    a source's rows into the same form, which is how ``dblog verify`` compares them."""
     rec = orjson.loads(value)
     if "payload" in rec and "schema" in rec:
-        raise DBLogError(
-            "this topic holds Debezium envelopes with Kafka Connect schemas (schemas=true), whose "
-            "values are Debezium's types, not the changelog's canonical values: dblog cannot read them back yet.",
-            "verify a source captured with format=dblog or format=debezium without schemas=true "
-            "(docs/kafka.md, 'Not yet').",
-        )
+        rec = rec["payload"]
+        if headers.get(H_OP) in BROADCAST_OPS:
+            event_key: list = []
+        elif key is None:
+            raise DBLogError(
+                "a record with Kafka Connect schemas (schemas=true) was read without its record key, "
+                "which holds its table key.",
+                "report this as a bug.",
+            )
+        else:
+            event_key = list(connect_key(orjson.loads(key)["payload"]))
+        return _debezium_event(headers, rec, event_key)
     if "source" not in rec:  # dblog
         return jsonl_event(rec)
+    return _debezium_event(headers, rec, orjson.loads(headers[H_KEY]))
+
+
+def _debezium_event(headers: dict[str, str], rec: dict[str, Any], key: list) -> ChangeEvent:
     src = rec["source"]
     origin = Origin.DUMP if src.get("snapshot") == "incremental" else Origin.LOG
     return jsonl_event(
@@ -271,7 +296,7 @@ def event_from_message(headers: dict[str, str], value: bytes) -> ChangeEvent:
             "source_id": headers[H_SOURCE],
             "table": headers[H_TABLE],
             "op": rec["op"],
-            "key": orjson.loads(headers[H_KEY]),
+            "key": key,
             "before": _from_debezium_row(rec["before"]),
             "after": _from_debezium_row(rec["after"]),
             "position": headers[H_POSITION],
@@ -287,7 +312,7 @@ def event_from_message(headers: dict[str, str], value: bytes) -> ChangeEvent:
 def _from_debezium_row(row: Optional[dict]) -> Optional[dict]:
     if row is None:
         return None
-    return {k: unchanged_toast_value() if v == DEBEZIUM_UNAVAILABLE else v for k, v in row.items()}
+    return {k: unchanged_toast_value() if v in _UNAVAILABLE_FORMS else v for k, v in row.items()}
 
 
 def schema_record(schema: TableSchema, registered_at: int) -> bytes:

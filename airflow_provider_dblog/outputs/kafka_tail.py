@@ -126,10 +126,18 @@ def read_tails(
 
 def read_all(conf: dict[str, Any], topics: list[str], timeout: float = 60.0) -> Iterator[tuple[list, bytes]]:
     """(headers, value) of every committed record of ``topics``, partition by partition."""
+    for _, headers, value in read_records(conf, topics, timeout):
+        yield headers, value
+
+
+def read_records(
+    conf: dict[str, Any], topics: list[str], timeout: float = 60.0
+) -> Iterator[tuple[Optional[bytes], list, bytes]]:
+    """(key, headers, value) of every committed record of ``topics``, partition by partition."""
     consumer = _consumer(conf)
     try:
         for topic, part, lo, hi in _partitions(consumer, topics, timeout):
             for msg in _read_range(consumer, topic, part, lo, hi, timeout):
-                yield msg.headers() or [], msg.value()
+                yield msg.key(), msg.headers() or [], msg.value()
     finally:
         consumer.close()

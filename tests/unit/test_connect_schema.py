@@ -325,3 +325,66 @@ def test_a_delete_is_followed_by_a_tombstone_when_asked():
     assert fmt.message(change(Op.DELETE, before=ROW), 1, 1, PG, "t").tombstone
     assert not fmt.message(change(Op.CREATE, after=ROW), 1, 1, PG, "t").tombstone
     assert not Formatter("debezium", "postgresql").message(change(Op.DELETE, before=ROW), 1, 1, PG, "t").tombstone
+
+
+@pytest.mark.parametrize("decimal_mode", ["precise", "string"])
+def test_dblog_verify_reads_schemas_true_records_back_in_their_own_form(decimal_mode):
+    """``scan`` of a schemas=true topic gives Debezium's types; ``source_form`` puts the
+    source's rows into that form, keyed as the record keys are: a replay of the records equals
+    the source, and a value that differs in the topic is a mismatch. Every source type of
+    CASES is a column, and one of them (a numeric without a scale: a struct) is in the key."""
+    from airflow_provider_dblog.core.verify import compare, replay
+    from airflow_provider_dblog.outputs.connect_schema import table_connect_schema
+    from airflow_provider_dblog.outputs.kafka_format import event_from_message, header_map
+
+    columns = tuple(Column(f"c{i}", t) for i, ((t, _), _) in enumerate(CASES))
+    schema = TableSchema("shop.t", (Column("id", "integer"), Column("k", "numeric"), *columns), ("id", "k"))
+    values = {f"c{i}": v for i, ((_, v), _) in enumerate(CASES)}
+    source = {(n, f"{n}.5"): {"id": n, "k": f"{n}.5", **values} for n in (1, 2, 3)}
+    fmt = Formatter("debezium", "postgresql", "shopdb", schemas=True, decimal_mode=decimal_mode)
+
+    def record(op, key, before, after, sub):
+        e = ChangeEvent(
+            source_id="pg1",
+            table="shop.t",
+            op=op,
+            key=key,
+            before=before,
+            after=after,
+            position=Position("00000001A2B3C5F00000000000", sub),
+            commit_ts=1_699_999_999_654_321,
+            txid="1234",
+            origin=Origin.LOG,
+            dump_id=None,
+            schema_id=schema.schema_id(),
+        )
+        m = fmt.message(e, 1, 1_700_000_000_123_456, schema, "cdc.shop.t")
+        return event_from_message(header_map(m.headers), m.value, m.key)
+
+    gone = {"id": 9, "k": "9.5", **values}
+    events = [
+        record(Op.CREATE, (9, "9.5"), None, gone, 1),
+        record(Op.TRUNCATE, (), None, None, 2),  # removes key 9 (and nothing after it)
+        *(record(Op.CREATE, k, None, {**r, "c9": "old"}, 3 + i) for i, (k, r) in enumerate(source.items())),
+        *(record(Op.UPDATE, k, None, r, 10 + i) for i, (k, r) in enumerate(source.items())),
+        record(Op.DELETE, (4, "4.5"), {"id": 4, "k": "4.5", **values}, None, 20),
+    ]
+    form = table_connect_schema(schema, decimal_mode).source_form
+    assert compare(form(source), replay(events)) == []
+    assert CASES[14][0][0] == "date"
+    changed = {**source, (2, "2.5"): {**source[(2, "2.5")], "c14": "2024-03-01"}}
+    (mismatch,) = compare(form(changed), replay(events))
+    key = '{"scale":1,"value":"GQ=="}' if decimal_mode == "precise" else "2.5"  # VariableScaleDecimal or text
+    assert mismatch.kind == "different" and mismatch.key == (2, key)
+    assert (mismatch.source["c14"], mismatch.changelog["c14"]) == (19783, 19782)  # days since 1970
+
+
+def test_the_kafka_output_says_which_format_verify_compares_in():
+    from airflow_provider_dblog.core.protocols import OwnRowForm
+    from airflow_provider_dblog.core.verify import source_form
+    from airflow_provider_dblog.outputs.kafka import KafkaOutput
+
+    with_schemas = KafkaOutput("b:9092", {"format": "debezium", "schemas": "true"})
+    assert isinstance(with_schemas, OwnRowForm) and source_form(with_schemas, PG) is not None
+    assert source_form(KafkaOutput("b:9092", {"format": "debezium"}), PG) is None  # canonical values
+    assert source_form(KafkaOutput("b:9092", {}), PG) is None
