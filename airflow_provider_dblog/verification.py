@@ -18,7 +18,7 @@ from .core.events import Key
 from .core.protocols import StateStore
 from .core.range_verify import RangeStats, check_table_by_ranges
 from .core.range_verify import describe as describe_ranges
-from .core.verify import Mismatch, check_table
+from .core.verify import LANDING_FAULTS, Mismatch, check_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,8 +34,9 @@ class TableComparison:
 
     @property
     def keys(self) -> list[Key]:
-        """The keys a repair dump can set right (not a mirror's duplicate rows)."""
-        return [m.key for m in self.mismatches if m.kind != "duplicate"]
+        """The keys a repair dump can set right (not a mirror's duplicate rows or a history
+        mirror's overlapping versions: landing faults)."""
+        return [m.key for m in self.mismatches if m.kind not in LANDING_FAULTS]
 
     def describe(self, other: str) -> str:
         """The report line: ``other`` names the other side ("in the mirror")."""

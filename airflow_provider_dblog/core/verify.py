@@ -79,10 +79,16 @@ class Covered:
         )
 
 
+# Mismatches of a mirror no dump can set right: rows a landing wrote twice, versions it overlapped.
+LANDING_FAULTS = ("duplicate", "overlap")
+
+
 @dataclasses.dataclass
 class Mismatch:
     key: Key
-    kind: str  # "missing" (in source, not in changelog), "extra", "different", "duplicate" (mirror only)
+    # "missing" (in source, not in changelog), "extra", "different", "duplicate" (mirror only),
+    # "overlap" (history mirror only)
+    kind: str
     source: Optional[Row]
     changelog: Optional[Row]
 
@@ -100,6 +106,11 @@ class Mismatch:
             return (
                 f"key {list(self.key)}: more than one row in the mirror (a landing fault that a repair "
                 "dump cannot undo: land the table into a new mirror, docs/landing.md)"
+            )
+        if self.kind == "overlap":
+            return (
+                f"key {list(self.key)}: versions in the history mirror overlap (a landing fault that a "
+                "repair dump cannot undo: rebuild the history mirror, docs/landing.md)"
             )
         return f"key {list(self.key)}: {self.kind} " + (
             "in the changelog" if self.kind == "missing" else "(deleted in the source)"

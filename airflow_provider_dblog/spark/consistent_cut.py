@@ -16,6 +16,12 @@ newest such boundary at or below it. A boundary's transaction has ended when the
 of the source is of another transaction: the next landed batch's first position, or for the
 newest batch the changelog's next event (none yet: not provable, so the newest batch counts
 only once the capture has written past it).
+
+History mirrors (``land_changelog --history``, spark/history.py) are read at the cut by
+position, not by version: ``history_sql`` selects the versions that held at the cut's
+position (``history.as_of``), which is exact in any version of the history that has landed up
+to the cut. A history that has not (landed only up to an earlier batch) or that stopped is
+left out, with the reason in ``histories_left_out``.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from airflow_provider_dblog import sources
-from airflow_provider_dblog.outputs.lake_layout import absolute, mirrors_root
+from airflow_provider_dblog.outputs.lake_layout import absolute, history_path, mirrors_root
 from airflow_provider_dblog.spark import mirror_commits as mc
 from airflow_provider_dblog.spark.changelog_tables import changelog_of
 
@@ -62,20 +68,35 @@ class Cut:
     versions: dict[str, Optional[int]]  # table -> mirror version (None: no mirror yet, empty then)
     paths: dict[str, str]
     stopped: dict[str, str]  # mirrors left out: stopped by an incompatible schema change
+    histories: dict[str, str] = dataclasses.field(default_factory=dict)  # table -> history mirror path
+    histories_left_out: dict[str, str] = dataclasses.field(default_factory=dict)  # table -> why
 
     def sql(self, table: str) -> str:
         """A FROM item reading ``table``'s mirror at the cut."""
         path = self.paths[table].replace("`", "``")
         return f"delta.`{path}` VERSION AS OF {self.versions[table]}"
 
+    def history_sql(self, table: str) -> str:
+        """A FROM item reading ``table``'s history mirror as of the cut: the versions that held
+        at its position (history.as_of)."""
+        path = self.histories[table].replace("`", "``")
+        at = self.position.replace("'", "''")
+        return (
+            f"(SELECT * FROM delta.`{path}` WHERE _valid_from <= '{at}' AND (_valid_to IS NULL OR _valid_to > '{at}'))"
+        )
+
     def as_dict(self) -> dict:
-        return {
+        out = {
             "source_id": self.source_id,
             "position": self.position,
             "versions": self.versions,
             "sql": {t: self.sql(t) for t, v in self.versions.items() if v is not None},
             "stopped": self.stopped,
         }
+        if self.histories or self.histories_left_out:
+            out["history_sql"] = {t: self.history_sql(t) for t in self.histories}
+            out["histories_left_out"] = self.histories_left_out
+        return out
 
 
 def find_cut(
@@ -83,11 +104,14 @@ def find_cut(
     mirrors: list[MirrorHistory],
     position: Optional[str] = None,
     next_event: Optional[Callable[[str], Optional[str]]] = None,
+    histories: Sequence[MirrorHistory] = (),
 ) -> Cut:
     """The newest consistent cut at or below ``position`` (default: the newest landed).
 
     ``next_event(p)``: the source's first changelog position above ``p``, or None: tells
-    whether the newest landed batch ended a transaction (the next batch tells for the others)."""
+    whether the newest landed batch ended a transaction (the next batch tells for the others).
+    ``histories``: the source's history mirrors, read at the cut's position where they have
+    landed up to it."""
     tagged = {m.table: _tagged(m, source_id) for m in mirrors if m.stopped is None}
     batches = [c for cs in tagged.values() for c in cs]
     if not batches:
@@ -104,17 +128,46 @@ def find_cut(
             continue
         versions = {m.table: _version_at(m.commits, tagged[m.table], cut) for m in mirrors if m.stopped is None}
         if all(v is not False for v in versions.values()):
+            mirror_landed = {t: cs[-1].complete for t, cs in tagged.items() if cs}
+            held, left_out = _histories_at(histories, mirror_landed, source_id, cut)
             return Cut(
                 source_id,
                 cut,
                 {t: v for t, v in versions.items() if v is not False},
                 {m.table: m.path for m in mirrors if m.stopped is None},
                 {m.table: m.stopped for m in mirrors if m.stopped is not None},
+                held,
+                left_out,
             )
     raise NoConsistentCut(
         f"no consistent cut of source {source_id!r} at or below {position or landed}: every landed batch boundary "
         "there splits a source transaction (or the next event is not in the changelog yet)"
     )
+
+
+def _histories_at(
+    histories: Sequence[MirrorHistory], mirror_landed: dict[str, str], source_id: str, cut: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(table -> path of the histories that hold the cut, table -> why the others do not).
+
+    A history holds every event of its table up to its last commit's position; past it, up to
+    its mirror's (a batch commits the mirror, then the history: one that caught up with its
+    mirror lacks nothing the mirror has, and a table without events in a batch gets no commit
+    in either, so a quiet table's history is exact far past its last commit)."""
+    held, left_out = {}, {}
+    for h in histories:
+        tagged = _tagged(h, source_id)
+        landed = tagged[-1].complete if tagged else None
+        mirror = mirror_landed.get(h.table)
+        if h.stopped is not None:
+            left_out[h.table] = f"stopped: {h.stopped}"
+        elif landed is None:
+            left_out[h.table] = "nothing landed yet"
+        elif landed >= cut or (mirror is not None and landed >= mirror):
+            held[h.table] = h.path
+        else:
+            left_out[h.table] = f"landed only up to {landed}, its mirror up to {mirror}"
+    return held, left_out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,8 +213,9 @@ def _version_at(commits: list[tuple[int, Optional[dict]]], tagged: list[_Commit]
 
 
 # -- Spark ----------------------------------------------------------------------------------
-def read_histories(spark: Any, mirrors: str, source_id: str) -> list[MirrorHistory]:
-    """The commit history of every mirror of ``source_id`` under ``mirrors``."""
+def read_histories(spark: Any, mirrors: str, source_id: str, history: bool = False) -> list[MirrorHistory]:
+    """The commit history of every mirror of ``source_id`` under ``mirrors``; with
+    ``history``, of those mirrors' history mirrors (where a table has one)."""
     from delta.tables import DeltaTable
 
     from airflow_provider_dblog.spark.mirror_tables import PROP_STOPPED, list_mirrors
@@ -170,6 +224,10 @@ def read_histories(spark: Any, mirrors: str, source_id: str) -> list[MirrorHisto
     for sid, table, path in list_mirrors(spark, mirrors):
         if sid != source_id:
             continue
+        if history:
+            path = history_path(mirrors, sid, table)
+            if not DeltaTable.isDeltaTable(spark, path):
+                continue
         rows = DeltaTable.forPath(spark, path).history().select("version", "userMetadata").collect()
         props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
         commits = sorted((r.version, mc.parse_user_metadata(r.userMetadata)) for r in rows)
@@ -190,9 +248,13 @@ def consistent_cut(
 ) -> Cut:
     """find_cut over the mirrors of ``source_id`` (default root ``<lake>/mirrors``)."""
     lake = absolute(lake)
-    histories = read_histories(spark, mirrors_root(lake, mirrors), source_id)
+    root = mirrors_root(lake, mirrors)
     return find_cut(
-        source_id, histories, position, changelog_next_event(spark, changelog_of(spark, lake, source_id), source_id)
+        source_id,
+        read_histories(spark, root, source_id),
+        position,
+        changelog_next_event(spark, changelog_of(spark, lake, source_id), source_id),
+        read_histories(spark, root, source_id, history=True),
     )
 
 

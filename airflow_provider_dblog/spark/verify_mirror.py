@@ -17,6 +17,11 @@ are compared by digest and bisected as ``dblog verify --ranges`` does (core/rang
 only the ranges that differ are read from the source and from the mirror, and compared typed.
 ``--repair`` then requests a key-list dump of exactly the mismatched keys, which the running
 capture performs and the next landing applies.
+
+With ``--history`` the tables' history mirrors (spark/history.py) are compared instead: their
+current versions (``_current``) with the source, by the same rules, and their versions with
+each other: a key whose versions overlap, or with more than one current version, is a landing
+fault (``overlap``) that no dump repairs.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from airflow_provider_dblog import verification
 from airflow_provider_dblog.core.events import Key, Row, TableSchema
 from airflow_provider_dblog.core.range_verify import RangeStats, find_drift, read_range, supports_ranges
 from airflow_provider_dblog.core.verify import Mismatch, compare, read_all
-from airflow_provider_dblog.outputs.lake_layout import mirror_path, mirrors_root
+from airflow_provider_dblog.outputs.lake_layout import history_path, mirror_path, mirrors_root
 from airflow_provider_dblog.spark import mirror_types as mt
 
 
@@ -74,9 +79,10 @@ def _canonical(value: Any, type_name: str) -> Any:
     return value
 
 
-def _mirror_frame(spark: SparkSession, path: str, schema: TableSchema) -> Any:
-    """The mirror's current rows (tombstones excluded), the source's columns in its order."""
-    df = spark.read.format("delta").load(path).where("NOT _deleted")
+def _mirror_frame(spark: SparkSession, path: str, schema: TableSchema, history: bool = False) -> Any:
+    """The mirror's current rows (tombstones excluded; of a history mirror its current
+    versions), the source's columns in its order."""
+    df = spark.read.format("delta").load(path).where("_current" if history else "NOT _deleted")
     cols = []
     for c in schema.columns:
         col = F.col(f"`{c.name}`")
@@ -95,12 +101,14 @@ def _canonical_rows(rows: Any, schema: TableSchema) -> dict[Key, Row]:
     return out
 
 
-def mirror_rows(spark: SparkSession, path: str, schema: TableSchema) -> dict[Key, Row]:
+def mirror_rows(spark: SparkSession, path: str, schema: TableSchema, history: bool = False) -> dict[Key, Row]:
     """Current rows of a mirror (tombstones excluded) as canonical rows, by key."""
-    return _canonical_rows(_mirror_frame(spark, path, schema).collect(), schema)
+    return _canonical_rows(_mirror_frame(spark, path, schema, history).collect(), schema)
 
 
-def mirror_hashes(spark: SparkSession, path: str, schema: TableSchema, row_hash: Any) -> dict[Key, int]:
+def mirror_hashes(
+    spark: SparkSession, path: str, schema: TableSchema, row_hash: Any, history: bool = False
+) -> dict[Key, int]:
     """key -> the hash of the mirror's row (``row_hash`` of its canonical values), computed
     by Spark's Python workers where the rows are: only the pairs reach the driver."""
     columns = [(c.name, c.type) for c in schema.columns]
@@ -110,12 +118,14 @@ def mirror_hashes(spark: SparkSession, path: str, schema: TableSchema, row_hash:
             row = {name: _canonical(r[name], type_name) for name, type_name in columns}
             yield schema.key_of(row), row_hash(row)
 
-    return dict(_mirror_frame(spark, path, schema).rdd.mapPartitions(hashed).collect())
+    return dict(_mirror_frame(spark, path, schema, history).rdd.mapPartitions(hashed).collect())
 
 
-def mirror_rows_of(spark: SparkSession, path: str, schema: TableSchema, keys: list[Key]) -> dict[Key, Row]:
+def mirror_rows_of(
+    spark: SparkSession, path: str, schema: TableSchema, keys: list[Key], history: bool = False
+) -> dict[Key, Row]:
     """The mirror's rows of these keys, as canonical rows (a join with the keys, one job)."""
-    df = _mirror_frame(spark, path, schema)
+    df = _mirror_frame(spark, path, schema, history)
     key_schema = T.StructType([df.schema[k] for k in schema.key])
     wanted = spark.createDataFrame([tuple(k) for k in keys], key_schema)
     return _canonical_rows(df.join(wanted, on=list(schema.key)).collect(), schema)
@@ -156,45 +166,88 @@ def duplicates(spark: SparkSession, path: str) -> list[Mismatch]:
     return [Mismatch(tuple(json.loads(r[0])), "duplicate", None, None) for r in dup.orderBy("_key").collect()]
 
 
-def verify_table(spark: SparkSession, source, mirrors: str, table: str) -> tuple[int, int, list[Mismatch]]:
-    """(source rows, mirror rows, mismatches) for one table of an open ``Source``."""
+def overlaps(spark: SparkSession, path: str) -> list[Mismatch]:
+    """Keys of a history mirror whose versions overlap: a version that ends after the next one
+    starts, that is still open while a later one exists, or that ends where it starts (one
+    Spark job). The comparison below reads one current version per key, where a second would
+    go unseen."""
+    from pyspark.sql import Window
+
+    versions = spark.read.format("delta").load(path)
+    w = Window.partitionBy("_key").orderBy("_valid_from", "_valid_to")
+    nxt = F.lead("_valid_from").over(w)
+    bad = (
+        versions.select("_key", "_valid_from", "_valid_to", "_current", nxt.alias("_next"))
+        .where(
+            (F.col("_current") != F.col("_valid_to").isNull())
+            | (F.col("_valid_to") <= F.col("_valid_from"))
+            | (F.col("_next").isNotNull() & (F.col("_valid_to").isNull() | (F.col("_valid_to") > F.col("_next"))))
+        )
+        .select("_key")
+        .distinct()
+    )
+    return [Mismatch(tuple(json.loads(r[0])), "overlap", None, None) for r in bad.orderBy("_key").collect()]
+
+
+def _target(mirrors: str, source_id: str, table: str, history: bool) -> str:
+    return (history_path if history else mirror_path)(mirrors, source_id, table)
+
+
+def _faults(spark: SparkSession, path: str, history: bool) -> list[Mismatch]:
+    return overlaps(spark, path) if history else duplicates(spark, path)
+
+
+def verify_table(
+    spark: SparkSession, source, mirrors: str, table: str, history: bool = False
+) -> tuple[int, int, list[Mismatch]]:
+    """(source rows, mirror rows, mismatches) for one table of an open ``Source``; with
+    ``history``, of its history mirror's current versions."""
     schema = source.table_schema(table)
-    path = mirror_path(mirrors, source.source_id, table)
+    path = _target(mirrors, source.source_id, table, history)
     src = _by_value(read_all(source, schema), schema)
-    mir = _by_value(mirror_rows(spark, path, schema), schema)
-    return len(src), len(mir), compare(src, mir) + duplicates(spark, path)
+    mir = _by_value(mirror_rows(spark, path, schema, history), schema)
+    return len(src), len(mir), compare(src, mir) + _faults(spark, path, history)
 
 
 def verify_table_by_ranges(
-    spark: SparkSession, source: Any, mirrors: str, table: str, span: int = 10_000, leaf: int = 64
+    spark: SparkSession,
+    source: Any,
+    mirrors: str,
+    table: str,
+    span: int = 10_000,
+    leaf: int = 64,
+    history: bool = False,
 ) -> tuple[int, int, list[Mismatch], Optional[RangeStats]]:
     """``verify_table`` by key ranges where the source and the key allow it (stats None:
     compared whole)."""
     schema = source.table_schema(table)
     if not supports_ranges(source, schema):
-        return (*verify_table(spark, source, mirrors, table), None)
-    path = mirror_path(mirrors, source.source_id, table)
-    hashes = mirror_hashes(spark, path, schema, source.row_hasher(schema))
+        return (*verify_table(spark, source, mirrors, table, history), None)
+    path = _target(mirrors, source.source_id, table, history)
+    hashes = mirror_hashes(spark, path, schema, source.row_hasher(schema), history)
     found, stats = find_drift(
         lambda low, high: source.range_digest(schema, low, high),
         lambda low, high: _by_value(read_range(source, schema, low, high), schema),
         hashes,
-        lambda keys: _by_value(mirror_rows_of(spark, path, schema, keys), schema),
+        lambda keys: _by_value(mirror_rows_of(spark, path, schema, keys, history), schema),
         span,
         leaf,
     )
     n_src = len(hashes) + sum(m.kind == "missing" for m in found) - sum(m.kind == "extra" for m in found)
-    return n_src, len(hashes), found + duplicates(spark, path), stats
+    return n_src, len(hashes), found + _faults(spark, path, history), stats
 
 
-def against_mirrors(spark: SparkSession, source: Any, mirrors: str, by_ranges: bool) -> verification.Compare:
-    """Compare with the Delta mirrors under ``mirrors`` (the verify use case's other side)."""
+def against_mirrors(
+    spark: SparkSession, source: Any, mirrors: str, by_ranges: bool, history: bool = False
+) -> verification.Compare:
+    """Compare with the Delta mirrors under ``mirrors`` (the verify use case's other side);
+    with ``history``, with the tables' history mirrors."""
 
     def compare(table: str) -> verification.TableComparison:
         if by_ranges:
-            n_src, n_mir, mism, stats = verify_table_by_ranges(spark, source, mirrors, table)
+            n_src, n_mir, mism, stats = verify_table_by_ranges(spark, source, mirrors, table, history=history)
             return verification.TableComparison(table, n_src, n_mir, mism, True, stats)
-        return verification.TableComparison(table, *verify_table(spark, source, mirrors, table))
+        return verification.TableComparison(table, *verify_table(spark, source, mirrors, table, history))
 
     return compare
 
@@ -216,6 +269,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         "the ranges that differ",
     )
     p.add_argument(
+        "--history",
+        action="store_true",
+        help="compare the tables' history mirrors (their current versions; overlapping versions are "
+        "a fault) instead of the mirrors",
+    )
+    p.add_argument(
         "--repair",
         action="store_true",
         help="request a dump of exactly the mismatched keys (the config's [state]); the running capture "
@@ -227,9 +286,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     source.open()
     spark = get_session("dblog-verify-mirror", locations=(args.lake, args.mirrors))
     mirrors = mirrors_root(args.lake, args.mirrors)
-    report = verification.printer("in the mirror", args.show)
+    report = verification.printer("in the history mirror" if args.history else "in the mirror", args.show)
+    compare_with = against_mirrors(spark, source, mirrors, args.ranges, args.history)
     try:
-        results = verification.verify(source, args.table, against_mirrors(spark, source, mirrors, args.ranges), report)
+        results = verification.verify(source, args.table, compare_with, report)
     finally:
         source.close()
     if args.repair:

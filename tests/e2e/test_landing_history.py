@@ -5,7 +5,8 @@ range events repair) change a table; after each round the test takes a snapshot 
 table and the log position at that moment. Landed with its history, the table "as of" each
 of those positions (the documented query, ``history.as_of``) must equal that snapshot, row
 for row, and the current versions must equal the table. Landed again from a new checkpoint,
-the history does not change."""
+the history does not change. ``verify_mirror --history`` finds it equal to the table (and an
+overlap planted in it), and a consistent cut reads it equal to the mirror at the cut."""
 
 from __future__ import annotations
 
@@ -155,6 +156,50 @@ def test_history_as_of_each_snapshot_equals_the_source_then(kind, spark, tmp_pat
         assert spark.read.format("delta").load(path).count() == n_versions
         for position, expected in snaps:
             assert rows_as_of(position) == expected, position
+
+        # verify_mirror --history: the current versions equal the table, no versions overlap.
+        from airflow_provider_dblog.config import make_source
+        from airflow_provider_dblog.spark.verify_mirror import verify_table
+
+        source = make_source(cfg)
+        source.open()
+        try:
+            assert verify_table(spark, source, f"{lake}/mirrors", table, history=True) == (len(final), len(final), [])
+            # A consistent cut reads the history as of its position, equal to the mirror's
+            # version at the cut: at each landed batch boundary that is a cut (the mid-way
+            # landing's at least; the newest counts only once the changelog goes on past it).
+            from airflow_provider_dblog.spark import mirror_commits as mc
+            from airflow_provider_dblog.spark.consistent_cut import (
+                NoConsistentCut,
+                consistent_cut,
+                read_at,
+                read_histories,
+            )
+
+            (mirror,) = [m for m in read_histories(spark, f"{lake}/mirrors", source_id) if m.table == table]
+            boundaries = sorted({meta[mc.POSITION] for _, meta in mirror.commits if meta is not None})
+            cut_at = set()
+            for at in boundaries:
+                try:
+                    cut = consistent_cut(spark, lake, source_id, at)
+                except NoConsistentCut:
+                    continue
+                cut_at.add(cut.position)
+                assert cut.histories == {table: path}, cut
+                history_at = spark.sql(f"SELECT id, v, n FROM {cut.history_sql(table)}").collect()
+                mirror_at = read_at(spark, cut, table).where("NOT _deleted").select("id", "v", "n").collect()
+                assert {r.id: (r.v, r.n) for r in history_at} == {r.id: (r.v, r.n) for r in mirror_at}, cut
+            assert len(boundaries) >= 2 and boundaries[0] in cut_at, (boundaries, cut_at)
+            # A history whose versions overlap (an ended version opened again) is a landing fault.
+            reopened = history.where("NOT _current").select("_key").first()._key
+            spark.sql(
+                f"UPDATE delta.`{path}` SET _valid_to = NULL, _current = true "
+                f"WHERE _key = '{reopened}' AND NOT _current"
+            )
+            _, _, found = verify_table(spark, source, f"{lake}/mirrors", table, history=True)
+            assert [m.kind for m in found if m.kind == "overlap"] == ["overlap"], found
+        finally:
+            source.close()
     finally:
         if conn is not None:  # an open transaction would hold DROP DATABASE's lock
             conn.close()

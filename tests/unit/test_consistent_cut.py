@@ -102,6 +102,46 @@ def test_a_stopped_mirror_is_left_out():
     assert set(cut.versions) == {"s.a", "s.b"} and cut.stopped == {"s.c": "incompatible ..."}
 
 
+def test_history_mirrors_are_read_at_the_cuts_position_where_they_hold_it():
+    """A history is read by position (history.as_of) in its newest version, where it holds
+    every event of its table up to the cut: its last commit is at or past the cut, or it has
+    caught up with its mirror (a quiet table gets no commit in either). One a batch behind its
+    mirror, one that stopped, and one with nothing landed are left out, each with why."""
+    histories = [
+        MirrorHistory("s.a", "/m/_history/pg1/s.a", [(0, None), (1, B0), (2, B1), (3, B3)]),  # past every cut
+        MirrorHistory("s.b", "/m/_history/pg1/s.b", [(0, None), (1, B0), (2, B2)]),  # behind b's mirror (B3)
+    ]
+    cut = find_cut("pg1", mirrors(), pos(0x35, 1), histories=histories)
+    assert cut.position == pos(0x30, 1)
+    # b's history has landed up to the cut (B2 ends at 0x30) although it lacks B3: held
+    assert cut.histories == {"s.a": "/m/_history/pg1/s.a", "s.b": "/m/_history/pg1/s.b"}
+    at = pos(0x30, 1)
+    assert cut.history_sql("s.a") == (
+        f"(SELECT * FROM delta.`/m/_history/pg1/s.a` WHERE _valid_from <= '{at}' "
+        f"AND (_valid_to IS NULL OR _valid_to > '{at}'))"
+    )
+    newest = find_cut(
+        "pg1", mirrors(), next_event=lambda p: pos(0x41, 1) if p >= pos(0x40, 2) else None, histories=histories
+    )
+    assert newest.position == pos(0x40, 2) and set(newest.histories) == {"s.a"}
+    assert newest.histories_left_out == {"s.b": f"landed only up to {pos(0x30, 1)}, its mirror up to {pos(0x40, 2)}"}
+    # A quiet table: its mirror's and its history's last commits are B0, the cut is far past.
+    quiet = [MirrorHistory("s.q", "/m/pg1/s.q", [(0, None), (1, B0)])]
+    quiet_history = [MirrorHistory("s.q", "/m/_history/pg1/s.q", [(0, None), (1, B0)])]
+    cut = find_cut("pg1", mirrors() + quiet, pos(0x35, 1), histories=quiet_history)
+    assert cut.histories == {"s.q": "/m/_history/pg1/s.q"}
+    left = [
+        MirrorHistory("s.a", "/h/s.a", [(0, None), (1, B3)], stopped="unchanged TOAST ..."),
+        MirrorHistory("s.b", "/h/s.b", [(0, None)]),
+    ]
+    cut = find_cut("pg1", mirrors(), pos(0x35, 1), histories=left)
+    assert cut.histories == {} and cut.histories_left_out == {
+        "s.a": "stopped: unchanged TOAST ...",
+        "s.b": "nothing landed yet",
+    }
+    assert "history_sql" in cut.as_dict() and "history_sql" not in find_cut("pg1", mirrors(), pos(0x35, 1)).as_dict()
+
+
 def test_landing_again_from_a_new_checkpoint():
     """A new landing (lost checkpoint) lands everything again in one batch: the versions
     before it still give the old cuts, the newest cut is after it."""
