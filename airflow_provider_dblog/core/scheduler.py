@@ -195,6 +195,10 @@ class DumpScheduler:
         for d in self.dumps:  # a dump first seen queues behind every dump seen before it
             if d.dump_id not in self._timings:
                 self._timings[d.dump_id] = _Timing(turn=next(self._turns))
+        # Only the tables of unfinished dumps: the estimates go into every status report, which
+        # must not keep a part per table ever dumped (a source of 1,000 tables after `dump --all`).
+        pending = {t for d in self.dumps for t in self._tables_of(d)}
+        self.estimates = {t: n for t, n in self.estimates.items() if t in pending}
         for d in self.dumps:
             for t in self._tables_of(d):
                 if t not in self.estimates:

@@ -91,3 +91,34 @@ def test_use_gtid_must_be_a_boolean_in_the_config():
         make_source(src, password="p")
     made = make_source({**src, "use_gtid": True, "host": "a:1,b:2"}, password="p")
     assert made._use_gtid and made._endpoints == [("a", 1), ("b", 2)]
+
+
+class RefusingSession:
+    """SELECTs of table ``refused`` fail as MariaDB refuses them (1142); the statements run
+    are kept."""
+
+    def __init__(self, refused: str):
+        self.refused, self.statements = refused, []
+
+    def query(self, sql, params=None):
+        import pymysql
+
+        self.statements.append(sql)
+        if sql.startswith("SELECT CURRENT_USER()"):
+            return [("u@%",)]
+        if f"`{self.refused}`" in sql:
+            raise pymysql.err.OperationalError(1142, f"SELECT command denied to user 'u'@'h' for table `{self.refused}`")
+        return []
+
+
+def test_every_table_is_checked_readable_in_a_few_statements_and_a_refused_one_is_named():
+    tables = [f"shop.t{i:03d}" for i in range(450)]
+    ok = RefusingSession("none")
+    StartupChecks(ok, ConnectionSettings("h", 1, "u", "secret"), mariadb=True).readable_all(tables)
+    assert len(ok.statements) == 3  # 200 tables a statement, not one each
+    assert [s.count("LIMIT 0") for s in ok.statements] == [200, 200, 50]
+    bad = RefusingSession("t321")
+    with pytest.raises(ConfigurationError) as err:
+        StartupChecks(bad, ConnectionSettings("h", 1, "u", "secret"), mariadb=True).readable_all(tables)
+    assert "cannot SELECT from shop.t321" in err.value.cause
+    assert "GRANT SELECT ON `shop`.`t321` TO 'u'@'%'" in err.value.fix

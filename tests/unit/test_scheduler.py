@@ -73,6 +73,24 @@ def test_range_chunks_continue_from_the_last_key_and_finish_the_dump(state, cloc
     assert state.get_dump(dump_id).progress[TABLE] == TableProgress((3,), 3, 2, True, 0)
 
 
+def test_row_estimates_are_kept_for_the_tables_of_unfinished_dumps_only(state, clock):
+    """The estimates go into every status report: a table whose dumps are all finished leaves
+    them, or a source of 1,000 tables would report 1,000 estimates for ever after `dump --all`."""
+    dump_id = request(state, chunk_size=2)
+    s = scheduler(state, clock)
+    plan = s.next_chunk()
+    assert s.estimates == {TABLE: 1000}
+    finish(s, plan, rows(1))  # short chunk: the dump is done
+    assert status(state, dump_id) is DumpStatus.DONE
+    clock.advance(1)
+    assert s.next_chunk() is None
+    assert s.estimates == {}
+    request(state, tables=("app.other",))
+    clock.advance(1)
+    s.next_chunk()
+    assert s.estimates == {"app.other": 1000}
+
+
 def test_progress_is_stored_only_when_durable_and_a_restart_resumes_there(state, clock):
     request(state, chunk_size=2)
     s = scheduler(state, clock)

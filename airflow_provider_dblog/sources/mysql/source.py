@@ -235,7 +235,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
             if isinstance(schema, DBLogError):
                 raise schema
             self._schemas[table] = schema
-            check.readable(table)
+        check.readable_all(self._tables)
         if self._chunk_replica is not None:
             if not self._mariadb:
                 raise ConfigurationError(
@@ -244,9 +244,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
                     "remove chunk_replica.",
                 )
             self._chunk_replica.check(self._session)
-            replica = StartupChecks(self._chunk_replica.session(), self._chunk_replica.settings, True)
-            for table in self._tables:
-                replica.readable(table)
+            StartupChecks(self._chunk_replica.session(), self._chunk_replica.settings, True).readable_all(self._tables)
 
     def preflight(self) -> None:
         """``open``'s checks on a session of its own, changing nothing (Preflight): the
@@ -266,10 +264,10 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
             if self.watermarks == "log":
                 check.snapshot_position()
             check.filters(tables, self._wm_db if self.watermarks == "table" else None)
-            for table, schema in catalog.read_table_schemas(session, tables, self._key_columns, mariadb).items():
+            for schema in catalog.read_table_schemas(session, tables, self._key_columns, mariadb).values():
                 if isinstance(schema, DBLogError):
                     raise schema
-                check.readable(table)
+            check.readable_all(tables)
         finally:
             session.close()
 

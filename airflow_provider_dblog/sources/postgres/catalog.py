@@ -363,25 +363,41 @@ def leaf_partitions(cur, roots: dict[str, int]) -> dict[str, dict[int, tuple[str
 def captured_ancestor(cur, table: str, captured: Iterable[str]) -> Optional[str]:
     """The captured table that ``table`` is a partition of (at any depth), or None: a
     partition's changes are captured under that ancestor's name. None too when ``table``
-    does not exist (any more). (pg_inherits, not pg_partition_ancestors: PostgreSQL 10+.)"""
-    schema, name = split_table(table)
+    does not exist (any more)."""
+    return captured_ancestors(cur, [table], captured).get(table)
+
+
+def captured_ancestors(cur, tables: Sequence[str], captured: Iterable[str]) -> dict[str, str]:
+    """``captured_ancestor`` of each of ``tables`` that has one, in one query whatever their
+    number (pg_inherits walked up from every partition at once; not pg_partition_ancestors:
+    PostgreSQL 10+)."""
+    if not tables:
+        return {}
+    parts = [split_table(t) for t in tables]
     cur.execute(
         """
-        WITH RECURSIVE up(relid) AS (
-            SELECT i.inhparent FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WITH RECURSIVE up(name, relid) AS (
+            SELECT t.name, i.inhparent
+            FROM unnest(%s::text[], %s::text[], %s::text[]) AS t(name, nsp, rel)
+            JOIN pg_namespace n ON n.nspname = t.nsp
+            JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.rel AND c.relispartition
             JOIN pg_inherits i ON i.inhrelid = c.oid
-            WHERE n.nspname = %s AND c.relname = %s AND c.relispartition
             UNION
-            SELECT i.inhparent FROM up JOIN pg_class c ON c.oid = up.relid AND c.relispartition
+            SELECT up.name, i.inhparent FROM up JOIN pg_class c ON c.oid = up.relid AND c.relispartition
             JOIN pg_inherits i ON i.inhrelid = c.oid
         )
-        SELECT n.nspname, c.relname FROM up
+        SELECT up.name, n.nspname, c.relname FROM up
         JOIN pg_class c ON c.oid = up.relid JOIN pg_namespace n ON n.oid = c.relnamespace
         """,
-        (schema, name),
+        (list(tables), [schema for schema, _ in parts], [name for _, name in parts]),
     )
     wanted = set(captured)
-    return next((t for t in (names.table_name(*r) for r in cur.fetchall()) if t in wanted), None)
+    out: dict[str, str] = {}
+    for table, schema, name in cur.fetchall():
+        ancestor = names.table_name(schema, name)
+        if ancestor in wanted:
+            out.setdefault(table, ancestor)
+    return out
 
 
 def table_name_of(cur, oid: int) -> Optional[str]:

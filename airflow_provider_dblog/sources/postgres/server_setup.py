@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 from ...core import names
 from ...core.errors import ConfigurationError
-from .catalog import captured_ancestor, quote_ident, quote_table, server_version
+from .catalog import captured_ancestors, quote_ident, quote_table, server_version
 
 
 def check_server(cur, user: str, plugin: str) -> None:
@@ -122,15 +122,16 @@ def ensure_publication(
     cur.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
     have = {names.table_name(*r) for r in cur.fetchall()}
     missing = [t for t in wanted if t not in have]
-    for table in missing:
-        ancestor = captured_ancestor(cur, table, have)
-        if ancestor is not None:  # adding the partition would not help: it stays published as the ancestor
-            raise ConfigurationError(
-                f"publication {publication} publishes the changes of partition {table} under its "
-                f"ancestor {ancestor} (publish_via_partition_root), so none arrive as {table}.",
-                f"capture {ancestor} instead of {table}, or use a publication without {ancestor} "
-                "(pass another publication name).",
-            )
+    # adding a partition would not help: it stays published as its ancestor
+    hidden = captured_ancestors(cur, missing, have)
+    if hidden:
+        table, ancestor = next(iter(hidden.items()))
+        raise ConfigurationError(
+            f"publication {publication} publishes the changes of partition {table} under its "
+            f"ancestor {ancestor} (publish_via_partition_root), so none arrive as {table}.",
+            f"capture {ancestor} instead of {table}, or use a publication without {ancestor} "
+            "(pass another publication name).",
+        )
     if missing:
         what = "the watermark table and " if watermark_table in missing else ""
         raise ConfigurationError(

@@ -57,7 +57,7 @@ from ..keyset_reader import KeysetChunkReader
 from ..tls import TLSSettings, tls_error_fix
 from .catalog import (
     TableInfo,
-    captured_ancestor,
+    captured_ancestors,
     check_partitions,
     check_replica_identity,
     fingerprints,
@@ -358,14 +358,14 @@ class PostgresSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFinger
         ancestor's), and every partition of a captured partitioned table must reach the log
         with the table's key. Returns the partitions read."""
         with self._cur() as cur:
-            for table in self._tables:
-                ancestor = captured_ancestor(cur, table, self._tables)
-                if ancestor is not None:
-                    raise ConfigurationError(
-                        f"table {table} is a partition of {ancestor}, which is captured too: its rows are "
-                        f"captured and dumped as rows of {ancestor}.",
-                        f"remove {table} from the tables to capture.",
-                    )
+            nested = captured_ancestors(cur, self._tables, self._tables)
+            if nested:
+                table, ancestor = next(iter(nested.items()))
+                raise ConfigurationError(
+                    f"table {table} is a partition of {ancestor}, which is captured too: its rows are "
+                    f"captured and dumped as rows of {ancestor}.",
+                    f"remove {table} from the tables to capture.",
+                )
             version = server_version(cur)
         if roots and version < 130000:
             raise ConfigurationError(
