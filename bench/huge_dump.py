@@ -60,7 +60,7 @@ class WriteLoad(threading.Thread):
         cur = c.cursor()
         try:
             next_at = time.monotonic()
-            while not self.done.is_set():
+            while self.rate > 0 and not self.done.is_set():  # --load-rate 0: no load
                 if self.writes % 2:
                     cur.execute(
                         f"UPDATE {self.db.dump_table} SET v = v + 1 WHERE id = %s", (rng.randint(1, self.rows),)
@@ -207,7 +207,7 @@ def main() -> int:
     p.add_argument("--rows", type=int, default=50_000_000)
     p.add_argument("--chunk-size", type=int, default=50_000)
     p.add_argument("--kill-at", type=float, default=0.6, help="fraction of the rows; 0: no kill")
-    p.add_argument("--load-rate", type=float, default=200, help="writes per second during the dump")
+    p.add_argument("--load-rate", type=float, default=200, help="writes per second during the dump (0: none)")
     p.add_argument("--plot", metavar="PNG")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="dblog-bench-huge-dump-") as workdir:
