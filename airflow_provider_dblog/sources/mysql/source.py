@@ -237,13 +237,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
             self._schemas[table] = schema
         check.readable_all(self._tables)
         if self._chunk_replica is not None:
-            if not self._mariadb:
-                raise ConfigurationError(
-                    f"source {self.source_id} has a chunk_replica, but the server is MySQL: chunks are read "
-                    "from a replica on MariaDB only (its MASTER_GTID_WAIT).",
-                    "remove chunk_replica.",
-                )
-            self._chunk_replica.check(self._session)
+            self._chunk_replica.check(self._session, self._mariadb)
             StartupChecks(self._chunk_replica.session(), self._chunk_replica.settings, True).readable_all(self._tables)
 
     def preflight(self) -> None:
