@@ -69,7 +69,10 @@ def test_a_source_of_300_tables_starts_dumps_and_converges_at_a_flat_cost(kind, 
         c.close()  # a backend reports its statistics when it ends (else up to 10 s later, in the window)
         lake = tmp_path / "lake"
         config = write_config(
-            tmp_path / "dblog.toml", {**db.source_config(source_id), "tables": names}, tmp_path / "s.db", f"delta://{lake}"
+            tmp_path / "dblog.toml",
+            {**db.source_config(source_id), "tables": names},
+            tmp_path / "s.db",
+            f"delta://{lake}",
         )
         state = LocalStateStore(str(tmp_path / "s.db"))
         before = statements_run(db)

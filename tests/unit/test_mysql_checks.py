@@ -107,7 +107,9 @@ class RefusingSession:
         if sql.startswith("SELECT CURRENT_USER()"):
             return [("u@%",)]
         if f"`{self.refused}`" in sql:
-            raise pymysql.err.OperationalError(1142, f"SELECT command denied to user 'u'@'h' for table `{self.refused}`")
+            raise pymysql.err.OperationalError(
+                1142, f"SELECT command denied to user 'u'@'h' for table `{self.refused}`"
+            )
         return []
 
 
