@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
 from .core.events import TableSchema
-from .outputs.lake_layout import absolute, changelog_path, mirror_path, mirrors_root
+from .outputs.lake_layout import absolute, changelog_path, history_path, mirror_path, mirrors_root
 
 DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306}
 
@@ -118,11 +118,15 @@ def column_lineage(sources: Sequence[LineageDataset], tables: Sequence[str]) -> 
     return (("after", images), ("before", images), ("key", keys)) if images else ()
 
 
-def mirror_datasets(mirrors: str, schemas: Iterable[tuple[str, TableSchema]]) -> list[LineageDataset]:
-    """The Delta mirrors of (source id, table schema) pairs under ``mirrors``."""
+def mirror_datasets(
+    mirrors: str, schemas: Iterable[tuple[str, TableSchema]], history: bool = False
+) -> list[LineageDataset]:
+    """The Delta mirrors of (source id, table schema) pairs under ``mirrors`` (``history``:
+    their history mirrors)."""
     out = []
     for source_id, schema in schemas:
-        namespace, name = location(mirror_path(mirrors, source_id, schema.table))
+        path = (history_path if history else mirror_path)(mirrors, source_id, schema.table)
+        namespace, name = location(path)
         out.append(LineageDataset(namespace, name, schema))
     return out
 

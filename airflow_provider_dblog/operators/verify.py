@@ -37,6 +37,8 @@ class VerifyOperator(BaseOperator):
     :param changelog: the changelog URL (``delta://DIR``, ``kafka://...``); or ``changelog_conn_id``.
     :param mirrors: compare with the Delta mirrors under this directory (``<lake>/mirrors``)
         instead of the changelog's replay.
+    :param history: with ``mirrors``, compare the tables' history mirrors instead (their current
+        versions; overlapping versions are mismatches no repair dump undoes).
     :param tables: tables to verify (default: every captured table).
     :param repair: request a key-list dump of the mismatched keys of each table.
     :param ranges: compare by key-range digests computed in the database (``dblog verify
@@ -63,9 +65,16 @@ class VerifyOperator(BaseOperator):
         ranges: bool = True,
         fail_on_mismatch: bool = True,
         chunk_size: int = 1_000,
+        history: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if history and not mirrors:
+            raise ValueError(
+                "VerifyOperator: history=True compares history mirrors, which need mirrors= (the <lake>/mirrors "
+                "directory). Fix: pass mirrors, or drop history."
+            )
+        self.history = history
         self.source_conn_id, self.state_conn_id, self.state = source_conn_id, state_conn_id, state
         self.changelog, self.changelog_conn_id, self.source_id = changelog, changelog_conn_id, source_id
         self.tables = tables
@@ -142,7 +151,7 @@ class VerifyOperator(BaseOperator):
         if self.mirrors:
             root = absolute(str(self.mirrors))
             for t, n in mismatches.items():
-                (d,) = lineage.mirror_datasets(root, [(source["id"], schemas[t])])
+                (d,) = lineage.mirror_datasets(root, [(source["id"], schemas[t])], self.history)
                 by_dataset[(d.namespace, d.name)] = [(t, n)]
         else:
             output = DBLogConnections.of_operator(self).hook().get_output()
@@ -158,4 +167,5 @@ class VerifyOperator(BaseOperator):
         from ..spark.verify_mirror import against_mirrors
 
         spark, mirrors = get_session("dblog-verify-mirror"), absolute(str(self.mirrors))
-        return verification.verify(source, tables, against_mirrors(spark, source, mirrors, self.ranges), report)
+        compare = against_mirrors(spark, source, mirrors, self.ranges, self.history)
+        return verification.verify(source, tables, compare, report)

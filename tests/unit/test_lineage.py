@@ -203,6 +203,8 @@ def test_land_dag_reports_the_changelog_feeding_the_mirrors(monkeypatch, tmp_pat
     assert outputs == [orders]  # the source's Delta tables only: not other/, empty/, _checkpoints
     (verified,) = lineage.mirror_datasets(f"{lake}/mirrors", [("shop", ORDERS)])  # VerifyOperator's name
     assert (verified.namespace, verified.name) == (orders["namespace"], orders["name"])
+    (history,) = lineage.mirror_datasets(f"{lake}/mirrors", [("shop", ORDERS)], history=True)
+    assert (history.namespace, history.name) == ("file", f"{lake}/mirrors/_history/shop/public.orders")
     assert "unknownSourceAttribute" not in run_facets  # the operator's own lineage, not a fallback
 
     # at completion the mirrors are listed again: the one this run created is there now
@@ -268,3 +270,11 @@ def test_the_operators_work_without_openlineage():
     environ.pop("DBLOG_SPARK_JARS", None)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=environ)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_verify_operator_history_needs_the_mirrors():
+    from airflow_provider_dblog.operators.verify import VerifyOperator
+
+    with pytest.raises(ValueError, match="history=True compares history mirrors, which need mirrors="):
+        VerifyOperator(task_id="v", source_conn_id="s", state="/tmp/x.db", history=True)
+    assert VerifyOperator(task_id="v", source_conn_id="s", state="/tmp/x.db", mirrors="/l/mirrors", history=True).history
