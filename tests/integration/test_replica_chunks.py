@@ -13,6 +13,7 @@ not on the primary.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -152,3 +153,68 @@ def test_chunks_from_a_lagging_replica(pair, tmp_path, monkeypatch, watermarks, 
         for w in writers:
             w.join(30)
         capture.close()
+
+
+def test_oracle_workload_with_read_only_chunks_from_a_replica_that_stops_and_starts(pair, tmp_path):  # noqa: F811
+    """The convergence oracle's workload (writers, TRUNCATEs, ALTER TABLEs) on the pair's
+    primary, read-only dumps of every table read on the replica, whose SQL thread stops and
+    starts at random moments (lag of up to 3 s). The changelog must equal the primary's tables."""
+    from airflow_provider_dblog.outputs import make_output
+
+    from .test_gtid_failover import PairAdapter
+    from .test_oracle import RANDOM_SEED, Workload, capture_status, sentinel_arrived
+
+    seed = RANDOM_SEED
+    print(f"\nchunks from a replica: seed {seed} (rerun with DBLOG_ORACLE_SEED={seed})")
+    primary, replica = pair
+    rng = random.Random(seed)
+    db = PairAdapter(primary)
+    source_id = f"rcoracle_{uuid.uuid4().hex[:6]}"
+    db.create()
+    db.seed(rng, 300)
+    source = db.tls_source_config(
+        source_id, host="127.0.0.1", port=primary, watermarks="log", chunk_replica=f"127.0.0.1:{replica}"
+    )
+    config = write_config(tmp_path / "dblog.toml", source, tmp_path / "state.db", f"delta://{tmp_path / 'lake'}")
+    state = LocalStateStore(str(tmp_path / "state.db"))
+    out = make_output(f"delta://{tmp_path / 'lake'}")
+    out.open()
+    capture = Capture(config, tmp_path / "capture.log", faults=("--window-delay-ms", "20"))
+    capture.start()
+    stops = 0
+    try:
+        wait_for(lambda: capture_status(state, source_id), 90, "the capture to start", capture.assert_alive)
+        dumps = []
+        with Workload(db, seed, schema_changes=True) as load:
+            deadline = time.monotonic() + 20
+            dumps.append(dblog(config, "dump", "--all", "--chunk-size", "20").stdout.strip())
+            while time.monotonic() < deadline:
+                time.sleep(rng.uniform(0.5, 2))
+                with root(replica) as c, c.cursor() as cur:
+                    cur.execute("STOP SLAVE SQL_THREAD")
+                    stops += 1
+                    time.sleep(rng.uniform(0.2, 3))
+                    cur.execute("START SLAVE SQL_THREAD")
+                if len(dumps) == 1 and time.monotonic() > deadline - 10:
+                    dumps.append(dblog(config, "dump", "--all", "--chunk-size", "30").stdout.strip())
+        assert load.txns > 50, f"workload too small: {load.txns} transactions, errors {load.errors[:3]}"
+        assert len(load.altered) == len(db.schema_changes()), load.altered
+
+        def all_done():
+            ds = [state.get_dump(d) for d in dumps]
+            failed = [d for d in ds if d.status in (DumpStatus.FAILED, DumpStatus.CANCELLED)]
+            assert not failed, f"dump failed: {failed[0].error}"
+            return all(d.status is DumpStatus.DONE for d in ds)
+
+        wait_for(all_done, 240, "the dumps from the replica", capture.assert_alive, detail=capture.detail)
+        sentinel_arrived(db, out, source_id, capture)
+        assert capture.stop() == 0, capture.tail()
+        caught_up(primary, replica)  # verify reads the replica too
+        result = dblog(config, "verify", check=False)
+        print(result.stdout)
+        assert result.returncode == 0, f"verify found mismatches:\n{result.stdout}\n{result.stderr}\n{capture.tail()}"
+        assert result.stdout.count(" 0 mismatches") == len(db.tables()), result.stdout
+        print(f"chunks from a replica: {load.txns} transactions, the replica's SQL thread stopped {stops} times")
+    finally:
+        capture.close()
+        out.close()
