@@ -108,3 +108,40 @@ def test_the_reader_queue_is_bounded_in_changes_not_events():
     assert q.qsize() == 100
     q.put_nowait(Items([block(150), block(1)], None))
     assert q.qsize() == 251
+
+
+def test_a_marker_the_idle_reader_has_passed_is_queued_at_once_and_never_out_of_order():
+    """offer_markers (the engine's thread, right after a read-only watermark is taken): a
+    marker at or before the reader's position goes into the queue now, not at the next event
+    or heartbeat. Never inside a transaction, never while an event is being queued (the
+    reader holds its lock), never into a full queue, and a marker not taken stays waiting."""
+    import threading
+
+    from airflow_provider_dblog.sources.mysql.log import BinlogReader, ChangeQueue
+
+    reader = object.__new__(BinlogReader)  # its state, without a thread or a connection
+    reader._markers = BinlogMarkers(encode_coord)
+    reader._emit_lock = threading.Lock()
+    reader._out = ChangeQueue(maxsize=2)
+    reader.file, reader.pos, reader.event_ts, reader._group_open = "mysql-bin.000003", 900, None, False
+
+    reader._markers.add("ahead", 3, 1000)  # the binlog has not got there yet
+    assert not reader.offer_markers() and reader._out.empty()
+    reader._markers.add("lw", 3, 900)
+    reader._group_open = True  # inside a transaction: it waits for the transaction's end
+    assert not reader.offer_markers()
+    reader._group_open = False
+    with reader._emit_lock:  # the reader is queueing an event: it waits for the next one
+        assert not reader.offer_markers()
+    assert reader.offer_markers()
+    (lw,) = reader._out.get_nowait()
+    assert lw.uuid == "lw"
+    reader._out.put_nowait(["x"])
+    reader._out.put_nowait(["y"])  # full
+    reader.pos = 1000
+    assert not reader.offer_markers()  # the consumer would wait on itself: not taken, still due
+    reader._out.get_nowait()
+    assert reader.offer_markers()
+    reader._out.get_nowait()
+    (ahead,) = reader._out.get_nowait()
+    assert ahead.uuid == "ahead"

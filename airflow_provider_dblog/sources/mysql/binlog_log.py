@@ -243,6 +243,11 @@ class BinlogLog:
             )
         return name, max(4, txn_start)
 
+    def offer_markers(self) -> None:
+        """Read-only watermarks the reader has passed go into the stream at once (log.py)."""
+        if self.reader is not None:
+            self.reader.offer_markers()
+
     def poll(self, max_items: int, timeout: float) -> list[LogItem | LogRows]:
         if self.reader is None:
             raise RuntimeError("start_log() must be called before poll()")

@@ -236,6 +236,9 @@ class BinlogReader(threading.Thread):
     ):
         super().__init__(name=f"dblog-binlog-{source_id}-{id(self):x}", daemon=True)
         self._markers = markers
+        # Held while an event is turned into items and queued: a marker the reader has already
+        # passed is queued from another thread (offer_markers) only between two events.
+        self._emit_lock = threading.Lock()
         self._settings = settings
         self._server_id = server_id
         self._schemas = schemas
@@ -335,11 +338,12 @@ class BinlogReader(threading.Thread):
                     # A server shutting down ends the stream: a connection loss to reconnect.
                     raise ConnectionResetError("the server ended the binlog stream unexpectedly")
                 self._received = True
-                items = self._handle(event)
-                if event.packet.timestamp:
-                    self.event_ts = float(event.packet.timestamp)
-                if items:
-                    self._put(Items(items, self.event_ts))
+                with self._emit_lock:
+                    items = self._handle(event)
+                    if event.packet.timestamp:
+                        self.event_ts = float(event.packet.timestamp)
+                    if items:
+                        self._put(Items(items, self.event_ts))
             return None
         except _Stopped:
             return None
@@ -365,6 +369,25 @@ class BinlogReader(threading.Thread):
                 "GRANT REPLICATION SLAVE ON *.* TO the source's user.",
             )
         return exc
+
+    def offer_markers(self) -> bool:
+        """Queue the read-only watermarks the reader has already passed, now, instead of at the
+        next event or heartbeat (up to READ_ONLY_HEARTBEAT later: on a quiet server that was
+        most of a chunk's time). Only between two events and with no transaction open, so the
+        stream's order holds; never blocks (the caller is the queue's consumer). True if it
+        queued any."""
+        markers = self._markers
+        if not markers or not self._emit_lock.acquire(blocking=False):
+            return False  # none waiting, or an event is being queued: the next one brings them
+        try:
+            if self._group_open or self._out.full():
+                return False
+            due = markers.due(file_number(self.file), self.pos)
+            if due:
+                self._out.put_nowait(Items(due, self.event_ts))
+            return bool(due)
+        finally:
+            self._emit_lock.release()
 
     def _put(self, item: Any) -> None:
         while not self._stop_flag.is_set():

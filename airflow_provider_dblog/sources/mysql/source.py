@@ -424,6 +424,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
             else:  # the binlog end, for chunks read on the replica (mysql/chunk_replica.py)
                 file, pos = catalog.master_status(session)[:2]
             self._log.markers.add(uuid, file_number(file), pos)
+            self._log.offer_markers()  # an idle reader is past it already: no heartbeat's wait
         else:
             self._write_watermark_row(session, uuid)
         if replica is not None:
