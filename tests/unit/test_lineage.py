@@ -277,4 +277,6 @@ def test_verify_operator_history_needs_the_mirrors():
 
     with pytest.raises(ValueError, match="history=True compares history mirrors, which need mirrors="):
         VerifyOperator(task_id="v", source_conn_id="s", state="/tmp/x.db", history=True)
-    assert VerifyOperator(task_id="v", source_conn_id="s", state="/tmp/x.db", mirrors="/l/mirrors", history=True).history
+    assert VerifyOperator(
+        task_id="v", source_conn_id="s", state="/tmp/x.db", mirrors="/l/mirrors", history=True
+    ).history
