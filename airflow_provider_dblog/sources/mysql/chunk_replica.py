@@ -1,5 +1,5 @@
-"""Chunks read from a MariaDB replica while the log is read from the primary (``chunk_replica``,
-docs/sources.md "Chunks from a replica").
+"""Chunks read from a replica while the log is read from the primary (``chunk_replica``,
+docs/sources.md "Chunks from a replica"), on MariaDB and MySQL.
 
 The watermarks stay on the primary's log: LW and HW are the primary's (a watermark row's
 UPDATE, or with ``watermarks = "log"`` the primary's binlog end, mysql/log_markers.py). What
@@ -16,10 +16,10 @@ all of them.
   needed for that; it costs one round trip while the replica keeps up.)
 
 Read-only watermarks exist on MariaDB only (mysql/log_markers.py), so MySQL reads its chunks
-on a replica with table watermarks. A read-only watermark is the binlog end (``SHOW MASTER STATUS``), not the consistent-snapshot
-position the primary's own chunks use: a transaction written to the binlog but not yet
-committed in the primary's InnoDB may already be on the replica; after the wait it is in the
-chunk, and the end is past it.
+on a replica with table watermarks. A read-only watermark is then the binlog end (``SHOW
+MASTER STATUS``), not the consistent-snapshot position the primary's own chunks use: a
+transaction written to the binlog but not yet committed in the primary's InnoDB may already
+be on the replica; after the wait it is in the chunk, and the end is past it.
 
 A lagging replica delays a chunk by its lag; one that does not reach the position within
 ``timeout`` seconds (stopped, broken, or not a replica of this primary) fails the chunk with
@@ -29,15 +29,12 @@ A lagging replica delays a chunk by its lag; one that does not reach the positio
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Optional
 
 import pymysql
 
 from ...core.errors import ConfigurationError, SourceUnavailable
 from .catalog import ConnectionSettings, Session
-
-log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 60.0  # seconds a chunk waits for the replica to reach the primary's position
 

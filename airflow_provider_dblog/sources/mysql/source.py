@@ -238,7 +238,8 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         check.readable_all(self._tables)
         if self._chunk_replica is not None:
             self._chunk_replica.check(self._session, self._mariadb)
-            StartupChecks(self._chunk_replica.session(), self._chunk_replica.settings, True).readable_all(self._tables)
+            replica = StartupChecks(self._chunk_replica.session(), self._chunk_replica.settings, self._mariadb)
+            replica.readable_all(self._tables)
 
     def preflight(self) -> None:
         """``open``'s checks on a session of its own, changing nothing (Preflight): the
