@@ -128,8 +128,8 @@ def find_cut(
             continue
         versions = {m.table: _version_at(m.commits, tagged[m.table], cut) for m in mirrors if m.stopped is None}
         if all(v is not False for v in versions.values()):
-            mirror_landed = {t: cs[-1].complete for t, cs in tagged.items() if cs}
-            held, left_out = _histories_at(histories, mirror_landed, source_id, cut)
+            spans = {t: (min(c.first for c in cs), cs[-1].complete) for t, cs in tagged.items() if cs}
+            held, left_out = _histories_at(histories, spans, source_id, cut)
             return Cut(
                 source_id,
                 cut,
@@ -146,23 +146,27 @@ def find_cut(
 
 
 def _histories_at(
-    histories: Sequence[MirrorHistory], mirror_landed: dict[str, str], source_id: str, cut: str
+    histories: Sequence[MirrorHistory], spans: dict[str, tuple[str, str]], source_id: str, cut: str
 ) -> tuple[dict[str, str], dict[str, str]]:
     """(table -> path of the histories that hold the cut, table -> why the others do not).
+    ``spans``: each mirror's first landed position and the position it is complete up to.
 
     A history holds every event of its table up to its last commit's position; past it, up to
     its mirror's (a batch commits the mirror, then the history: one that caught up with its
     mirror lacks nothing the mirror has, and a table without events in a batch gets no commit
-    in either, so a quiet table's history is exact far past its last commit)."""
+    in either, so a quiet table's history is exact far past its last commit). One whose first
+    batch began after its mirror's (added to a landing later) lacks the keys not changed since."""
     held, left_out = {}, {}
     for h in histories:
         tagged = _tagged(h, source_id)
         landed = tagged[-1].complete if tagged else None
-        mirror = mirror_landed.get(h.table)
+        began, mirror = spans.get(h.table, (None, None))
         if h.stopped is not None:
             left_out[h.table] = f"stopped: {h.stopped}"
         elif landed is None:
             left_out[h.table] = "nothing landed yet"
+        elif began is not None and min(c.first for c in tagged) > began:
+            left_out[h.table] = f"added after its mirror: its first batch began at {min(c.first for c in tagged)}"
         elif landed >= cut or (mirror is not None and landed >= mirror):
             held[h.table] = h.path
         else:

@@ -139,6 +139,10 @@ def test_history_mirrors_are_read_at_the_cuts_position_where_they_hold_it():
         "s.a": "stopped: unchanged TOAST ...",
         "s.b": "nothing landed yet",
     }
+    # A history added to the landing at batch 2: it lacks the keys untouched since, never held.
+    late = [MirrorHistory("s.b", "/h/s.b", [(0, None), (1, B2), (2, B3)])]
+    cut = find_cut("pg1", mirrors(), pos(0x35, 1), histories=late)
+    assert cut.histories == {} and cut.histories_left_out["s.b"].startswith("added after its mirror")
     assert "history_sql" in cut.as_dict() and "history_sql" not in find_cut("pg1", mirrors(), pos(0x35, 1)).as_dict()
 
 
