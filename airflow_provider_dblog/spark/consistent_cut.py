@@ -165,8 +165,8 @@ def _histories_at(
             left_out[h.table] = f"stopped: {h.stopped}"
         elif landed is None:
             left_out[h.table] = "nothing landed yet"
-        elif began is not None and min(c.first for c in tagged) > began:
-            left_out[h.table] = f"added after its mirror: its first batch began at {min(c.first for c in tagged)}"
+        elif began is not None and (first := min(c.first for c in tagged)) > began:
+            left_out[h.table] = f"added after its mirror: its first batch began at {first}"
         elif landed >= cut or (mirror is not None and landed >= mirror):
             held[h.table] = h.path
         else:

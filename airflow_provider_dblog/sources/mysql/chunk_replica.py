@@ -3,17 +3,17 @@ docs/sources.md "Chunks from a replica"), on MariaDB and MySQL.
 
 The watermarks stay on the primary's log: LW and HW are the primary's (a watermark row's
 UPDATE, or with ``watermarks = "log"`` the primary's binlog end, mysql/log_markers.py). What
-moves is the chunk's SELECT, and what keeps it exact is one wait per watermark: after it, the
-replica has applied every transaction of the primary's binlog up to the watermark
-(MariaDB: ``MASTER_GTID_WAIT`` on ``@@gtid_binlog_pos`` read after it; MySQL:
-``WAIT_FOR_EXECUTED_GTID_SET`` on ``@@GLOBAL.gtid_executed``), so the chunk's read view holds
-all of them.
+moves is the chunk's SELECT, and what keeps it exact is one wait before the first chunk read
+after a watermark: after it, the replica has applied every transaction of the primary's
+binlog up to now, past the watermark (MariaDB: ``MASTER_GTID_WAIT`` on ``@@gtid_binlog_pos``;
+MySQL: ``WAIT_FOR_EXECUTED_GTID_SET`` on ``@@GLOBAL.gtid_executed``), so the chunk's read view
+holds all of them.
 
 * LW: a SELECT after the wait misses no transaction before LW; one after LW it may or may not
   see, and that one's events come inside the window and take the key out of the chunk.
 * HW: the replica applies only what the primary has written to its binlog, so every
-  transaction the SELECT saw is before a binlog end read after it. (The wait after HW is not
-  needed for that; it costs one round trip while the replica keeps up.)
+  transaction the SELECT saw is before a binlog end read after it: HW needs no wait, and
+  neither do the capture's heartbeat watermarks (a lagging replica never holds up the log).
 
 Read-only watermarks exist on MariaDB only (mysql/log_markers.py), so MySQL reads its chunks
 on a replica with table watermarks. A read-only watermark is then the binlog end (``SHOW

@@ -429,7 +429,7 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         else:
             self._write_watermark_row(session, uuid)
         if replica is not None:
-            replica.catch_up(session)
+            replica.caught_up = False  # the next chunk read waits for the replica (_chunk_session)
 
     def _write_watermark_row(self, session: Session, uuid: str) -> None:
         db = MYSQL.quote(self._wm_db)
@@ -457,7 +457,8 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
     def _run_chunk(
         self, conn: Optional[Session], schema: TableSchema, sql: str, params: list, where: Optional[str], texts: bool
     ) -> ChunkResult:
-        return self._chunks.rows(conn or self._chunk_session(), schema, sql, params, where, texts)
+        session = self._chunk_session()  # first: a parallel reader's connection is the replica's too
+        return self._chunks.rows(conn or session, schema, sql, params, where, texts)
 
     def _run_statement(self, schema: TableSchema, sql: str, params: list) -> Sequence[Row]:
         return self._chunks.rows(self._require_session(), schema, sql, params, None, False).rows
@@ -486,9 +487,10 @@ class MySQLSource(KeysetChunkReader, RowTextChunks, RowTextLog, CatalogFingerpri
         return self._reader_sessions
 
     def _chunk_session(self) -> Session:
-        """Where chunks and digests are read: the replica once it holds the primary's binlog up
-        to now (a dump's watermark waits for it; any other read, e.g. ``dblog verify``, waits
-        once before its first), else the source's own connection."""
+        """Where chunks and digests are read: the replica, once it holds the primary's binlog up
+        to now, when a watermark was written since its last wait (the first read after LW waits,
+        which is what makes the chunk exact; heartbeat watermarks and HW wait for nothing) or
+        before any first read (``dblog verify``); else the source's own connection."""
         replica = self._chunk_replica
         if replica is None:
             return self._require_session()
