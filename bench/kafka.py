@@ -369,7 +369,8 @@ def _topic(source_id: str, table: str) -> str:
 def throughput(kind: str, o: dict, workdir: str, log) -> dict:
     db = DATABASES[kind]()
     n, fmts = int(o["events"]), list(o["formats"])
-    ids = db.source_ids([f"{f}{suffix}" for f in fmts for suffix in ("", "_child")])
+    # "delta": the same capture into the Delta changelog, the same-run baseline
+    ids = db.source_ids([f"{f}{suffix}" for f in fmts for suffix in ("", "_child")] + ["delta"])
     timeout = max(300.0, n / 500)
     out: dict = {"label": db.label, "events": n, "formats": {}}
     live: list = []
@@ -380,9 +381,12 @@ def throughput(kind: str, o: dict, workdir: str, log) -> dict:
         key, idle = -1, {}
         for role, sid in ids.items():
             fmt = role.removesuffix("_child")
-            cap = (KafkaChildCapture if role.endswith("_child") else KafkaCapture)(
-                db, sid, workdir, output_url(fmt, db)
-            )
+            if role == "delta":
+                cap = InProcessCapture(db, sid, workdir)
+            else:
+                cap = (KafkaChildCapture if role.endswith("_child") else KafkaCapture)(
+                    db, sid, workdir, output_url(fmt, db)
+                )
             live.append(cap)
             key = cap.start().prime(key)
             if role.endswith("_child"):
@@ -394,6 +398,17 @@ def throughput(kind: str, o: dict, workdir: str, log) -> dict:
         db.insert_primer(SENTINEL_KEY)
         out["load"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in gen.items()}
         caps = {role: c for role, c in zip(ids, live)}
+        log("delta: capture in-process into the Delta changelog (the baseline)")
+        cpu0 = time.process_time()
+        r = caps["delta"].capture_until_sentinel(n, timeout)
+        cpu = time.process_time() - cpu0
+        caps["delta"].stop()
+        out["delta"] = {
+            "events_per_s": round(r["events_per_s"], 1),
+            "seconds": r["seconds"],
+            "cpu_us_per_event": round(cpu / n * 1e6, 1),
+        }
+        log(f"delta: {out['delta']['events_per_s']:,.0f} events/s, {out['delta']['cpu_us_per_event']} CPU µs/event")
         for fmt in fmts:
             cap, sid = caps[fmt], ids[fmt]
             log(f"{fmt}: capture in-process")
@@ -423,7 +438,12 @@ def throughput(kind: str, o: dict, workdir: str, log) -> dict:
             )
             size = max(1, round(rec["mean_record_bytes"]))
             partitions = len(_admin().list_topics(topic, timeout=30).topics[topic].partitions)
-            res: dict = {"ours": ours, "records": rec, "partitions": partitions}
+            res: dict = {
+                "ours": ours,
+                "records": rec,
+                "partitions": partitions,
+                "ratio_to_delta": ratio(ours["events_per_s"], out["delta"]["events_per_s"]),
+            }
             for variant, arg in (("perf_size", size), ("perf_payload", payload)):
                 ptopic = f"bench_perf_{db.tag}_{fmt}_{variant}"
                 create_topic(ptopic, partitions)
@@ -671,12 +691,14 @@ def markdown(results: dict) -> str:
             f"payload) and once with `--payload-file` holding {kept:,} of our records flattened into one value each "
             "(the same bytes: same sizes and compressibility). Ratio = our events/s / its records/s. CPU: ours "
             "is this process (engine, writer, librdkafka threads), the perf test's the whole JVM (start-up "
-            "included).",
+            "included). *vs Delta*: our events/s / the same capture's into the local Delta changelog over the "
+            "same log range in the same run (the issue's goal: 0.8×).",
             "",
             "| Source | Format | Mean record B | Transactions (events each) | DBLog events/s | CPU µs/event | "
+            "Delta path events/s | vs Delta | "
             "Perf test `--record-size` rec/s | Ratio | Perf test `--payload-file` rec/s | Ratio | "
             "Perf test CPU µs/record | Exactly once |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in tp.values():
             for fmt, x in r["formats"].items():
@@ -684,7 +706,8 @@ def markdown(results: dict) -> str:
                 lines.append(
                     f"| {r['label']} | {FORMAT_NAMES.get(fmt, fmt)} | {x['records']['mean_record_bytes']:,.0f} | "
                     f"{o['transactions']:,} ({o['events_per_transaction']:,.0f}) | {_n(o['events_per_s'])} | "
-                    f"{o['cpu_us_per_event']:.1f} | {_n(a['records_per_s'])} | {_r(a['ratio'])} | "
+                    f"{o['cpu_us_per_event']:.1f} | {_n(r.get('delta', {}).get('events_per_s'))} | "
+                    f"{_r(x.get('ratio_to_delta'))} | {_n(a['records_per_s'])} | {_r(a['ratio'])} | "
                     f"{_n(b['records_per_s'])} | {_r(b['ratio'])} | {a['cpu_us_per_record']:.1f} / "
                     f"{b['cpu_us_per_record']:.1f} | {'yes' if x['records']['exactly_once'] else 'NO'} |"
                 )

@@ -49,11 +49,16 @@ def encode_rows(rows: list[Any]) -> None:
         rows[i] = dumps(row)
 
 
+def loads(raw: bytes) -> Any:
+    """The value a ``dumps`` text (as UTF-8) was made of. orjson reads an integer beyond 64
+    bits as a float: a text with 19 digits in a row goes to ``json.loads``, which keeps it
+    exact."""
+    return json.loads(raw) if _LONG_DIGITS.search(raw) else orjson.loads(raw)
+
+
 def loads_row(text: str) -> Row:
-    """The dict a ``dumps`` text was made of. orjson reads an integer beyond 64 bits as a
-    float: a text with 19 digits in a row goes to ``json.loads``, which keeps it exact."""
-    raw = text.encode()
-    value = json.loads(text) if _LONG_DIGITS.search(raw) else orjson.loads(raw)
+    """The dict a ``dumps`` text was made of (``loads``)."""
+    value = loads(text.encode())
     if not isinstance(value, dict):
         raise ValueError(f"a row text that is not a JSON object: {text[:80]!r}")
     return value

@@ -37,6 +37,7 @@ from ..core.protocols import WholeRowConsumers
 from ._common import Bookkeeping, now_micros
 from ._urls import _ACCEPTED
 from .connect_schema import DECIMAL_MODES, table_connect_schema
+from .kafka_columns import Records, dblog_records, debezium_records
 from .kafka_format import (
     BROADCAST_OPS,
     CONNECTORS,
@@ -328,28 +329,44 @@ class KafkaOutput(WholeRowConsumers):
     def write(self, events: Sequence[ChangeEvent], epoch: Optional[int] = None) -> None:
         if not events:
             return
-        by_source: dict[str, list[ChangeEvent]] = {}
-        for sid in self._book.source_ids(events):
+        sources = self._book.source_ids(events)
+        for sid in sources:
             self._source(sid)
-        self._book.check_epoch(self._book.source_ids(events), epoch)
+        self._book.check_epoch(sources, epoch)
         fresh = self._book.fresh(events)
+        if not fresh:
+            return
+        if len(sources) == 1:  # a capture's batch: kept whole (an EventBatch keeps its blocks)
+            self._commit(sources[0], fresh, epoch)
+            return
+        by_source: dict[str, list[ChangeEvent]] = {}
         for e in fresh:
             by_source.setdefault(e.source_id, []).append(e)
         for sid, batch in by_source.items():
             self._commit(sid, batch, epoch)
 
-    def _commit(self, source_id: str, events: list[ChangeEvent], epoch: Optional[int]) -> None:
+    def _commit(self, source_id: str, events: Sequence[ChangeEvent], epoch: Optional[int]) -> None:
         ck = _kafka()
         written_at = now_micros()
         fmt = self.formatter
+        columns: Optional[Records] = None
         records: list[tuple[str, Message]] = []
-        for e in events:
-            topic = self.topic_for(source_id, e.table)
-            msg = fmt.message(e, epoch, written_at, self._schemas.get(e.schema_id or ""), topic)
-            if msg is not None:
-                records.append((topic, msg))
+        topic_of = lambda table: self.topic_for(source_id, table)  # noqa: E731
+        if fmt.fmt == "dblog":  # built column-wise (outputs/kafka_columns.py)
+            columns = dblog_records(events, epoch, topic_of)
+        elif not fmt.schemas:
+            columns = debezium_records(events, epoch, topic_of, fmt, self._schemas)
+        if columns is not None:
+            topics = list(set(columns.topics))
+        else:  # schemas=true: Debezium's types, per event
+            for e in events:
+                topic = self.topic_for(source_id, e.table)
+                msg = fmt.message(e, epoch, written_at, self._schemas.get(e.schema_id or ""), topic)
+                if msg is not None:
+                    records.append((topic, msg))
+            topics = [t for t, _ in records]
         schemas = list(self._unwritten)
-        self._ensure_topics([t for t, _ in records], self.schema_topic(source_id) if schemas else None)
+        self._ensure_topics(topics, self.schema_topic(source_id) if schemas else None)
         nxt = self._book.advanced(events, epoch)
         producer = self._source(source_id)
         try:
@@ -358,14 +375,12 @@ class KafkaOutput(WholeRowConsumers):
                 self._produce(
                     producer, self.schema_topic(source_id), s.schema_id().encode(), schema_record(s, written_at)
                 )
+            if columns is not None:
+                self._produce_columns(producer, columns)
             for topic, msg in records:
                 if msg.partition_key is None:
                     for p in range(self._partitions[topic]):
                         self._produce(producer, topic, msg.key, msg.value, msg.headers, p)
-                elif msg.key == msg.partition_key:
-                    # librdkafka's murmur2_random partitioner (ours to set: _OWNED) hashes the
-                    # record key as Kafka's Java client does, in C: the same partition.
-                    self._produce(producer, topic, msg.key, msg.value, msg.headers)
                 else:
                     p = murmur2_partition(msg.partition_key, self._partitions[topic])
                     self._produce(producer, topic, msg.key, msg.value, msg.headers, p)
@@ -391,6 +406,30 @@ class KafkaOutput(WholeRowConsumers):
             raise
         self._book.adopt(nxt)
         del self._unwritten[: len(schemas)]
+
+    def _produce_columns(self, producer: Any, r: Records) -> None:
+        """Records built column-wise (outputs/kafka_columns.py). Without partition keys,
+        librdkafka's murmur2_random partitioner (ours to set: _OWNED) hashes the record key,
+        the canonical key text, as Kafka's Java client does, in C."""
+        produce, parts = producer.produce, self._partitions
+        rows = zip(r.topics, r.keys, r.values, r.headers, r.broadcast)
+        for i, (topic, key, value, headers, broadcast) in enumerate(rows):
+            if broadcast:  # a table-level event: every partition
+                for p in range(parts[topic]):
+                    self._produce(producer, topic, key, value, headers, p)
+            elif r.partition_keys is None:
+                try:
+                    produce(topic, value=value, key=key, headers=headers)
+                except BufferError:  # the client's queue is full: let it send, then again
+                    self._produce(producer, topic, key, value, headers)
+            else:
+                p = murmur2_partition(r.partition_keys[i], parts[topic])
+                try:
+                    produce(topic, value=value, key=key, headers=headers, partition=p)
+                except BufferError:
+                    self._produce(producer, topic, key, value, headers, p)
+                if r.tombstones is not None and r.tombstones[i]:  # no headers: never read as ours
+                    self._produce(producer, topic, key, None, None, p)
 
     def _drop(self, source_id: str) -> None:
         """Forget a producer whose transaction failed: the next write initialises a new one

@@ -220,6 +220,21 @@ class Formatter:
             )
         return found
 
+    def source_head(self, source_id: str, table: str, txid: Optional[str], ts_us: int, dump: bool) -> dict[str, Any]:
+        """The envelope's ``source`` up to its DBLog fields (position, txid, dump, schema)."""
+        first, rest = names.split_table(table)
+        source: dict[str, Any] = {
+            "version": _version,
+            "connector": self.connector or "dblog",
+            "name": source_id,
+            "ts_ms": ts_us // 1000,
+            "ts_us": ts_us,
+            # DBLog's dumps are what Debezium calls incremental snapshots (the same paper).
+            "snapshot": "incremental" if dump else "false",
+        }
+        source.update(self._debezium_source(first, rest, self.database, txid))
+        return source
+
     def key_object(self, e: ChangeEvent, schema: Optional[TableSchema]) -> dict[str, Any]:
         """Debezium's key: the key columns by name (``{"id": 42}``); ``{"key": [...]}`` only
         for a schema this process never saw (partitioning does not depend on it)."""
@@ -229,21 +244,11 @@ class Formatter:
 
     def envelope(self, e: ChangeEvent, written_at: int) -> dict[str, Any]:
         ts_us = e.commit_ts if e.commit_ts is not None else written_at
-        first, rest = names.split_table(e.table)
-        source: dict[str, Any] = {
-            "version": _version,
-            "connector": self.connector or "dblog",
-            "name": e.source_id,
-            "ts_ms": ts_us // 1000,
-            "ts_us": ts_us,
-            # DBLog's dumps are what Debezium calls incremental snapshots (the same paper).
-            "snapshot": "incremental" if e.origin is Origin.DUMP else "false",
-        }
-        source.update(self._debezium_source(first, rest, self.database, e.txid))
+        source = self.source_head(e.source_id, e.table, e.txid, ts_us, e.origin is Origin.DUMP)
         source.update(position=e.position.encode(), txid=e.txid, dump_id=e.dump_id, schema_id=e.schema_id)
         return {
-            "before": _debezium_row(as_row(e.before)),
-            "after": _debezium_row(as_row(e.after)),
+            "before": debezium_row(as_row(e.before)),
+            "after": debezium_row(as_row(e.after)),
             "source": source,
             "op": e.op.value,
             "ts_ms": written_at // 1000,
@@ -252,7 +257,7 @@ class Formatter:
         }
 
 
-def _debezium_row(row: Optional[dict]) -> Optional[dict]:
+def debezium_row(row: Optional[dict]) -> Optional[dict]:
     if row is None or not any(is_unchanged_toast(v) for v in row.values()):
         return row
     return {k: DEBEZIUM_UNAVAILABLE if is_unchanged_toast(v) else v for k, v in row.items()}
