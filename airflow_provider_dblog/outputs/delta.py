@@ -28,7 +28,6 @@ from typing import Any, Iterator, Optional, Sequence
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pds
 
 from ..core.batch import DumpRows, EventBatch, LogRows
 from ..core.errors import CommitConflict, ConfigurationError
@@ -390,13 +389,13 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
             self._read_table(self.schemas_uri)  # no output at all: the error naming it
             return None, None
         table = dl.DeltaTable(uri, storage_options=self.storage_options)  # checked just above
-        return table.to_pyarrow_dataset(), pds.field("source_id") == source_id
+        return table.to_pyarrow_dataset(), pc.field("source_id") == source_id
 
     def scan(self, source_id: str, table: str) -> Iterator[ChangeEvent]:
         dataset, flt = self._events(source_id)
         if dataset is None:
             return
-        for batch in dataset.to_batches(filter=flt & (pds.field("table") == table)):
+        for batch in dataset.to_batches(filter=flt & (pc.field("table") == table)):
             yield from events_from_batch(batch)
 
     def full_row_keys(self, source_id: str, table: str) -> list[tuple]:
@@ -408,9 +407,9 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         dataset, flt = self._events(source_id)
         if dataset is None:
             return []
-        flt = flt & (pds.field("table") == table)
+        flt = flt & (pc.field("table") == table)
         events = dataset.to_table(
-            columns=["op", "key", "position"], filter=flt & pds.field("op").isin(["c", "r", "d", "t"])
+            columns=["op", "key", "position"], filter=flt & pc.field("op").isin(["c", "r", "d", "t"])
         )
         op, position = events.column("op"), events.column("position")
         truncated = pc.max(events.filter(pc.equal(op, "t")).column("position")).as_py()

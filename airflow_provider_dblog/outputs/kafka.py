@@ -52,6 +52,7 @@ from .kafka_format import (
     event_from_message,
     header_map,
     murmur2_partition,
+    murmur2_partitions,
     schema_record,
     topic_name,
 )
@@ -413,17 +414,20 @@ class KafkaOutput(WholeRowConsumers):
         the canonical key text, as Kafka's Java client does, in C."""
         produce, parts = producer.produce, self._partitions
         rows = zip(r.topics, r.keys, r.values, r.headers, r.broadcast)
+        chosen = (
+            None if r.partition_keys is None else murmur2_partitions(r.partition_keys, [parts[t] for t in r.topics])
+        )
         for i, (topic, key, value, headers, broadcast) in enumerate(rows):
             if broadcast:  # a table-level event: every partition
                 for p in range(parts[topic]):
                     self._produce(producer, topic, key, value, headers, p)
-            elif r.partition_keys is None:
+            elif chosen is None:
                 try:
                     produce(topic, value=value, key=key, headers=headers)
                 except BufferError:  # the client's queue is full: let it send, then again
                     self._produce(producer, topic, key, value, headers)
             else:
-                p = murmur2_partition(r.partition_keys[i], parts[topic])
+                p = chosen[i]
                 try:
                     produce(topic, value=value, key=key, headers=headers, partition=p)
                 except BufferError:

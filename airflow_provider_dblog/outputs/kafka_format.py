@@ -98,6 +98,16 @@ def murmur2_partition(key: bytes, partitions: int) -> int:
     return (h & 0x7FFFFFFF) % partitions
 
 
+def murmur2_partitions(keys: list[bytes], counts: list[int]) -> list[int]:
+    """``murmur2_partition`` of each key among ``counts[i]`` partitions: in the compiled
+    extension where it is built (native/src/murmur2.rs), else one by one."""
+    from ..sources.native import extension
+
+    if extension is not None:
+        return extension.murmur2_partitions(keys, counts)
+    return [murmur2_partition(k, n) for k, n in zip(keys, counts)]
+
+
 @dataclasses.dataclass(frozen=True)
 class Message:
     """One Kafka record: ``partition`` None means every partition of the topic (a TRUNCATE or

@@ -19,6 +19,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::fmt::Write as _;
 
 mod mysql_result;
+mod murmur2;
 mod mysql_text;
 mod pgoutput;
 mod pq_copy;
@@ -1194,6 +1195,7 @@ fn _rows_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<mysql_result::MyRowsReader>()?;
     m.add_class::<pq_stream::PqStream>()?;
     m.add_class::<pq_copy::PqCopy>()?;
+    m.add_function(wrap_pyfunction!(murmur2::murmur2_partitions, m)?)?;
     m.add("RowsDecodeError", m.py().get_type::<RowsDecodeError>())?;
     m.add("Unsupported", m.py().get_type::<Unsupported>())?;
     Ok(())

@@ -19,6 +19,7 @@ from airflow_provider_dblog.outputs.kafka_format import (
     event_from_message,
     header_map,
     murmur2_partition,
+    murmur2_partitions,
     topic_name,
 )
 
@@ -55,20 +56,43 @@ CASES = {
 }
 
 
+# Kafka's Java client (Utils.toPositive(Utils.murmur2(key)) % n), run on these keys: (3, 7)
+KAFKA_MURMUR2 = {
+    "": (0, 2),
+    "a": (1, 5),
+    "ab": (2, 0),
+    "abc": (0, 4),
+    "[42]": (2, 1),
+    '[7,"eu"]': (1, 5),
+    "hello kafka!": (0, 1),
+    "Zoë": (1, 1),
+}
+
+
 def test_partitions_are_kafkas_murmur2():
-    # Kafka's Java client (Utils.toPositive(Utils.murmur2(key)) % n), run on these keys
-    expected = {
-        "": (0, 2),
-        "a": (1, 5),
-        "ab": (2, 0),
-        "abc": (0, 4),
-        "[42]": (2, 1),
-        '[7,"eu"]': (1, 5),
-        "hello kafka!": (0, 1),
-        "Zoë": (1, 1),
-    }
-    for text, (p3, p7) in expected.items():
+    for text, (p3, p7) in KAFKA_MURMUR2.items():
         assert (murmur2_partition(text.encode(), 3), murmur2_partition(text.encode(), 7)) == (p3, p7), text
+
+
+def test_compiled_partitions_are_kafkas_murmur2_too():
+    from airflow_provider_dblog.sources.native import extension
+
+    keys = [t.encode() for t in KAFKA_MURMUR2]
+    for i in (0, 1):  # (3, 7) partitions
+        counts = [(3, 7)[i]] * len(keys)
+        assert murmur2_partitions(keys, counts) == [p[i] for p in KAFKA_MURMUR2.values()]
+    more = [bytes(range(n)) for n in range(40)]
+    counts = [3, 7, 1, 12] * 10
+    slow = [murmur2_partition(k, n) for k, n in zip(more, counts)]
+    assert murmur2_partitions(more, counts) == slow
+    if extension is None:
+        pytest.skip("the compiled extension is not built here: the Python one was compared")
+    assert (
+        extension.murmur2_partitions(keys + more, [7] * len(keys) + counts)
+        == [p[1] for p in KAFKA_MURMUR2.values()] + slow
+    )
+    with pytest.raises(ValueError):
+        extension.murmur2_partitions(keys[:1], [0])
 
 
 def test_topic_names_are_legal():
