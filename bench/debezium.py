@@ -2,9 +2,11 @@
 
 ``bench/debezium/`` is a tiny Maven project (one class, ``dblog.bench.DebeziumBench``) that runs
 the embedded engine for one connector with its default settings over a log range a benchmark
-has just written, with one of two consumers: ``count`` (a ``notifying`` batch handler that
+has just written, with one of these consumers: ``count`` (a ``notifying`` batch handler that
 counts the table's change events; nothing is serialised) or ``json`` (the engine's Json format:
-every record serialised by Kafka's JsonConverter, schemas included as by default). It stops at
+every record serialised by Kafka's JsonConverter, schemas included as by default); bench.kafka
+adds ``kafka``: those JSON records sent by a Kafka producer, each batch finished once the
+broker acknowledged it (as Debezium Server's Kafka sink). It stops at
 the N-th change event of the table and prints one JSON line: events, seconds from building the
 engine to that event (connector start-up included, JVM start-up not), process CPU seconds over
 the same span (all JVM threads: connector, engine, JIT, GC).
@@ -43,7 +45,9 @@ MAIN_CLASS = "dblog.bench.DebeziumBench"
 CONSUMERS = {
     "count": "Debezium embedded, count-only consumer",
     "json": "Debezium embedded, JSON-serialising consumer",
+    "kafka": "Debezium embedded → Kafka producer (JSON without schemas)",
 }
+ENGINE_CONSUMERS = ("count", "json")  # what bench.vs_debezium compares; "kafka": bench.kafka
 
 
 def _sources_digest() -> str:
@@ -145,7 +149,7 @@ def _slot(db, consumer: str) -> str:
     return f"{db.raw_name}_dbz_{consumer}"
 
 
-def prepare(db, consumers=tuple(CONSUMERS)) -> None:
+def prepare(db, consumers=ENGINE_CONSUMERS) -> None:
     """Before the load: a pgoutput slot per Debezium run (PostgreSQL), so each reads the same
     range from the start of the load. MariaDB needs nothing (its range starts at db.start).
     Call after db.prepare_log_baseline() (which creates the publication)."""
@@ -154,7 +158,7 @@ def prepare(db, consumers=tuple(CONSUMERS)) -> None:
             db._run(f"SELECT pg_create_logical_replication_slot('{_slot(db, c)}', 'pgoutput')", autocommit=True)
 
 
-def cleanup(db, consumers=tuple(CONSUMERS)) -> None:
+def cleanup(db, consumers=ENGINE_CONSUMERS) -> None:
     if db.kind != "postgres":
         return
     c = db.connect()
@@ -183,6 +187,7 @@ def run(
     timeout: float,
     say: Callable[[str], None] = print,
     snapshot_of: Optional[str] = None,
+    extra: Optional[dict] = None,
 ) -> dict:
     """One Debezium run over the range the benchmark wrote into ``table`` (n_events, then the
     sentinel row: Debezium stops at the (n_events + 1)-th change event of the table).
@@ -190,7 +195,8 @@ def run(
     ``snapshot_of``: instead, a snapshot (``snapshot.mode=initial``) of ``table``'s n_events
     rows, through that publication on PostgreSQL (the slot is created by Debezium and dropped
     by ``cleanup``); MariaDB/MySQL snapshot without locks (``snapshot.locking.mode=none``, as
-    our dumps take none). It stops at the n_events-th read event."""
+    our dumps take none). It stops at the n_events-th read event. ``extra``: more arguments
+    (``kafka``: ``bootstrap``, ``kafka_topic``, ``dbz.*`` engine settings)."""
     cp = classpath(say)
     work = tempfile.mkdtemp(prefix="dblog-bench-debezium-")
     try:
@@ -204,6 +210,7 @@ def run(
             f"timeout={timeout}",
             f"workdir={work}",
         ]
+        args += [f"{k}={v}" for k, v in (extra or {}).items()]
         if snapshot_of:
             args += ["dbz.snapshot.mode=initial"]
         if db.kind == "postgres":

@@ -56,10 +56,12 @@ import time
 import uuid
 from typing import Callable, Optional
 
+from . import debezium
 from .common import NAMES, run_kinds, say
 from .common import fmt_n as _n
 from .dbs import DATABASES, need_env
 from .engine_runs import SENTINEL_KEY, ChildCapture, InProcessCapture, SentinelWatch, wait_for
+from .wide import WIDE
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = {
@@ -367,16 +369,17 @@ def _topic(source_id: str, table: str) -> str:
 
 
 def throughput(kind: str, o: dict, workdir: str, log) -> dict:
-    db = DATABASES[kind]()
+    db = (WIDE[kind] if o.get("wide") else DATABASES[kind])()
     n, fmts = int(o["events"]), list(o["formats"])
     # "delta": the same capture into the Delta changelog, the issue's same-run baseline
     ids = db.source_ids([f"{f}{suffix}" for f in fmts for suffix in ("", "_child")] + ["delta"])
     timeout = max(300.0, n / 500)
-    out: dict = {"label": db.label, "events": n, "formats": {}}
+    out: dict = {"label": db.label, "events": n, "rows": "30 columns" if o.get("wide") else "narrow", "formats": {}}
     live: list = []
     try:
         cp = tools_classpath(log)
         db.create()
+        with_dbz = bool(o.get("debezium", True))
         log(f"priming {', '.join(ids.values())} (slot / checkpoint, topics)")
         key, idle = -1, {}
         for role, sid in ids.items():
@@ -393,6 +396,9 @@ def throughput(kind: str, o: dict, workdir: str, log) -> dict:
                 time.sleep(1.0)  # the idle footprint after the first commit
                 idle[fmt] = cap.rss_mb()[0]
             cap.stop()
+        if with_dbz:  # where Debezium's range starts (PostgreSQL: its slot and the publication)
+            db.prepare_log_baseline()
+            debezium.prepare(db, ("kafka",))
         log(f"writing {n} log events with every capture stopped")
         gen = db.generate(n)
         db.insert_primer(SENTINEL_KEY)
@@ -472,6 +478,10 @@ def throughput(kind: str, o: dict, workdir: str, log) -> dict:
             }
             log(f"{fmt}: child {res['child']['events_per_s']:,.0f} events/s, peak RSS {hwm:.0f} MiB")
             out["formats"][fmt] = res
+        if with_dbz:
+            out["debezium_kafka"] = _debezium_kafka(db, n, timeout, log, partitions)
+            for res in out["formats"].values():
+                res["ratio_to_debezium"] = ratio(res["ours"]["events_per_s"], out["debezium_kafka"]["events_per_s"])
         return out
     finally:
         for c in live:
@@ -480,13 +490,43 @@ def throughput(kind: str, o: dict, workdir: str, log) -> dict:
             except Exception as exc:  # keep cleaning up
                 log(f"stopping {c.source_id}: {exc}")
         try:
-            delete_topics(list(ids.values()) + [f"bench_perf_{db.tag}_"], log)
+            delete_topics(list(ids.values()) + [f"bench_perf_{db.tag}_", f"bench_dbz_{db.tag}"], log)
         except Exception as exc:
             log(f"deleting the topics failed: {exc}")
         try:
             db.cleanup(list(ids.values()))
+            debezium.cleanup(db, ("kafka",))
         except Exception as exc:
             log(f"clean-up of {db.ns} failed: {exc}")
+
+
+def _debezium_kafka(db, n: int, timeout: float, log, partitions: int) -> dict:
+    """Debezium's embedded engine over the same log range, its JSON records (payload only, as
+    our format=debezium) sent by a Kafka producer to a topic with our partition count, each
+    batch finished once the broker acknowledged it (bench/debezium.py, consumer ``kafka``)."""
+    topic = f"bench_dbz_{db.tag}"
+    create_topic(topic, partitions)
+    log("debezium: the embedded engine → a Kafka producer, same log range")
+    extra = {"bootstrap": bootstrap(), "kafka_topic": topic, "dbz.converter.schemas.enable": "false"}
+    res = debezium.run(db, "kafka", db.event_table, n, timeout, log, extra=extra)
+    rate = debezium.rate(res, n)
+    rate["records_in_topic"] = _record_count(topic, partitions)
+    log(
+        f"debezium: {rate['events_per_s']:,.0f} events/s, {rate['cpu_us_per_event']} CPU µs/event, "
+        f"{rate['records_in_topic']} records in its topic"
+    )
+    return rate
+
+
+def _record_count(topic: str, partitions: int) -> int:
+    """Records in ``topic`` (its partitions' end offsets: it is written without transactions)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap(), "group.id": f"bench-count-{uuid.uuid4().hex[:8]}"})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions))
+    finally:
+        c.close()
 
 
 # -- latency -------------------------------------------------------------------------------------
@@ -654,6 +694,8 @@ def run(kind: str, opts: dict, workdir: str, log) -> dict:
     out: dict = {"label": DATABASES[kind].label, "opts": {k: v for k, v in o.items()}}
     if "throughput" in o["parts"]:
         out["throughput"] = throughput(kind, o, workdir, log)
+    if "wide" in o["parts"]:  # the same with 30-column rows (bench/wide.py)
+        out["wide"] = throughput(kind, {**o, "wide": True}, workdir, log)
     if "latency" in o["parts"]:
         out["latency"] = latency(kind, o, workdir, log)
     return out
@@ -670,15 +712,18 @@ def _ms(x) -> str:
 
 def markdown(results: dict) -> str:
     lines = ["### Kafka output", ""]
-    tp = {k: r["throughput"] for k, r in results.items() if "throughput" in r}
+    tp = {(k, part): r[part] for k, r in results.items() for part in ("throughput", "wide") if part in r}
     lat = {k: r["latency"] for k, r in results.items() if "latency" in r}
     failed = [f"**{NAMES.get(k, k)} failed:** `{r['error']}`" for k, r in results.items() if "error" in r]
     lines += [x for f in failed for x in (f, "")]
     if tp:
-        n = next(iter(tp.values()))["events"]
+        counts = " and ".join(
+            f"{n:,} ({rows})" for rows, n in sorted({(r.get("rows", "narrow"), r["events"]) for r in tp.values()})
+        )
         kept = max(x["records"].get("payload_lines", 0) for r in tp.values() for x in r["formats"].values())
         lines += [
-            f"Throughput: {n:,} narrow-row log events (90 % inserts, 10 % updates, 10k-row transactions) written "
+            f"Throughput: {counts} log events (90 % inserts, 10 % updates, 10k-row transactions; narrow rows: "
+            "bench/dbs.py, 30 columns: bench/wide.py and `--parts wide`), written "
             "with the capture stopped, then the in-process capture with `kafka://` and default `EngineConfig` "
             "timed from start until the sentinel's checkpoint is stored (every event committed in a Kafka "
             "transaction; start-up included). The topics are read back with `read_committed`: every event is "
@@ -692,28 +737,34 @@ def markdown(results: dict) -> str:
             "(the same bytes: same sizes and compressibility). Ratio = our events/s / its records/s. CPU: ours "
             "is this process (engine, writer, librdkafka threads), the perf test's the whole JVM (start-up "
             "included). *vs Delta*: our events/s / the same capture's into the local Delta changelog over the "
-            "same log range in the same run (the issue's goal: 0.8×).",
+            "same log range in the same run (the issue's goal: 0.8×). *vs Debezium*: our events/s / those of "
+            "Debezium 3.5's embedded engine over the same log range sending its JSON records (payload only) "
+            "with a Kafka producer (`linger.ms=5`, lz4, acks=all, idempotent; each batch finished once "
+            "acknowledged, as Debezium Server's Kafka sink), from building the engine to the last event "
+            "(the issue's goal: 2×).",
             "",
-            "| Source | Format | Mean record B | Transactions (events each) | DBLog events/s | CPU µs/event | "
-            "Delta path events/s | vs Delta | "
+            "| Source | Rows | Format | Mean record B | Transactions (events each) | DBLog events/s | CPU µs/event | "
+            "Delta path events/s | vs Delta | Debezium → Kafka events/s | vs Debezium | "
             "Perf test `--record-size` rec/s | Ratio | Perf test `--payload-file` rec/s | Ratio | "
             "Perf test CPU µs/record | Exactly once |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in tp.values():
             for fmt, x in r["formats"].items():
                 o, a, b = x["ours"], x["perf_size"], x["perf_payload"]
                 lines.append(
-                    f"| {r['label']} | {FORMAT_NAMES.get(fmt, fmt)} | {x['records']['mean_record_bytes']:,.0f} | "
+                    f"| {r['label']} | {r.get('rows', 'narrow')} | {FORMAT_NAMES.get(fmt, fmt)} | "
+                    f"{x['records']['mean_record_bytes']:,.0f} | "
                     f"{o['transactions']:,} ({o['events_per_transaction']:,.0f}) | {_n(o['events_per_s'])} | "
                     f"{o['cpu_us_per_event']:.1f} | {_n(r.get('delta', {}).get('events_per_s'))} | "
-                    f"{_r(x.get('ratio_to_delta'))} | {_n(a['records_per_s'])} | {_r(a['ratio'])} | "
+                    f"{_r(x.get('ratio_to_delta'))} | {_n(r.get('debezium_kafka', {}).get('events_per_s'))} | "
+                    f"{_r(x.get('ratio_to_debezium'))} | {_n(a['records_per_s'])} | {_r(a['ratio'])} | "
                     f"{_n(b['records_per_s'])} | {_r(b['ratio'])} | {a['cpu_us_per_record']:.1f} / "
                     f"{b['cpu_us_per_record']:.1f} | {'yes' if x['records']['exactly_once'] else 'NO'} |"
                 )
         starts = [
-            f"{NAMES.get(k, k)} {fmt} {x['ours']['startup_s']} s"
-            for k, r in tp.items()
+            f"{NAMES.get(k, k)} {r.get('rows', 'narrow')} {fmt} {x['ours']['startup_s']} s"
+            for (k, _), r in tp.items()
             for fmt, x in r["formats"].items()
             if "startup_s" in x["ours"]
         ]
@@ -726,15 +777,15 @@ def markdown(results: dict) -> str:
             "VmHWM at the end; idle = a second after its first commit); the perf test's JVM for comparison "
             "(`ru_maxrss`, default heap).",
             "",
-            "| Source | Format | Child events/s (process start-up included) | Idle RSS MiB | Peak RSS MiB | "
+            "| Source | Rows | Format | Child events/s (process start-up included) | Idle RSS MiB | Peak RSS MiB | "
             "Perf test JVM peak RSS MiB |",
-            "|---|---|---:|---:|---:|---:|",
+            "|---|---|---|---:|---:|---:|---:|",
         ]
         for r in tp.values():
             for fmt, x in r["formats"].items():
                 c = x["child"]
                 lines.append(
-                    f"| {r['label']} | {FORMAT_NAMES.get(fmt, fmt)} | {_n(c['events_per_s'])} | "
+                    f"| {r['label']} | {r.get('rows', 'narrow')} | {FORMAT_NAMES.get(fmt, fmt)} | {_n(c['events_per_s'])} | "
                     f"{c['idle_rss_mb']:.0f} | {c['peak_rss_mb']:.0f} | {x['perf_size']['peak_rss_mb']:.0f} |"
                 )
     if lat:
@@ -780,7 +831,7 @@ def markdown(results: dict) -> str:
 
 
 def plot(results: dict, path: str) -> Optional[str]:
-    tp = {k: r["throughput"] for k, r in results.items() if "throughput" in r}
+    tp = {(k, part): r[part] for k, r in results.items() for part in ("throughput", "wide") if part in r}
     lat = {k: r["latency"] for k, r in results.items() if "latency" in r}
     if not tp and not lat:
         return None
@@ -790,26 +841,38 @@ def plot(results: dict, path: str) -> Optional[str]:
     import matplotlib.pyplot as plt
 
     panels = (1 if tp else 0) + (1 if lat else 0)
-    fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 4.8), squeeze=False)
+    widths = ([1.6] if tp else []) + ([1.0] if lat else [])
+    fig, axes = plt.subplots(
+        1, panels, figsize=(7 * sum(widths), 5.2), squeeze=False, gridspec_kw={"width_ratios": widths}
+    )
     i = 0
     if tp:
         ax = axes[0][i]
         i += 1
         labels, groups = [], []
-        for k, r in tp.items():
+        for (k, part), r in tp.items():
             for fmt, x in r["formats"].items():
-                labels.append(f"{NAMES.get(k, k)}\n{fmt}")
+                rows = "narrow" if part == "throughput" else "30 col."
+                labels.append(f"{NAMES.get(k, k)}\n{rows}\n{fmt}")
                 groups.append(
-                    (x["perf_size"]["records_per_s"], x["perf_payload"]["records_per_s"], x["ours"]["events_per_s"])
+                    (
+                        x["perf_size"]["records_per_s"],
+                        x["perf_payload"]["records_per_s"],
+                        x["ours"]["events_per_s"],
+                        r.get("debezium_kafka", {}).get("events_per_s") or 0,
+                        r.get("delta", {}).get("events_per_s") or 0,
+                    )
                 )
-        w = 0.27
+        w = 0.17
         series = (
             ("perf test, --record-size", "#9e9e9e"),
             ("perf test, --payload-file (our bytes)", "#c8c8c8"),
             ("DBLog → Kafka", "#1f77b4"),
+            ("Debezium engine → Kafka producer", "#d62728"),
+            ("DBLog → Delta changelog (same capture)", "#2ca02c"),
         )
         for j, (name, color) in enumerate(series):
-            xs = [g + (j - 1) * w for g in range(len(groups))]
+            xs = [g + (j - 2) * w for g in range(len(groups))]
             ax.bar(xs, [g[j] for g in groups], w, label=name, color=color)
             if j == 2:
                 for x_, g in zip(xs, groups):
@@ -818,7 +881,7 @@ def plot(results: dict, path: str) -> Optional[str]:
                         (x_, g[2]),
                         ha="center",
                         va="bottom",
-                        fontsize=7,
+                        fontsize=6,
                     )
         ax.set_xticks(list(range(len(groups))))
         ax.set_xticklabels(labels, fontsize=8)
@@ -887,9 +950,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         prog="python -m bench.kafka", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--only", choices=sorted(DATABASES))
-    p.add_argument("--parts", default=",".join(DEFAULTS["parts"]), help="throughput,latency (default both)")
+    p.add_argument(
+        "--parts",
+        default=",".join(DEFAULTS["parts"]),
+        help="throughput,wide,latency (default: throughput,latency; wide: the throughput part with 30-column rows)",
+    )
     p.add_argument("--events", type=int, default=DEFAULTS["events"], help="throughput: log events")
     p.add_argument("--formats", default=",".join(DEFAULTS["formats"]), help="throughput: dblog,debezium")
+    p.add_argument(
+        "--no-debezium", action="store_true", help="throughput: without the Debezium → Kafka baseline (needs Maven)"
+    )
     p.add_argument("--rate", type=int, default=DEFAULTS["rate"], help="latency: target events/s")
     p.add_argument("--seconds", type=int, default=DEFAULTS["seconds"], help="latency: measured seconds")
     p.add_argument("--warmup", type=int, default=DEFAULTS["warmup"])
@@ -904,6 +974,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "parts": [x.strip() for x in a.parts.split(",") if x.strip()],
             "events": a.events,
             "formats": [x.strip() for x in a.formats.split(",") if x.strip()],
+            "debezium": not a.no_debezium,
             "rate": a.rate,
             "seconds": a.seconds,
             "warmup": a.warmup,

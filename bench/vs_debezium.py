@@ -64,7 +64,7 @@ def _db(kind: str, width: str, sslmode: Optional[str]) -> Any:
 
 def _theirs(db, table: str, n: int, timeout: float, say, with_dbz: bool, snapshot_of: Optional[str] = None) -> dict:
     out: dict = {}
-    for consumer in debezium.CONSUMERS if with_dbz else ():
+    for consumer in debezium.ENGINE_CONSUMERS if with_dbz else ():
         res = debezium.run(db, consumer, table, n, timeout, say, snapshot_of=snapshot_of)
         out[consumer] = dict(name=res["name"], **debezium.rate(res, n))
     return out

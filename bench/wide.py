@@ -392,7 +392,7 @@ def run(kind: str, opts: Optional[dict], workdir: str, say) -> dict:
         )
         if with_dbz:
             out["debezium"] = {}
-            for consumer in debezium.CONSUMERS:
+            for consumer in debezium.ENGINE_CONSUMERS:
                 say(f"{kind} wide: {debezium.CONSUMERS[consumer]}")
                 res = debezium.run(db, consumer, db.event_table, n, timeout, say)
                 d = dict(name=res["name"], engine=res["engine"], **debezium.rate(res, n))

@@ -11,16 +11,24 @@ import java.io.IOException;
 import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.connect.json.JsonConverter;
 import org.apache.kafka.connect.source.SourceRecord;
 import org.apache.kafka.connect.storage.FileOffsetBackingStore;
@@ -32,7 +40,7 @@ import org.apache.kafka.connect.storage.OffsetStorageWriter;
  *
  * <p>Arguments are {@code key=value}; the password comes from the environment variable
  * {@code DBZ_PASSWORD}, never argv. Required: {@code connector=postgres|mysql|mariadb},
- * {@code consumer=count|json}, {@code host}, {@code port}, {@code user}, {@code table}
+ * {@code consumer=count|json|kafka}, {@code host}, {@code port}, {@code user}, {@code table}
  * (schema.table / database.table), {@code events} (stop after that many change events of the
  * table), {@code workdir} (offsets, schema history). PostgreSQL: {@code database}, {@code slot},
  * {@code publication} (both created before the load, so the slot starts where the load
@@ -45,7 +53,11 @@ import org.apache.kafka.connect.storage.OffsetStorageWriter;
  * <p>Consumers: {@code count} counts the change events in a {@code notifying} batch handler
  * (the engine's Connect format: SourceRecords, nothing serialised); {@code json} lets the
  * engine serialise every record to JSON with Kafka's JsonConverter (Debezium's Json format,
- * key and value, schemas included as by default) and counts them and their bytes.
+ * key and value, schemas included as by default) and counts them and their bytes;
+ * {@code kafka} sends those JSON records (give {@code dbz.converter.schemas.enable=false} for
+ * the payload only, as our {@code format=debezium}) to the topic {@code kafka_topic} on
+ * {@code bootstrap} with a Kafka producer and finishes each batch once every send of it was
+ * acknowledged, as Debezium Server's Kafka sink does.
  */
 public final class DebeziumBench {
 
@@ -174,6 +186,7 @@ public final class DebeziumBench {
         long jvmMillis = ManagementFactory.getRuntimeMXBean().getUptime();
         long start = System.nanoTime();
         DebeziumEngine<?> engine;
+        KafkaProducer<String, String> producer = null;
         if (consumer.equals("count")) {
             engine = DebeziumEngine.create(Connect.class)
                     .using(p)
@@ -213,8 +226,43 @@ public final class DebeziumBench {
                     })
                     .build();
         }
+        else if (consumer.equals("kafka")) {
+            producer = new KafkaProducer<>(producerConfig(need(a, "bootstrap")));
+            KafkaProducer<String, String> out = producer;
+            String topic = need(a, "kafka_topic");
+            engine = DebeziumEngine.create(Json.class)
+                    .using(p)
+                    .using(completion)
+                    .notifying((List<ChangeEvent<String, String>> records,
+                            DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> committer) -> {
+                        long n = 0;
+                        long size = 0;
+                        List<Future<RecordMetadata>> sent = new ArrayList<>();
+                        for (ChangeEvent<String, String> r : records) {
+                            if (r.value() != null && c.topic.equals(r.destination())) {
+                                sent.add(out.send(new ProducerRecord<>(topic, r.key(), r.value())));
+                                n++;
+                                size += r.value().length() + (r.key() == null ? 0 : r.key().length());
+                            }
+                            committer.markProcessed(r);
+                        }
+                        // As Debezium Server's Kafka sink: the batch is finished (its offsets
+                        // may be stored) once the broker acknowledged every record of it.
+                        for (Future<RecordMetadata> f : sent) {
+                            try {
+                                f.get();
+                            }
+                            catch (ExecutionException e) {
+                                throw new RuntimeException(e.getCause());
+                            }
+                        }
+                        committer.markBatchFinished();
+                        c.seen(n, size);
+                    })
+                    .build();
+        }
         else {
-            throw new IllegalArgumentException("consumer must be count or json: " + consumer);
+            throw new IllegalArgumentException("consumer must be count, json or kafka: " + consumer);
         }
 
         ExecutorService executor = Executors.newSingleThreadExecutor();
@@ -234,6 +282,9 @@ public final class DebeziumBench {
         closer.start();
         closer.join(60_000);
         executor.shutdownNow();
+        if (producer != null) {
+            producer.close(Duration.ofSeconds(30));
+        }
 
         if (c.endNanos < 0) {
             Throwable t = failure.get();
@@ -256,6 +307,22 @@ public final class DebeziumBench {
                 + ", \"json_bytes\": " + c.bytes
                 + "}");
         System.exit(0);
+    }
+
+    /**
+     * The producer settings our Kafka output sets (linger.ms=5, lz4) with Debezium Server's
+     * Kafka sink defaults otherwise (acks=all and idempotence: Kafka's own defaults).
+     */
+    private static Properties producerConfig(String bootstrap) {
+        Properties k = new Properties();
+        k.setProperty("bootstrap.servers", bootstrap);
+        k.setProperty("linger.ms", "5");
+        k.setProperty("compression.type", "lz4");
+        k.setProperty("acks", "all");
+        k.setProperty("enable.idempotence", "true");
+        k.setProperty("key.serializer", StringSerializer.class.getName());
+        k.setProperty("value.serializer", StringSerializer.class.getName());
+        return k;
     }
 
     /** Writes {file, pos} as the connector's stored offset, as the engine itself would. */
