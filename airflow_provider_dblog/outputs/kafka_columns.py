@@ -99,8 +99,10 @@ def _per_group(cols: list[pa.ChunkedArray], text: Callable[[int], str]) -> pa.Ar
         seen: dict[tuple, str] = {}
         rows = zip(*(col.to_pylist() for col in cols))
         return pa.array([seen[k] if k in seen else seen.setdefault(k, text(i)) for i, k in enumerate(rows)])
-    nulls = [pc.fill_null(col, sep) for col in cols]  # a null differs from every text
-    codes = pc.binary_join_element_wise(*nulls, sep).combine_chunks().dictionary_encode()
+    # Each field "v<text>" or "n" (a null): joined by a character none holds, so equal joins
+    # are equal rows.
+    fields = [pc.fill_null(pc.binary_join_element_wise("v", col, ""), "n") for col in cols]
+    codes = pc.binary_join_element_wise(*fields, sep).combine_chunks().dictionary_encode()
     _, first = np.unique(codes.indices.to_numpy(), return_index=True)
     return pa.array([text(int(i)) for i in first], pa.string()).take(codes.indices)
 

@@ -166,3 +166,16 @@ def test_debezium_keys_name_their_columns_and_a_dump_range_has_no_record():
 @pytest.mark.parametrize("fmt", list(FORMATTERS))
 def test_an_empty_batch_has_no_records(fmt):
     assert column_wise([], 3, FORMATTERS[fmt]()) == []
+
+
+@pytest.mark.parametrize("sep_in_values", [False, True])
+def test_rows_group_by_their_values_nulls_apart_from_empty_texts(sep_in_values):
+    import pyarrow as pa
+
+    from airflow_provider_dblog.outputs.kafka_columns import _per_group
+
+    a = ["", None, "x", "", "x\x1f" if sep_in_values else "x"]
+    b = [None, "", "y", None, "y"]
+    cols = [pa.chunked_array([pa.array(a, pa.string())]), pa.chunked_array([pa.array(b, pa.string())])]
+    texts = _per_group(cols, lambda i: repr((a[i], b[i]))).to_pylist()
+    assert texts == [repr((x, y)) for x, y in zip(a, b)]
