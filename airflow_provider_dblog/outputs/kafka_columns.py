@@ -242,7 +242,7 @@ def debezium_records(
         ',"after":',
         _debezium_images(c("after")),
         ',"source":',
-        pa.array(heads, pa.string()),
+        heads,
         ',"position":',
         _quoted_distinct(c("position")),
         tail,
