@@ -107,6 +107,19 @@ def _per_group(cols: list[pa.ChunkedArray], text: Callable[[int], str]) -> pa.Ar
     return pa.array([text(int(i)) for i in first], pa.string()).take(codes.indices)
 
 
+def _members(members: list[tuple[str, Any]]) -> list[Any]:
+    """The parts of ``"name":value`` JSON members, comma-separated (values: JSON texts)."""
+    parts: list[Any] = []
+    for i, (name, value) in enumerate(members):
+        parts += [("," if i else "") + f'"{name}":', value]
+    return parts
+
+
+def _joined(parts: list[Any]) -> pa.Array:
+    """Texts and text columns joined row by row."""
+    return pc.binary_join_element_wise(*parts, "")
+
+
 def _bytes(col: pa.ChunkedArray | pa.Array) -> list:
     return pc.cast(col, _BINARY).to_pylist()
 
@@ -156,34 +169,25 @@ def dblog_records(events: Sequence[ChangeEvent], epoch: Optional[int], topic_of:
     b = _Columns(events, epoch)
     c = b.col
     epoch_text = "null" if epoch is None else str(epoch)
-    values = pc.binary_join_element_wise(
-        '{"source_id":',
-        _quoted(c("source_id")),
-        ',"table":',
-        _quoted(c("table")),
-        ',"op":',
-        _quoted(c("op")),
-        ',"key":',
-        c("key"),
-        ',"before":',
-        pc.fill_null(c("before"), "null"),
-        ',"after":',
-        pc.fill_null(c("after"), "null"),
-        ',"position":',
-        _quoted_distinct(c("position")),
-        ',"origin":',
-        _quoted(c("origin")),
-        ',"dump_id":',
-        _quoted(c("dump_id")),
-        ',"schema_id":',
-        _quoted(c("schema_id")),
-        ',"commit_ts":',
-        _per_distinct(pc.cast(c("commit_ts"), pa.int64()), lambda us: orjson.dumps(micros_to_iso(us)).decode()),
-        ',"txid":',
-        _quoted(c("txid")),
-        f',"epoch":{epoch_text},"written_at":"{micros_to_iso(b.written_at)}"}}',
-        "",
-    )
+    members = [
+        ("source_id", _quoted(c("source_id"))),
+        ("table", _quoted(c("table"))),
+        ("op", _quoted(c("op"))),
+        ("key", c("key")),
+        ("before", pc.fill_null(c("before"), "null")),
+        ("after", pc.fill_null(c("after"), "null")),
+        ("position", _quoted_distinct(c("position"))),
+        ("origin", _quoted(c("origin"))),
+        ("dump_id", _quoted(c("dump_id"))),
+        ("schema_id", _quoted(c("schema_id"))),
+        (
+            "commit_ts",
+            _per_distinct(pc.cast(c("commit_ts"), pa.int64()), lambda us: orjson.dumps(micros_to_iso(us)).decode()),
+        ),
+        ("txid", _quoted(c("txid"))),
+    ]
+    end = f',"epoch":{epoch_text},"written_at":"{micros_to_iso(b.written_at)}"}}'
+    values = _joined(["{", *_members(members), end])
     return Records(b.topics(topic_of), list(b.keys), _bytes(values), b.headers(), b.broadcast())
 
 
@@ -226,30 +230,20 @@ def debezium_records(
         return orjson.dumps(source).decode()[:-1]  # without its closing brace
 
     heads = _per_group([c("source_id"), c("table"), c("txid"), pc.cast(ts, pa.string()), c("origin")], head)
-    # … and after it: per (transaction, dump, schema)
-    tail = pc.binary_join_element_wise(
-        ',"txid":',
-        _quoted(c("txid")),
-        ',"dump_id":',
-        _quoted(c("dump_id")),
-        ',"schema_id":',
-        _quoted(c("schema_id")),
-        "",
-    )
-    values = pc.binary_join_element_wise(
-        '{"before":',
-        _debezium_images(c("before")),
-        ',"after":',
-        _debezium_images(c("after")),
-        ',"source":',
-        heads,
-        ',"position":',
-        _quoted_distinct(c("position")),
-        tail,
-        '},"op":',
-        _quoted(c("op")),
-        f',"ts_ms":{written_at // 1000},"ts_us":{written_at},"transaction":null}}',
-        "",
+    source_rest = [
+        ("position", _quoted_distinct(c("position"))),
+        ("txid", _quoted(c("txid"))),
+        ("dump_id", _quoted(c("dump_id"))),
+        ("schema_id", _quoted(c("schema_id"))),
+    ]
+    envelope = [
+        ("before", _debezium_images(c("before"))),
+        ("after", _debezium_images(c("after"))),
+        ("source", heads),  # its members up to the position: the rest follows
+    ]
+    end = f',"ts_ms":{written_at // 1000},"ts_us":{written_at},"transaction":null}}'
+    values = _joined(
+        ["{", *_members(envelope), ",", *_members(source_rest), "},", *_members([("op", _quoted(c("op")))]), end]
     )
     broadcast = b.broadcast()
     schema_ids = c("schema_id").to_pylist()
