@@ -206,30 +206,13 @@ public final class DebeziumBench {
                     })
                     .build();
         }
-        else if (consumer.equals("json")) {
-            engine = DebeziumEngine.create(Json.class)
-                    .using(p)
-                    .using(completion)
-                    .notifying((List<ChangeEvent<String, String>> records,
-                            DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> committer) -> {
-                        long n = 0;
-                        long size = 0;
-                        for (ChangeEvent<String, String> r : records) {
-                            if (r.value() != null && c.topic.equals(r.destination())) {
-                                n++;
-                                size += r.value().length() + (r.key() == null ? 0 : r.key().length());
-                            }
-                            committer.markProcessed(r);
-                        }
-                        committer.markBatchFinished();
-                        c.seen(n, size);
-                    })
-                    .build();
-        }
-        else if (consumer.equals("kafka")) {
-            producer = new KafkaProducer<>(producerConfig(need(a, "bootstrap")));
-            KafkaProducer<String, String> out = producer;
-            String topic = need(a, "kafka_topic");
+        else if (consumer.equals("json") || consumer.equals("kafka")) {
+            // kafka: the JSON records sent on, as Debezium Server's Kafka sink does
+            KafkaProducer<String, String> out = consumer.equals("kafka")
+                    ? new KafkaProducer<>(producerConfig(need(a, "bootstrap")))
+                    : null;
+            producer = out;
+            String topic = out == null ? null : need(a, "kafka_topic");
             engine = DebeziumEngine.create(Json.class)
                     .using(p)
                     .using(completion)
@@ -240,14 +223,16 @@ public final class DebeziumBench {
                         List<Future<RecordMetadata>> sent = new ArrayList<>();
                         for (ChangeEvent<String, String> r : records) {
                             if (r.value() != null && c.topic.equals(r.destination())) {
-                                sent.add(out.send(new ProducerRecord<>(topic, r.key(), r.value())));
+                                if (out != null) {
+                                    sent.add(out.send(new ProducerRecord<>(topic, r.key(), r.value())));
+                                }
                                 n++;
                                 size += r.value().length() + (r.key() == null ? 0 : r.key().length());
                             }
                             committer.markProcessed(r);
                         }
-                        // As Debezium Server's Kafka sink: the batch is finished (its offsets
-                        // may be stored) once the broker acknowledged every record of it.
+                        // The batch is finished (its offsets may be stored) once the broker
+                        // acknowledged every record of it.
                         for (Future<RecordMetadata> f : sent) {
                             try {
                                 f.get();
