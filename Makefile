@@ -42,7 +42,9 @@ test: install lint
 
 # The soak runs the bounded suite leaves out (tests marked soak): the convergence oracle with
 # a fixed and more random seeds (DBLOG_SOAK_SEEDS, default 3) and a 120 s workload each (the
-# fixed seed once more with its state on a ZooKeeper ensemble whose leader is killed), and
+# fixed seed once more with its state on a ZooKeeper ensemble whose leader is killed, and
+# with its lake on S3 and its landing on the Spark cluster; PostgreSQL's with read-only dumps),
+# MariaDB's history mirror at each snapshot, a running landing's metrics endpoint, and
 # dblog_land's dag.test() through spark-submit on both sources (the Airflow e2e covers it in make test), and
 # the mirror check with a corruption planted in every column (and in a random half), and a
 # Kafka broker down for 5 minutes, then past --output-outage-timeout, under a running capture

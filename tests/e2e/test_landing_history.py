@@ -64,7 +64,8 @@ def round_of_changes(db, c, table: str, rng: random.Random, ids: list[int]) -> N
         c.commit()
 
 
-@pytest.mark.parametrize("kind", ["postgres", "mysql"])
+# MariaDB's in make soak: each case is about a minute on a 2-core machine (README, "make soak")
+@pytest.mark.parametrize("kind", ["postgres", pytest.param("mysql", marks=pytest.mark.soak)])
 def test_history_as_of_each_snapshot_equals_the_source_then(kind, spark, tmp_path):  # noqa: F811
     from airflow_provider_dblog.outputs.lake_layout import history_path
     from airflow_provider_dblog.spark.history import as_of

@@ -99,6 +99,7 @@ class Landing:
         self.proc.stdin.close()
 
 
+@pytest.mark.soak  # 46 s on a 2-core machine; the landing's metrics themselves: tests/unit (README, "make soak")
 def test_a_running_landing_serves_its_metrics_for_prometheus(tmp_path):
     src = "lmx_" + uuid.uuid4().hex[:6]
     log = Changelog(tmp_path, src)  # the capture's changelog (and schema store) under the lake

@@ -76,8 +76,9 @@ def _partition(conf, topic, partition):
 @pytest.mark.parametrize(
     "kind,fmt",
     # format=debezium: its own records (key objects, murmur2 partitions of the canonical key,
-    # no dump ranges, TOAST repairs for whole rows), built column-wise as dblog's are
-    [("postgres", "dblog"), ("mysql", "dblog"), ("postgres", "debezium")],
+    # no dump ranges, TOAST repairs for whole rows), built column-wise as dblog's are. make
+    # test runs one case per database and format; PostgreSQL's dblog case in make soak.
+    [pytest.param("postgres", "dblog", marks=pytest.mark.soak), ("mysql", "dblog"), ("postgres", "debezium")],
 )
 def test_convergence_oracle_over_kafka(kind, fmt, tmp_path):
     bootstrap = env("DBLOG_KAFKA_BOOTSTRAP")

@@ -314,16 +314,21 @@ def test_convergence_oracle(kind, seed, store, watermarks, lake_at, tmp_path, mo
     """``store`` zookeeper-ensemble: the state in a three-node ZooKeeper ensemble whose leader
     is SIGKILLed during the workload and started again (the fleet's deployment, issue 33); in
     make soak, with the fixed seed. ``watermarks`` log: read-only dumps (docs/sources.md), as a
-    user that can write nothing (on the local store; MariaDB's in make soak). ``lake_at``
+    user that can write nothing (on the local store; in make soak). ``lake_at``
     s3-cluster: the changelog on the S3 test store (delta-rs, put-if-absent) and the landing
     and the mirror check on the Spark standalone cluster (executors in the workers' JVMs),
-    mirrors and checkpoints on S3 (issue 32; PostgreSQL's with table watermarks in make test
-    in place of the one on local disk, which make soak runs; MariaDB's in make soak)."""
+    mirrors and checkpoints on S3 (issue 32; table watermarks, the local store, in make soak).
+    make test runs PostgreSQL's with table watermarks on the local store and a disk lake."""
     soak = os.environ.get("DBLOG_SOAK") == "1"
     if lake_at == "s3-cluster" and (watermarks != "table" or store != "local" or seed not in (RANDOM_SEED, FIXED_SEED)):
         pytest.skip("the oracle on S3 and the cluster runs with table watermarks, the local store, two seeds")
-    if lake_at == "disk" and watermarks == "table" and store == "local" and seed == RANDOM_SEED and not soak:
-        pytest.skip("make test runs this case with its lake on S3 and its landing on the cluster; make soak on disk")
+    if lake_at == "s3-cluster" and not soak:
+        # 7 minutes on a 2-core machine: make test's longest run (its S3 and cluster paths stay
+        # in make test through tests/e2e/test_spark_cluster.py and test_object_store.py)
+        pytest.skip("the oracle on S3 and the cluster runs in make soak, with the fixed seed")
+    if watermarks == "log" and not soak:
+        # make test's read-only dumps: test_read_only_dumps.py, test_replica_chunks.py's oracle workload
+        pytest.skip("the oracle with read-only dumps runs in make soak, with the fixed seed and the soak seeds")
     if watermarks == "log" and store != "local":
         pytest.skip("the oracle on a ZooKeeper ensemble runs with table watermarks")
     if watermarks == "log" and kind == "mysql" and seed != FIXED_SEED:
@@ -334,8 +339,6 @@ def test_convergence_oracle(kind, seed, store, watermarks, lake_at, tmp_path, mo
         pytest.skip("MariaDB's oracle runs in make soak (the suite's longest run)")
     if store != "local" and (seed != FIXED_SEED or not soak):
         pytest.skip("the oracle on a ZooKeeper ensemble runs in make soak, with the fixed seed")
-    if lake_at == "s3-cluster" and seed == FIXED_SEED and not soak:
-        pytest.skip("the oracle on S3 and the cluster with the fixed seed runs in make soak")
     spark_cluster = None
     if lake_at == "s3-cluster":
         from tests.e2e.test_spark_cluster import s3a_classpath
