@@ -48,10 +48,8 @@ from .kafka_format import (
     H_SOURCE,
     H_TABLE,
     Formatter,
-    Message,
     event_from_message,
     header_map,
-    murmur2_partition,
     murmur2_partitions,
     schema_record,
     topic_name,
@@ -350,24 +348,21 @@ class KafkaOutput(WholeRowConsumers):
         ck = _kafka()
         written_at = now_micros()
         fmt = self.formatter
-        columns: Optional[Records] = None
-        records: list[tuple[str, Message]] = []
         topic_of = lambda table: self.topic_for(source_id, table)  # noqa: E731
         if fmt.fmt == "dblog":  # built column-wise (outputs/kafka_columns.py)
-            columns = dblog_records(events, epoch, topic_of)
+            records = dblog_records(events, epoch, topic_of)
         elif not fmt.schemas:
-            columns = debezium_records(events, epoch, topic_of, fmt, self._schemas)
-        if columns is not None:
-            topics = list(set(columns.topics))
-        else:  # schemas=true: Debezium's types, per event
+            records = debezium_records(events, epoch, topic_of, fmt, self._schemas)
+        else:  # schemas=true: Debezium's types, record by record
+            messages = []
             for e in events:
-                topic = self.topic_for(source_id, e.table)
+                topic = topic_of(e.table)
                 msg = fmt.message(e, epoch, written_at, self._schemas.get(e.schema_id or ""), topic)
                 if msg is not None:
-                    records.append((topic, msg))
-            topics = [t for t, _ in records]
+                    messages.append((topic, msg))
+            records = Records.of_messages(messages)
         schemas = list(self._unwritten)
-        self._ensure_topics(topics, self.schema_topic(source_id) if schemas else None)
+        self._ensure_topics(list(set(records.topics)), self.schema_topic(source_id) if schemas else None)
         nxt = self._book.advanced(events, epoch)
         producer = self._source(source_id)
         try:
@@ -376,17 +371,7 @@ class KafkaOutput(WholeRowConsumers):
                 self._produce(
                     producer, self.schema_topic(source_id), s.schema_id().encode(), schema_record(s, written_at)
                 )
-            if columns is not None:
-                self._produce_columns(producer, columns)
-            for topic, msg in records:
-                if msg.partition_key is None:
-                    for p in range(self._partitions[topic]):
-                        self._produce(producer, topic, msg.key, msg.value, msg.headers, p)
-                else:
-                    p = murmur2_partition(msg.partition_key, self._partitions[topic])
-                    self._produce(producer, topic, msg.key, msg.value, msg.headers, p)
-                    if msg.tombstone:  # no headers: readers of our records never take it for one
-                        self._produce(producer, topic, msg.key, None, None, p)
+            self._produce_records(producer, records)
             producer.commit_transaction(TIMEOUT)
         except ck.KafkaException as exc:
             self._drop(source_id)
@@ -408,8 +393,8 @@ class KafkaOutput(WholeRowConsumers):
         self._book.adopt(nxt)
         del self._unwritten[: len(schemas)]
 
-    def _produce_columns(self, producer: Any, r: Records) -> None:
-        """Records built column-wise (outputs/kafka_columns.py). Without partition keys,
+    def _produce_records(self, producer: Any, r: Records) -> None:
+        """A batch's records (outputs/kafka_columns.py). Without partition keys,
         librdkafka's murmur2_random partitioner (ours to set: _OWNED) hashes the record key,
         the canonical key text, as Kafka's Java client does, in C."""
         produce, parts = producer.produce, self._partitions

@@ -38,6 +38,7 @@ from .kafka_format import (
     H_SOURCE,
     H_TABLE,
     Formatter,
+    Message,
     debezium_row,
 )
 
@@ -59,10 +60,23 @@ class Records:
     topics: list[str]
     keys: list[Optional[bytes]]
     values: list[bytes]
-    headers: list[list[Header]]
+    headers: Sequence[Sequence[Header]]
     broadcast: list[bool]
     partition_keys: Optional[list[bytes]] = None
     tombstones: Optional[list[bool]] = None
+
+    @classmethod
+    def of_messages(cls, messages: list[tuple[str, Message]]) -> "Records":
+        """``Formatter.message``'s records (topic, message), as a batch."""
+        return cls(
+            [t for t, _ in messages],
+            [m.key for _, m in messages],
+            [m.value for _, m in messages],
+            [m.headers for _, m in messages],
+            [m.partition_key is None for _, m in messages],
+            partition_keys=[m.partition_key or b"" for _, m in messages],  # a broadcast's is not used
+            tombstones=[m.tombstone for _, m in messages],
+        )
 
 
 def _quoted(col: pa.ChunkedArray | pa.Array) -> pa.Array:
