@@ -158,7 +158,9 @@ class Formatter:
         topic: Optional[str] = None,
     ) -> Optional[Message]:
         """The record of one event; None when the format has no form for it (``k`` in
-        Debezium's envelope). ``topic`` names the Connect schemas (``<topic>.Envelope``)."""
+        Debezium's envelope). ``topic`` names the Connect schemas (``<topic>.Envelope``).
+        The output builds ``schemas=true`` records here; the others as a batch
+        (outputs/kafka_columns.py), which tests/unit/test_kafka_columns.py holds to this."""
         canonical_key = dumps(list(e.key)).encode()
         broadcast = e.op.value in BROADCAST_OPS
         headers = [
