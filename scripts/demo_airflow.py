@@ -8,7 +8,9 @@ the repaired rows in the changelog, then triggers dblog_land: its SparkSubmitOpe
 landing job with this venv's real spark-submit (local[2]) and the Delta jars scripts/spark-jars
 resolved once (``--jars``; nothing is downloaded). It ends with `dblog verify` of the changelog
 and a typed mirror-vs-source check (0 mismatches each). Everything it started is stopped at the
-end. Run through `make demo` (servers up, DBLOG_* variables set), or
+end. With ``DEMO_DEPLOY=cluster`` (scripts/demo) the lake is on the S3 test store and
+dblog_land's spark-submit goes to the standalone cluster (``spark_default``'s host), the S3A
+connector on the driver's and executors' class path, as docs/deploy.md deploys it. Run through `make demo` (servers up, DBLOG_* variables set), or
 as ``python -m scripts.demo_airflow`` from the repository root.
 """
 
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 from scripts import airflow_stack as stack
-from scripts.demo import lakehouse
+from scripts.demo import lake_of, lakehouse, output_url
 from scripts.polling import wait_for
 
 WORK = stack.REPO / "demo-output" / "airflow"
@@ -33,6 +35,10 @@ NS = "demo_airflow"  # the MariaDB database holding the sample tables
 SOURCE_ID = "demo_af"
 ROWS = int(os.environ.get("DEMO_AIRFLOW_ROWS", "2000"))
 REPAIR_KEYS = [7, 42, 99, 500, 1234]
+CLUSTER = os.environ.get("DEMO_DEPLOY") == "cluster"
+
+
+LAKE = lake_of(WORK, "airflow")  # WORK/lake, or a fresh prefix of the S3 test store
 
 
 def say(msg: str) -> None:
@@ -110,9 +116,18 @@ def write_config() -> Path:
         "[source]\n"
         + "".join(f"{k} = {json.dumps(v)}\n" for k, v in src.items())
         + f"\n[state]\npath = {json.dumps(str(WORK / 'state.db'))}\n"
-        + f"\n[output]\nurl = {json.dumps('delta://' + str(WORK / 'lake'))}\n"
+        + f"\n[output]\nurl = {json.dumps(output_url(LAKE))}\n"
     )
     return path
+
+
+def captured_yet() -> bool:
+    """Whether the capture has created its changelog table (on disk or in the S3 store)."""
+    import deltalake
+
+    from airflow_provider_dblog.outputs.lake_layout import changelog_path
+
+    return deltalake.DeltaTable.is_deltatable(changelog_path(LAKE, SOURCE_ID))
 
 
 def changelog_events(lake: str, table: str) -> list:
@@ -169,8 +184,12 @@ def land_settings() -> dict[str, str]:
     if not jars:
         sys.exit("DBLOG_SPARK_JARS is not set: run through `make demo` (scripts/demo resolves the jars once)")
     venv_bin = str(Path(sys.executable).parent)
+    master = {"conn_type": "spark", "host": "local[2]"}
+    if CLUSTER:  # spark://127.0.0.1:57077 as a connection: host and port
+        url, _, port = os.environ["DBLOG_SPARK_MASTER"].rpartition(":")
+        master = {"conn_type": "spark", "host": url, "port": int(port)}
     return {
-        stack.conn_env_name("spark_default"): json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        stack.conn_env_name("spark_default"): json.dumps(master),
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
         "DBLOG_SPARK_JARS": jars,
         "DBLOG_LAND_SOURCE": SOURCE_ID,
@@ -182,6 +201,7 @@ def land_through_airflow(af: stack.Airflow) -> None:
     landed. Unpausing may start a run of its own first (the latest cron tick, or the repair
     dumps' asset events: AssetOrTimeSchedule); max_active_runs=1 queues ours behind it."""
     say("unpausing dblog_land (its schedule may start a run too); POST /api/v2/dags/dblog_land/dagRuns")
+    before = cluster_landings() if CLUSTER else set()
     af.unpause("dblog_land")
     t0 = time.time()
     run_id = af.trigger("dblog_land", {})
@@ -196,6 +216,8 @@ def land_through_airflow(af: stack.Airflow) -> None:
         submit = next((x for x in lines if "Spark-Submit cmd" in x), "")
         if "--jars" not in submit or "--packages" in submit or any("resolving dependencies" in x for x in lines):
             sys.exit(f"demo FAILED: dblog_land did not use the jars resolved at install time:\n{submit}")
+        if CLUSTER and (os.environ["DBLOG_SPARK_MASTER"] not in submit or "--driver-class-path" not in submit):
+            sys.exit(f"demo FAILED: dblog_land did not submit to the cluster with the S3A connector:\n{submit}")
         stats = json.loads(next(x for x in lines if x.lstrip().startswith('{"events"')))
         landed += stats["events"]
         say(
@@ -207,6 +229,19 @@ def land_through_airflow(af: stack.Airflow) -> None:
             shown = True
     if landed == 0:
         sys.exit("demo FAILED: dblog_land landed nothing")
+    if CLUSTER:  # the master's record: the landing ran there, in executors of its workers
+        landings = cluster_landings() - before
+        if not landings:
+            sys.exit("demo FAILED: the Spark master lists no landing application (dblog-land-changelog) of this stage")
+        say(f"    the master at {os.environ['DBLOG_SPARK_MASTER']} ran them: applications {sorted(landings)}")
+
+
+def cluster_landings() -> set[str]:
+    """The landing applications the standalone master has finished (its web UI's JSON)."""
+    import urllib.request
+
+    with urllib.request.urlopen(os.environ["DBLOG_SPARK_CLUSTER_UI"] + "/json/", timeout=10) as r:
+        return {a["id"] for a in json.load(r).get("completedapps", []) if a.get("name") == "dblog-land-changelog"}
 
 
 def task_log_lines(af: stack.Airflow, dag_id: str, run_id: str) -> list[str]:
@@ -227,11 +262,11 @@ def main() -> None:
     e = os.environ
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    lake = f"delta://{WORK / 'lake'}"
+    lake = output_url(LAKE)
     tables = [f"{NS}.customers", f"{NS}.orders"]
     print(
         f"\n=== DBLog demo through Airflow: MariaDB {NS}.customers/orders ({ROWS} rows each), "
-        f"changelog {WORK / 'lake'}",
+        f"changelog {LAKE}" + (f", Spark at {os.environ['DBLOG_SPARK_MASTER']}" if CLUSTER else ""),
         flush=True,
     )
     create_tables()
@@ -278,7 +313,7 @@ def main() -> None:
                 c.close()
                 return (
                     any(ev.key[0] > 900000 for ev in changelog_events(lake, f"{NS}.customers") if ev.op.value == "c")
-                    if (WORK / "lake").exists()
+                    if captured_yet()
                     else False
                 )
 
@@ -328,7 +363,7 @@ def main() -> None:
     print(p.stdout.rstrip(), flush=True)
     if p.returncode != 0:
         sys.exit(f"demo FAILED: the changelog does not match the source\n{p.stderr[-2000:]}")
-    lakehouse(write_config(), WORK / "lake", land=False)  # dblog_land has landed it
+    lakehouse(write_config(), LAKE, land=False)  # dblog_land has landed it
     print(
         "=== airflow: capture, dumps and the Spark landing run by Airflow; the changelog replays to "
         "exactly the source tables and the Delta mirrors equal them (0 mismatches each)\n",

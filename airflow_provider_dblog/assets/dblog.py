@@ -89,18 +89,44 @@ class DBLogAssetURI:
     def path(self) -> str:
         """The mirror's Delta table, or the lake's changelog: the directory of its tables, one
         per source (``<lake>/changelogs``; each source's table is a dataset below it), or the
-        one table of a lake written before, where that is seen without a request (a local
-        lake; an object-store lake of that layout is named by its ``changelogs`` all the same)."""
+        one table of a lake written before (``<lake>/changelog``), as the capture names it."""
         if self.kind == MIRROR:
             return self.location
         shared = changelog_path(self.location)
-        return shared if os.path.isdir(os.path.join(shared, "_delta_log")) else changelogs_root(self.location)
+        return shared if _written_before(self.location) else changelogs_root(self.location)
 
     def dataset(self) -> tuple[str, str]:
         """(namespace, name) of the OpenLineage dataset: lineage.py's for the same table."""
         from ..lineage import location
 
         return location(self.path)
+
+
+def _written_before(lake: str) -> bool:
+    """Whether the lake holds the one changelog of the layout before (lake_layout.py). On an
+    object store that is a request, with the keys of this process's environment (as the
+    capture's own lineage asks delta-rs); a store that cannot be asked names the lake by the
+    layout of today, with a warning."""
+    shared = changelog_path(lake)
+    if "://" not in lake:
+        return os.path.isdir(os.path.join(shared, "_delta_log"))
+    try:
+        import deltalake
+
+        return bool(deltalake.DeltaTable.is_deltatable(shared))
+    except Exception as exc:  # noqa: BLE001 - naming a dataset never fails a task
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "cannot tell the layout of the lake %s (%s: %s): its changelog dataset is named %s/%s. "
+            "Fix: give this process the store's keys in its environment.",
+            lake,
+            type(exc).__name__,
+            str(exc)[:200],
+            lake,
+            "changelogs",
+        )
+        return False
 
 
 def changelog_uri(lake: str) -> str:

@@ -39,6 +39,12 @@ Deployment settings (environment of the scheduler / dag-processor / workers / tr
   DBLOG_SPARK_PACKAGES        without local jars: ``--packages`` (default the Delta coordinate
                               matching the pinned pyspark), resolved by spark-submit on each
                               run: the setting for a cluster (docs/airflow.md)
+  DBLOG_SPARK_S3A_JARS        a lake on S3: the S3A connector's jars as a class path present at
+                              that path on the worker and every Spark host (``dblog spark-jars
+                              --s3a`` prints it): passed as ``--driver-class-path`` and
+                              ``spark.executor.extraClassPath``, not ``--jars`` (the AWS SDK
+                              bundle is 650 MB). Default: the cached listing of ``dblog
+                              spark-jars --s3a``; required when the lake is on S3
   DBLOG_LAND_SOURCE           land only this source id (default: every source)
   DBLOG_LAND_PARALLEL_TABLES  tables of a micro-batch landed at once (the job's
                               ``--parallel-tables``; default up to 4, 1: one after another)
@@ -60,7 +66,12 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimet
 
 from airflow_provider_dblog.assets.dblog import changelog_asset, commits_asset
 from airflow_provider_dblog.operators.land import ContinuousLandOperator, SparkSubmitLandOperator
-from airflow_provider_dblog.spark.session import DELTA_PACKAGE, resolve_jars  # matches the pinned pyspark/delta-spark
+from airflow_provider_dblog.spark.session import (  # match the pinned pyspark/delta-spark
+    DELTA_PACKAGE,
+    S3_SCHEMES,
+    resolve_jars,
+    resolve_s3a_jars,
+)
 from airflow_provider_dblog.triggers.changelog import ChangelogCommitTrigger
 
 # the asset the capture and the dump DAGs emit, built as they build it: dblog://changelog/<lake>
@@ -106,7 +117,26 @@ def parallel_tables() -> Optional[int]:
     return int(text)
 
 
+def s3a_classpath() -> Optional[str]:
+    """A lake on S3: the S3A connector's class path (``resolve_s3a_jars``), else None. The
+    connector is not shipped with ``--jars``: each host has it at the same path, and the
+    driver and executors load it with Hadoop's classloader (spark/session.py ``s3a_conf``)."""
+    if not lake_root().startswith(S3_SCHEMES):
+        return None
+    try:
+        classpath = resolve_s3a_jars()
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"dblog_land: {e}") from None
+    if not classpath:
+        raise FileNotFoundError(
+            f"dblog_land: the lake {lake_root()} is on S3 but the S3A connector's jars are not resolved. "
+            "Fix: run dblog spark-jars --s3a on every host (the same path), or set DBLOG_SPARK_S3A_JARS."
+        )
+    return classpath
+
+
 JARS = local_jars()
+S3A_CLASSPATH = s3a_classpath()
 PARALLEL_TABLES = parallel_tables()
 args = [] if PARALLEL_TABLES is None else ["--parallel-tables", str(PARALLEL_TABLES)]
 
@@ -180,7 +210,10 @@ with DAG(
             conf={
                 "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
                 "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+                # a lake on S3: the connector on the executors' class path too (the job sets the rest)
+                **({"spark.executor.extraClassPath": S3A_CLASSPATH} if S3A_CLASSPATH else {}),
             },
+            driver_class_path=S3A_CLASSPATH,
             application_args=args,
             name="dblog-land",
             retries=2,

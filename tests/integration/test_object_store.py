@@ -211,3 +211,28 @@ def test_maintenance_compacts_the_changelog_on_s3_with_put_if_absent_beside_a_wr
     assert any(h.get("operation") == "OPTIMIZE" for h in history), [h.get("operation") for h in history]
     spark_commits = [h for h in history if "Spark" in str(h.get("engineInfo", ""))]
     assert not spark_commits, f"Spark committed to the changelog: {spark_commits[:1]}"
+
+
+def test_the_changelog_asset_of_a_lake_of_the_layout_before_on_s3_names_its_one_table(lake):
+    """An Airflow asset ``dblog://changelog/<lake>`` is the OpenLineage dataset the capture
+    reports: on S3 too, for a lake of the layout before (one ``changelog`` table for every
+    source) as for one of today (a table per source, under ``changelogs``)."""
+    import deltalake
+    from airflow.sdk import Asset
+
+    from airflow_provider_dblog import lineage
+    from airflow_provider_dblog.assets import dblog as assets
+    from airflow_provider_dblog.outputs.delta import CHANGELOG_SCHEMA
+
+    def named(url: str) -> tuple[tuple[str, str], tuple[str, str]]:
+        (written,) = lineage.changelog_datasets(make_output(url), "shop", ["shop.orders"])
+        ds = assets.convert_asset_to_openlineage(Asset(assets.changelog_uri(url)), None)
+        return (written.namespace, written.name), (ds.namespace, ds.name)
+
+    (ns, written), (asset_ns, asset_name) = named(lake)
+    assert written == f"{asset_name}/shop" and ns == asset_ns and asset_name.endswith("/changelogs")
+
+    before = f"{lake}-before"
+    deltalake.DeltaTable.create(f"{before}/changelog", CHANGELOG_SCHEMA)  # a lake written before
+    written_before, asset_before = named(before)
+    assert written_before == asset_before and asset_before[1].endswith("-before/changelog"), asset_before

@@ -121,7 +121,15 @@ def test_under_spark_submit_the_submitter_chose_jars_and_python(builder, monkeyp
 
 def land_task(monkeypatch, **environ: str):
     """dblog_land's task, the DAG file executed afresh under ``environ``."""
-    for name in ("DBLOG_SPARK_JARS", "DBLOG_SPARK_JARS_DIR", "DBLOG_SPARK_PACKAGES", "DBLOG_LAND_MODE"):
+    for name in (
+        "DBLOG_SPARK_JARS",
+        "DBLOG_SPARK_JARS_DIR",
+        "DBLOG_SPARK_PACKAGES",
+        "DBLOG_LAND_MODE",
+        "DBLOG_SPARK_S3A_JARS",
+        "DBLOG_CHANGELOG",
+        "DBLOG_LAKE",
+    ):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -206,6 +214,26 @@ def test_the_landing_dag_passes_its_parallel_tables_setting_to_the_job(monkeypat
     else:
         assert task.application_args[-2:] == ["--parallel-tables", "3"]
         assert "--parallel-tables" not in default.application_args
+
+
+def test_a_landing_dag_on_s3_puts_the_s3a_connector_on_the_drivers_and_executors_class_path(monkeypatch, tmp_path):
+    """spark-submit to a cluster with the lake on S3 (issue 32): the connector's jars are on
+    each host at one path, loaded from the class path (not shipped with --jars)."""
+    jars = [tmp_path / "hadoop-aws.jar", tmp_path / "bundle.jar"]
+    for jar in jars:
+        jar.write_bytes(b"PK")
+    classpath = ":".join(map(str, jars))
+    task = land_task(monkeypatch, DBLOG_CHANGELOG="s3://bucket/lake", DBLOG_SPARK_S3A_JARS=classpath)
+    assert task.lake == "s3://bucket/lake"
+    assert task.driver_class_path == classpath and task.conf["spark.executor.extraClassPath"] == classpath
+    assert classpath not in (task.jars or "")
+    local = land_task(monkeypatch, DBLOG_CHANGELOG="delta:///data/lake", DBLOG_SPARK_S3A_JARS=classpath)
+    assert local.driver_class_path is None and "spark.executor.extraClassPath" not in local.conf
+
+
+def test_a_landing_dag_on_s3_without_the_s3a_connector_stops_at_parse_time_with_the_fix(monkeypatch, tmp_path):
+    with pytest.raises(FileNotFoundError, match="S3A connector.*Fix: run dblog spark-jars --s3a"):
+        land_task(monkeypatch, DBLOG_LAKE="s3://bucket/lake", DBLOG_SPARK_JARS_DIR=str(tmp_path / "empty"))
 
 
 @pytest.mark.parametrize("value", ["0", "four", "-2"])
