@@ -23,6 +23,8 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Optional
+from urllib.parse import unquote
 
 import pytest
 
@@ -98,8 +100,10 @@ def start_submit(
     classpath: str | None = None,
     env: dict | None = None,
     args: tuple[str, ...] = (),
+    log_to: Path | None = None,
 ) -> subprocess.Popen:
-    """The landing job submitted, running: the driver is this child process."""
+    """The landing job submitted, running: the driver is this child process. ``log_to``: its
+    output into that file rather than a pipe (a pipe nobody reads would stall a long run)."""
     cmd = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", "1g", "--jars", spark_jars()]
     cmd += ["--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false"]
     if master.startswith("spark://"):
@@ -116,6 +120,9 @@ def start_submit(
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
     environ.pop("PYSPARK_GATEWAY_PORT", None)
+    if log_to is not None:
+        with open(log_to, "w") as out:
+            return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ, start_new_session=True)
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, start_new_session=True
     )
@@ -341,38 +348,58 @@ def mirror_commits(mirrors: str, source_id: str, table: str) -> list[tuple]:
     return out
 
 
-def wait_for_tasks_on(cluster: Cluster, worker: str, proc: subprocess.Popen, timeout: float = 300) -> str:
-    """The running landing's app id, once an executor in ``worker`` runs its tasks."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        assert proc.poll() is None, f"the landing ended before the fault: {proc.communicate()[1][-3000:]}"
-        apps = {a["id"] for a in cluster.state().get("activeapps", []) if a["name"] == APP_NAME}
-        for app in apps:
-            if cluster.tasks_by_worker(app).get(worker):
-                return app
-        time.sleep(0.3)
-    raise AssertionError(f"no task of the landing ran in {worker} within {timeout} s")
+def merge_in_flight(mirrors: str, source_id: str, tables: list[str]) -> Optional[str]:
+    """A mirror that a MERGE is writing now: past its first landing (the create and the
+    append), its directory holds a data file that no commit names yet. Delta writes a
+    command's files first and commits them last, so this is the window between the two."""
+    for table in tables:
+        path = Path(mirrors) / source_id / table
+        commits = sorted((path / "_delta_log").glob("*.json")) if (path / "_delta_log").is_dir() else []
+        if len(commits) < 2:
+            continue
+        named = set()
+        for commit in commits:
+            for line in commit.read_text().splitlines():
+                action = json.loads(line)
+                for kind in ("add", "cdc"):
+                    if kind in action:
+                        named.add(unquote(action[kind]["path"]))
+        written = {str(p.relative_to(path)) for p in path.rglob("*.parquet") if "_delta_log" not in p.parts}
+        if written - named:
+            return table
+    return None
 
 
 @pytest.mark.soak  # make soak: two landings on the cluster each (about 4 minutes)
 @pytest.mark.parametrize("victim", ["worker", "driver"])
-def test_a_kill_on_the_cluster_mid_landing_then_the_next_run_converges_without_a_duplicate_commit(
+def test_a_kill_on_the_cluster_mid_merge_then_the_next_run_converges_without_a_duplicate_commit(
     cluster, tmp_path, victim
 ):
-    """SIGKILL worker 1 (its executor dies with it) or the driver (spark-submit) while the
-    landing's tasks run on the cluster; the worker is started again and the job resubmitted:
-    the mirrors equal the replay, and no micro-batch committed twice to a mirror (the
-    transaction id of spark/mirror_commits.py)."""
+    """SIGKILL worker 1 (its executor dies with it) or the driver (spark-submit) while a
+    MERGE writes a mirror on the cluster (its files written, its commit not yet: one changelog
+    commit per micro-batch, so every batch after a table's first merges); the worker is
+    started again and the job resubmitted: the mirrors equal the replay, and no micro-batch
+    committed twice to a mirror (the transaction id of spark/mirror_commits.py)."""
     lake, mirrors = str(tmp_path / "lake"), str(tmp_path / "mirrors")
     log, schemas = write_changelog(lake)
-    proc = start_submit(cluster.master, lake, mirrors)
+    tables = [s.table for s in schemas]
+    output = tmp_path / "first-run.log"
+    proc = start_submit(cluster.master, lake, mirrors, args=("--max-files-per-batch", "1"), log_to=output)
     try:
-        wait_for_tasks_on(cluster, "1", proc)
+        end, merging = time.monotonic() + 600, None
+        while merging is None:
+            assert proc.poll() is None, f"the landing ended before a MERGE was caught: {output.read_text()[-3000:]}"
+            assert time.monotonic() < end, "no MERGE caught between its files and its commit in 600 s"
+            merging = merge_in_flight(mirrors, log.source_id, tables)
+            time.sleep(0.02)
+        print(f"\n[cluster] {victim} SIGKILLed while a MERGE wrote the mirror of {merging}")
         if victim == "worker":
             subprocess.run([str(REPO / "scripts" / "services"), "crash", "spark-worker"], check=True, timeout=60)
         else:
             os.killpg(proc.pid, 9)
-        proc.communicate(timeout=600)  # a lost executor's tasks are retried elsewhere: it may still succeed
+        proc.wait(timeout=600)  # a lost executor's tasks are retried elsewhere: it may still succeed
+        if victim == "driver":  # the files no commit names are still there: the kill cut the MERGE short
+            print(f"[cluster] after the kill, uncommitted files in {merge_in_flight(mirrors, log.source_id, tables)}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
