@@ -72,9 +72,9 @@ def zk_mntr(hosts: str) -> dict:
 class Writer(threading.Thread):
     """One row per transaction into a random table of a random source, ``rate`` a second."""
 
-    def __init__(self, dbs: list, rate: float) -> None:
+    def __init__(self, dbs: list, rate: float, first_key: int = 10**9) -> None:
         super().__init__(daemon=True, name="fleet-writer")
-        self.dbs, self.rate = dbs, rate
+        self.dbs, self.rate, self.first_key = dbs, rate, first_key
         self.done = threading.Event()
         self.writes = 0
         self.error: Optional[BaseException] = None
@@ -88,7 +88,7 @@ class Writer(threading.Thread):
                 i = rng.randrange(len(self.dbs))
                 db, c = self.dbs[i], conns[i]
                 cur = c.cursor()
-                cur.execute(f"INSERT INTO {rng.choice(db.names)} VALUES (%s, 1, 'w')", (10**9 + self.writes,))
+                cur.execute(f"INSERT INTO {rng.choice(db.names)} VALUES (%s, 1, 'w')", (self.first_key + self.writes,))
                 c.commit()
                 self.writes += 1
                 next_at += 1 / self.rate

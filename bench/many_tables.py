@@ -2,6 +2,7 @@
 
     eval "$(scripts/services env)"
     python -m bench.many_tables [--kind postgres|mysql] [--tables 1000] [--rows 20] [--idle-seconds 30]
+    python -m bench.many_tables --sweep 10 100 300 1000 [--plot docs/img/many-tables.png]
 
 A PostgreSQL schema (or a MariaDB database) of ``--tables`` narrow tables (bigint key, int, 10
 characters) with ``--rows`` rows each, captured by ``dblog capture`` in a child process
@@ -161,14 +162,68 @@ def markdown(base: dict, big: dict) -> str:
     return "\n".join(out)
 
 
+def sweep_markdown(runs: list[dict]) -> str:
+    """One row per table count (``--sweep``)."""
+    out = [
+        "| tables | start-up (s) | idle CPU (% of a core) | idle RSS (MiB) | status (bytes) | "
+        "`dump --all` (s) | peak RSS (MiB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        out.append(
+            f"| {r['tables']:,} | {r['startup_s']} | {r['idle_cpu_pct']} | {r['idle_rss_mib']} | "
+            f"{r['status_bytes']} | {r['dump_all_s']} | {r['peak_rss_mib']} |"
+        )
+    return "\n".join(out)
+
+
+def plot(runs: list[dict], kind: str, path: str) -> None:
+    """Each figure against the table count (``--sweep --plot``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = [r["tables"] for r in runs]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    axes[0].plot(n, [r["startup_s"] for r in runs], "o-", label="start-up to the first checkpoint")
+    axes[0].plot(n, [r["dump_all_s"] for r in runs], "s-", label="dump --all")
+    axes[0].set_ylabel("seconds")
+    axes[1].plot(n, [r["idle_cpu_pct"] for r in runs], "o-", color="#d62728")
+    axes[1].set_ylabel("idle CPU (% of a core)")
+    axes[1].set_ylim(bottom=0)
+    axes[2].plot(n, [r["idle_rss_mib"] for r in runs], "o-", label="idle RSS")
+    axes[2].plot(n, [r["peak_rss_mib"] for r in runs], "s-", label="peak RSS (dump --all)")
+    axes[2].set_ylabel("MiB")
+    axes[2].set_ylim(bottom=0)
+    for ax in axes:
+        ax.set_xlabel("tables of the source")
+    axes[0].legend()
+    axes[2].legend()
+    fig.suptitle(f"One capture against its table count ({'PostgreSQL 15' if kind == 'postgres' else 'MariaDB 10.11'})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tables", type=int, default=1000)
     p.add_argument("--rows", type=int, default=20)
     p.add_argument("--idle-seconds", type=float, default=30)
     p.add_argument("--kind", choices=("postgres", "mysql"), default="postgres")
+    p.add_argument(
+        "--sweep", type=int, nargs="+", metavar="N", help="one run per table count instead (e.g. 10 100 300 1000)"
+    )
+    p.add_argument("--plot", metavar="PNG", help="with --sweep: each figure against the table count")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="dblog-bench-many-tables-") as workdir:
+        if a.sweep:
+            runs = [one_run(n, a.rows, a.idle_seconds, workdir, a.kind) for n in sorted(a.sweep)]
+            print(json.dumps(runs, indent=2))
+            print(sweep_markdown(runs))
+            if a.plot:
+                plot(runs, a.kind, a.plot)
+            return 0
         base = one_run(BASELINE_TABLES, a.rows, a.idle_seconds, workdir, a.kind)
         big = one_run(a.tables, a.rows, a.idle_seconds, workdir, a.kind)
     print(json.dumps({"baseline": base, "many": big}, indent=2))
