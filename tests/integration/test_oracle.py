@@ -323,8 +323,9 @@ def test_convergence_oracle(kind, seed, store, watermarks, lake_at, tmp_path, mo
     if lake_at == "s3-cluster" and (watermarks != "table" or store != "local" or seed not in (RANDOM_SEED, FIXED_SEED)):
         pytest.skip("the oracle on S3 and the cluster runs with table watermarks, the local store, two seeds")
     if lake_at == "s3-cluster" and not soak:
-        # 7 minutes on a 2-core machine: make test's longest run (its S3 and cluster paths stay
-        # in make test through tests/e2e/test_spark_cluster.py and test_object_store.py)
+        # 7 minutes on a 2-core machine: make test's longest run. make test keeps the object
+        # store (test_object_store.py, test_fencing.py); the cluster's tests are all in make soak
+        # (docs/deploy.md, "Limits (issue 32)")
         pytest.skip("the oracle on S3 and the cluster runs in make soak, with the fixed seed")
     if watermarks == "log" and not soak:
         # make test's read-only dumps: test_read_only_dumps.py, test_replica_chunks.py's oracle workload
