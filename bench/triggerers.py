@@ -219,7 +219,6 @@ def one_run(
                 "spreads": spreads,
                 "settings": settings,
                 "captures_up_s": round(up_s, 1),
-                "spread": spread,
                 "no_capture": empty,
                 "idle": idle,
                 "busy": {**busy, "writes": writer.writes},
@@ -255,7 +254,7 @@ def one_run(
 
 
 def markdown(runs: list[dict], n: int) -> str:
-    names = sorted({t for r in runs for t in r["spread"]})
+    names = sorted({t for r in runs for sp in r["spreads"] for t in sp})
     out = [
         "| run | captures per triggerer (first start, then each restart) | triggerers' own CPU, no capture (% of a core) | "
         f"with {n} idle captures | busy | per capture, idle / busy | captures' CPU idle / busy |",

@@ -37,7 +37,6 @@ Kept free of Airflow imports at module level: Airflow imports the handler while 
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 from dataclasses import dataclass
@@ -92,8 +91,7 @@ class DBLogAssetURI:
         one table of a lake written before (``<lake>/changelog``), as the capture names it."""
         if self.kind == MIRROR:
             return self.location
-        shared = changelog_path(self.location)
-        return shared if _written_before(self.location) else changelogs_root(self.location)
+        return changelog_path(self.location) if _written_before(self.location) else changelogs_root(self.location)
 
     def dataset(self) -> tuple[str, str]:
         """(namespace, name) of the OpenLineage dataset: lineage.py's for the same table."""
@@ -103,17 +101,13 @@ class DBLogAssetURI:
 
 
 def _written_before(lake: str) -> bool:
-    """Whether the lake holds the one changelog of the layout before (lake_layout.py). On an
-    object store that is a request, with the keys of this process's environment (as the
-    capture's own lineage asks delta-rs); a store that cannot be asked names the lake by the
+    """outputs/delta.py ``written_before``, with the keys of this process's environment (as
+    the capture's own lineage asks); a store that cannot be asked names the lake by the
     layout of today, with a warning."""
-    shared = changelog_path(lake)
-    if "://" not in lake:
-        return os.path.isdir(os.path.join(shared, "_delta_log"))
-    try:
-        import deltalake
+    from ..outputs.delta import written_before
 
-        return bool(deltalake.DeltaTable.is_deltatable(shared))
+    try:
+        return written_before(lake)
     except Exception as exc:  # noqa: BLE001 - naming a dataset never fails a task
         import logging
 

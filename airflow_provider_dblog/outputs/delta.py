@@ -231,7 +231,7 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
             require_put_if_absent(self.root, self.storage_options)  # fencing needs atomic commits
         self._tables = {}
         self._shared = None
-        if _deltalake().DeltaTable.is_deltatable(self.shared_uri, self.storage_options):
+        if written_before(self.root, self.storage_options):
             self._shared = self._changelog_at(self.shared_uri)
         self._schemas = self._open_table(self.schemas_uri, SCHEMAS_SCHEMA)
         ids = self._schemas.to_pyarrow_dataset().to_table(columns=["schema_id"]).column(0)
@@ -435,12 +435,18 @@ class DeltaChangelogOutput(RowTextOutput, FullRowIndex):
         return {sid: TableSchema.from_json(text) for sid, text in zip(ids, texts)}
 
 
+def written_before(root: str, storage_options: Optional[dict] = None) -> bool:
+    """Whether the lake ``root`` holds the one changelog table of the layout before the table
+    per source (outputs/lake_layout.py): the one check every writer and reader makes (on an
+    object store, a request)."""
+    return bool(_deltalake().DeltaTable.is_deltatable(changelog_path(root), storage_options))
+
+
 def lake_changelogs(root: str, source_id: Optional[str] = None, storage_options: Optional[dict] = None) -> list[str]:
     """The changelog tables under the lake ``root``: its one shared table in a lake written
     before the table per source; else ``source_id``'s (created or not yet), or every source's."""
-    shared = changelog_path(root)
-    if _deltalake().DeltaTable.is_deltatable(shared, storage_options):
-        return [shared]
+    if written_before(root, storage_options):
+        return [changelog_path(root)]
     if source_id is not None:
         return [changelog_path(root, source_id)]
     return [changelog_path(root, sid) for sid in list_sources(root, storage_options)]

@@ -97,15 +97,12 @@ class ChangelogCommitTrigger(BaseEventTrigger):
         """The tables to watch now: those known, and every ``discover_interval`` new ones."""
         if self._shared or time.monotonic() - self._looked < self.discover_interval:
             return list(self._tables)
-        from deltalake import DeltaTable
-
-        from ..outputs.delta import list_sources
+        from ..outputs.delta import list_sources, written_before
 
         self._looked = time.monotonic()
-        shared = changelog_path(self.root)
-        if DeltaTable.is_deltatable(shared, options):
+        if written_before(self.root, options):
             self._shared = True
-            return [shared]
+            return [changelog_path(self.root)]
         sources = [self.source] if self.source else list_sources(self.root, options)
         return sorted({*self._tables, *(changelog_path(self.root, s) for s in sources)})
 
